@@ -1,0 +1,102 @@
+"""A set of local parties: one working directory each, certificates, ports.
+
+Each party runs in its own directory, as on its own server: ``Programs/``
+(linked to the compiled program), ``Player-Data/`` (its key and everyone's
+certificates, plus party 0's input file) and ``Persistence/`` (its own share
+file and nothing else).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.certs import install_certificates, make_certificates
+from harness.errors import InputError
+from harness.mpspdz import MpSpdz
+from harness.parse import parse_stats
+from harness.process import Command, Completed, run_group
+from harness.programs import CompiledProgram, link_program
+
+__all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free"]
+
+PROTOCOL = "semi2k"
+_BINARY = {"semi2k": "semi2k-party.x"}
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports_free(base: int, count: int) -> None:
+    if not 1024 <= base <= 65535 - count:
+        raise InputError(f"--port {base} is out of range; pick a base in [1024, {65535 - count}]")
+    busy = [p for p in range(base, base + count) if not _port_free(p)]
+    if busy:
+        raise InputError(f"port {busy[0]} is in use (the parties need ports {base}.."
+                         f"{base + count - 1}); pick another --port or leave it out")
+
+
+def find_free_ports(count: int, attempts: int = 100) -> int:
+    rng = random.SystemRandom()
+    for _ in range(attempts):
+        base = rng.randrange(20000, 60000 - count)
+        if all(_port_free(p) for p in range(base, base + count)):
+            return base
+    raise InputError("found no free range of ports; pass --port")
+
+
+@dataclass
+class PartyRun:
+    party: int
+    completed: Completed
+    stats: dict
+
+
+class LocalCluster:
+    def __init__(self, mp: MpSpdz, parties: int, workdir: Path,
+                 protocol: str = PROTOCOL) -> None:
+        if parties < 2:
+            raise InputError(f"semi2k needs at least 2 parties, got {parties}; set --parties")
+        self.mp = mp
+        self.parties = parties
+        self.protocol = protocol
+        self.binary = mp.binary(_BINARY[protocol])
+        self.workdir = workdir
+        certs = make_certificates(parties, workdir / "certs")
+        for i in range(parties):
+            install_certificates(certs, i, self.party_dir(i) / "Player-Data")
+            (self.party_dir(i) / "Persistence").mkdir(parents=True, exist_ok=True)
+
+    def party_dir(self, i: int) -> Path:
+        return self.workdir / f"P{i}"
+
+    def share_file(self, i: int) -> Path:
+        return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"
+
+    def input_file(self) -> Path:
+        return self.party_dir(0) / "Player-Data" / "Input-P0-0"
+
+    def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
+            port: int | None = None) -> list[PartyRun]:
+        if port is None:
+            port = find_free_ports(self.parties)
+        else:
+            check_ports_free(port, self.parties)
+        commands = []
+        for i in range(self.parties):
+            link_program(program, self.party_dir(i), public_input)
+            argv = [str(self.binary), "-p", str(i), "-N", str(self.parties), "-pn", str(port),
+                    "-h", "localhost", program.name]
+            commands.append(Command(f"P{i}", argv, self.party_dir(i),
+                                    log_dir=self.workdir / "logs"))
+        done = run_group(commands, timeout)
+        return [PartyRun(i, c, parse_stats(c.name, c.stderr)) for i, c in enumerate(done)]

@@ -1,0 +1,48 @@
+"""What a party prints: timing, traffic and the revealed sketch."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from harness.errors import PartyError
+
+__all__ = ["PartyStats", "parse_stats", "parse_output", "OUTPUT_MARKER"]
+
+OUTPUT_MARKER = "LTM-OUTPUT"
+_NUM = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
+_TIME = re.compile(rf"^Time = {_NUM} seconds", re.M)
+_SENT = re.compile(rf"^Data sent = {_NUM} MB in ~([0-9]+) rounds", re.M)
+_GLOBAL = re.compile(rf"^Global data sent = {_NUM} MB", re.M)
+
+
+class PartyStats(dict):
+    """time_s, data_sent_mb, rounds, global_data_sent_mb."""
+
+
+def parse_stats(name: str, stderr: str) -> PartyStats:
+    found = {key: rx.search(stderr) for key, rx in
+             (("time", _TIME), ("sent", _SENT), ("global", _GLOBAL))}
+    missing = [k for k, v in found.items() if v is None]
+    if missing:
+        raise PartyError(f"{name} finished without reporting its {' and '.join(missing)} "
+                         "statistics; is this MP-SPDZ v0.4.2?", party=name, stderr=stderr)
+    return PartyStats(
+        time_s=float(found["time"].group(1)),
+        data_sent_mb=float(found["sent"].group(1)),
+        rounds=int(found["sent"].group(2)),
+        global_data_sent_mb=float(found["global"].group(1)))
+
+
+def parse_output(name: str, stdout: str, count: int) -> np.ndarray:
+    """The revealed ring elements printed after OUTPUT_MARKER, as uint64."""
+    values: list[int] = []
+    for line in stdout.splitlines():
+        if line.startswith(OUTPUT_MARKER):
+            body = line[len(OUTPUT_MARKER):].strip().strip("[]")
+            values.extend(int(tok) for tok in body.replace(",", " ").split())
+    if len(values) != count:
+        raise PartyError(f"{name} revealed {len(values)} values, expected {count}",
+                         party=name, stdout=stdout)
+    return np.array([v % 2**64 for v in values], dtype=np.uint64)

@@ -1,0 +1,161 @@
+"""Child processes for parties and tools.
+
+Every child runs in its own process group so that stopping it also stops
+anything it started. A group of parties is one unit: when one fails or the
+timeout passes, all are stopped, and the error names the party and shows the
+tail of its stderr. Nothing outlives the call (``finally`` kills the groups).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import PartyError
+
+__all__ = ["Command", "Completed", "run_group", "check_call"]
+
+_POLL_SECONDS = 0.005
+_GRACE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argv: Sequence[str]
+    cwd: Path
+    env: dict[str, str] | None = None
+    log_dir: Path | None = None  # where stdout/stderr go; defaults to cwd
+
+
+@dataclass
+class Completed:
+    name: str
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_seconds: float
+    extra: dict = field(default_factory=dict)
+
+
+class _Running:
+    def __init__(self, cmd: Command) -> None:
+        self.cmd = cmd
+        log_dir = cmd.log_dir or cmd.cwd
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.out_path = log_dir / f"{cmd.name}.stdout"
+        self.err_path = log_dir / f"{cmd.name}.stderr"
+        # Files, not pipes: a party that prints a lot can never block on a full pipe.
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.started = time.monotonic()
+            try:
+                self.proc = subprocess.Popen(
+                    list(cmd.argv), cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=err, start_new_session=True)
+            except OSError as exc:
+                raise PartyError(f"{cmd.name}: cannot start {cmd.argv[0]}: {exc}",
+                                 party=cmd.name) from exc
+        self.ended: float | None = None
+
+    def poll(self) -> int | None:
+        rc = self.proc.poll()
+        if rc is not None and self.ended is None:
+            self.ended = time.monotonic()
+        return rc
+
+    def stop(self) -> None:
+        """Terminate, then kill, the whole process group."""
+        pgid = self.proc.pid
+        if self.proc.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        # The leader may be gone while its children linger in the group.
+        _signal_group(pgid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            pass
+        self.poll()
+
+    def result(self) -> Completed:
+        return Completed(
+            self.cmd.name, self.proc.returncode if self.proc.returncode is not None else -1,
+            _read(self.out_path), _read(self.err_path),
+            (self.ended or time.monotonic()) - self.started)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"was killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"was killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
+    """Run all commands concurrently; return when all succeeded.
+
+    Raises :class:`PartyError` for the first command that fails (the others are
+    stopped first) or when the timeout passes (all are stopped).
+    """
+    running: list[_Running] = []
+    try:
+        for cmd in commands:
+            running.append(_Running(cmd))
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [r.poll() for r in running]
+            failed = [r for r, rc in zip(running, codes, strict=True) if rc not in (None, 0)]
+            if failed:
+                first = min(failed, key=lambda r: r.ended or 0.0)
+                for r in running:
+                    r.stop()
+                res = first.result()
+                others = ", ".join(r.cmd.name for r in running if r is not first)
+                raise PartyError(
+                    f"{res.name} {_describe_exit(res.returncode)}; stopped {others or 'nothing else'}",
+                    party=res.name, returncode=res.returncode, stdout=res.stdout,
+                    stderr=res.stderr)
+            if all(rc == 0 for rc in codes):
+                return [r.result() for r in running]
+            if time.monotonic() > deadline:
+                waiting = [r.cmd.name for r, rc in zip(running, codes, strict=True) if rc is None]
+                for r in running:
+                    r.stop()
+                res = next(r for r in running if r.cmd.name == waiting[0]).result()
+                raise PartyError(
+                    f"timed out after {timeout:g} s waiting for {', '.join(waiting)}; "
+                    "stopped all parties", party=waiting[0], returncode=res.returncode,
+                    stdout=res.stdout, stderr=res.stderr)
+            time.sleep(_POLL_SECONDS)
+    finally:
+        for r in running:
+            r.stop()
+
+
+def check_call(cmd: Command, timeout: float) -> Completed:
+    """One command under the same guarantees as a group of one."""
+    return run_group([cmd], timeout)[0]
