@@ -18,6 +18,7 @@ from harness.errors import LtmError
 _COMMAND_MODULES = (
     "harness._cmd_run",
     "harness.mpspdz",
+    "harness._cmd_analyze",
 )
 
 

@@ -23,7 +23,8 @@ _LIMIT = 2.0 ** (RING_BITS - 1)
 class FixedPoint:
     def __init__(self, frac_bits: int = 16) -> None:
         if not 0 <= frac_bits <= 52:
-            raise InputError(f"--frac-bits must lie in [0, 52] (float64 precision), got {frac_bits}")
+            raise InputError(
+                f"--frac-bits must lie in [0, 52] (float64 precision), got {frac_bits}")
         self.frac_bits = frac_bits
         self.scale = float(2**frac_bits)
 

@@ -28,7 +28,7 @@ __all__ = ["CHUNK_SHARES", "Layout", "accumulator_index"]
 
 # Shares per engine read: large enough that a read's fixed cost (open, header
 # check) vanishes, small enough to stay in cache-sized register vectors.
-CHUNK_SHARES = 1 << 17
+CHUNK_SHARES = 1 << 16
 MAX_BLOCK_ROWS = 256
 
 

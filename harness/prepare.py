@@ -11,7 +11,6 @@ revealed sketch is checked against.
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from dataclasses import dataclass, field
@@ -135,14 +134,7 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
         sink.close()
     expected = acc[:m] - acc[m:2 * m]
     count = sketch.s * n * d
-    stats = {"noise_mean": noise_sum / count, "noise_var": noise_sq / count - (noise_sum / count) ** 2}
+    mean = noise_sum / count
+    stats = {"noise_mean": mean, "noise_var": noise_sq / count - mean**2}
     return Prepared(expected, abs_sums, list(sink.upload_bytes),
                     time.perf_counter() - started, stats)
-
-
-def remove_quietly(paths: list[Path]) -> None:
-    for p in paths:
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass

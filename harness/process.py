@@ -135,8 +135,9 @@ def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
                     r.stop()
                 res = first.result()
                 others = ", ".join(r.cmd.name for r in running if r is not first)
+                stopped = others or "nothing else"
                 raise PartyError(
-                    f"{res.name} {_describe_exit(res.returncode)}; stopped {others or 'nothing else'}",
+                    f"{res.name} {_describe_exit(res.returncode)}; stopped {stopped}",
                     party=res.name, returncode=res.returncode, stdout=res.stdout,
                     stderr=res.stderr)
             if all(rc == 0 for rc in codes):

@@ -113,10 +113,13 @@ def _mtime(path: Path) -> float | None:
 def link_program(program: CompiledProgram, party_dir: Path, public_input: str) -> None:
     """Make a compiled program runnable from ``party_dir`` with its public input."""
     programs = party_dir / "Programs"
-    programs.mkdir(parents=True, exist_ok=True)
     for sub in ("Bytecode", "Schedules"):
-        target = programs / sub
-        if not target.exists():
-            target.symlink_to(program.programs_dir / sub, target_is_directory=True)
+        (programs / sub).mkdir(parents=True, exist_ok=True)
+        # Per file, so several programs can share one party directory.
+        for compiled in (program.programs_dir / sub).iterdir():
+            link = programs / sub / compiled.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(compiled)
     (programs / "Public-Input").mkdir(exist_ok=True)
     (programs / "Public-Input" / program.name).write_text(public_input)

@@ -1,0 +1,173 @@
+"""Three server strategies side by side, with the engine's and the disk's limits.
+
+For one workload (default n = 1,000,000, d = 10, m = 100, s = 1, S = 2) this
+measures, per party and repetition, with a warm file cache:
+
+- reference: the textbook program (party 0 inputs the rows, one loop
+  iteration per row);
+- fast: the vectorised program over the blocked share files;
+- local: numpy aggregation of each server's own shares + MP-SPDZ opening them;
+- engine-read: an MP-SPDZ program that only reads the same share file;
+- io-limit: numpy reading and summing the same share file.
+
+Repetitions are interleaved (every strategy once per round) so that machine
+noise hits all of them alike. Each MPC run's output is verified. The last four
+lines printed are the ratios of the medians of the slowest party's time.
+
+    python -m benchmarks.programs [--clients N] [--repeat K] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from harness.aggregate import aggregate_share_file, read_and_sum
+from harness.cluster import LocalCluster
+from harness.errors import LtmError, VerificationError
+from harness.mpspdz import find_mpspdz
+from harness.parse import parse_output
+from harness.programs import compile_program
+from harness.results import metadata
+from harness.run import RunConfig, build_workload, prepare_cluster, program_for, public_input_for
+
+STRATEGIES = ("reference", "fast", "local", "engine-read", "io-limit")
+
+
+def _verify(runs, expected: np.ndarray, label: str) -> None:
+    got = parse_output("P0", runs[0].completed.stdout, expected.size).reshape(expected.shape)
+    if not np.array_equal(got, expected):
+        raise VerificationError(f"{label}: revealed sketch differs from the plaintext result")
+
+
+def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repeat: int,
+            workdir: Path, mp_spdz: str | None = None, echo=print) -> dict:
+    mp = find_mpspdz(mp_spdz)
+    base = dict(out=workdir / "unused", parties=parties, clients=clients, dim=dim, rows=rows,
+                sparsity=sparsity, noise="gaussian", seed=1)
+    ref_cfg = RunConfig(program="reference", **base)
+    fast_cfg = RunConfig(program="fast", **base)
+    local_cfg = RunConfig(program="local", **base)
+    for cfg in (ref_cfg, fast_cfg, local_cfg):
+        cfg.validate()
+    echo(f"preparing n={clients} d={dim} m={rows} s={sparsity} S={parties} ...")
+    fast_work = build_workload(fast_cfg)
+    ref_work = build_workload(ref_cfg)
+
+    shares = LocalCluster(mp, parties, workdir / "shares")
+    expected = prepare_cluster(fast_cfg, fast_work, shares).expected
+    textbook = LocalCluster(mp, parties, workdir / "textbook")
+    ref_expected = prepare_cluster(ref_cfg, ref_work, textbook).expected
+    aggregated = LocalCluster(mp, parties, workdir / "aggregated")
+
+    fast_prog = program_for(mp, fast_cfg, fast_work)
+    ref_prog = program_for(mp, ref_cfg, ref_work)
+    open_prog = program_for(mp, local_cfg, fast_work)
+    lay = fast_work.layout
+    read_prog = compile_program(mp, "engine_read", {"m": rows, "d": dim,
+                                                    "block_rows": lay.block_rows,
+                                                    "chunk_blocks": lay.chunk_blocks})
+    fast_input = public_input_for(fast_cfg, fast_work)
+    ref_input = public_input_for(ref_cfg, ref_work)
+
+    def run_reference():
+        runs = textbook.run(ref_prog, ref_input, timeout=600)
+        _verify(runs, ref_expected, "reference")
+        return [r.stats["time_s"] for r in runs]
+
+    def run_fast():
+        runs = shares.run(fast_prog, fast_input, timeout=600)
+        _verify(runs, expected, "fast")
+        return [r.stats["time_s"] for r in runs]
+
+    def run_local():
+        agg = [aggregate_share_file(shares.share_file(i), lay, aggregated.share_file(i))
+               for i in range(parties)]
+        runs = aggregated.run(open_prog, "", timeout=600)
+        _verify(runs, expected, "local")
+        return [a + r.stats["time_s"] for a, r in zip(agg, runs, strict=True)]
+
+    def run_engine_read():
+        runs = shares.run(read_prog, fast_input, timeout=600)
+        return [r.stats["time_s"] for r in runs]
+
+    def run_io_limit():
+        return [read_and_sum(shares.share_file(i))[0] for i in range(parties)]
+
+    runners = {"reference": run_reference, "fast": run_fast, "local": run_local,
+               "engine-read": run_engine_read, "io-limit": run_io_limit}
+    for fn in runners.values():  # warm the file cache and the program cache
+        fn()
+    times: dict[str, list[list[float]]] = {name: [] for name in STRATEGIES}
+    for rep in range(repeat):
+        for name in STRATEGIES:
+            times[name].append(runners[name]())
+        echo(f"  round {rep + 1}/{repeat} done")
+    return {"parameters": {"clients": clients, "dim": dim, "rows": rows, "sparsity": sparsity,
+                           "parties": parties, "repeat": repeat,
+                           "share_file_mb": shares.share_file(0).stat().st_size / 1e6},
+            "metadata": metadata(mp_spdz=mp.describe(), protocol="semi2k", parties=parties),
+            "times": times}
+
+
+def report(result: dict) -> str:
+    times = result["times"]
+    parties = result["parameters"]["parties"]
+    lines = [f"{'strategy':<12} " + " ".join(f"{'P' + str(i) + ' median':>10}"
+                                            for i in range(parties))
+             + f" {'slowest med':>12} {'min':>8} {'max':>8}"]
+    slowest = {}
+    for name in STRATEGIES:
+        per_party = [statistics.median(rep[i] for rep in times[name]) for i in range(parties)]
+        worst = [max(rep) for rep in times[name]]
+        slowest[name] = statistics.median(worst)
+        lines.append(f"{name:<12} " + " ".join(f"{t:>10.4f}" for t in per_party)
+                     + f" {slowest[name]:>12.4f} {min(worst):>8.4f} {max(worst):>8.4f}")
+    p = result["parameters"]
+    lines.insert(0, f"n={p['clients']} d={p['dim']} m={p['rows']} s={p['sparsity']} "
+                    f"S={parties}, {p['repeat']} repetitions, share file "
+                    f"{p['share_file_mb']:.1f} MB; seconds")
+    lines += [
+        f"reference/fast: {slowest['reference'] / slowest['fast']:.2f}",
+        f"fast/engine-read: {slowest['fast'] / slowest['engine-read']:.2f}",
+        f"reference/local: {slowest['reference'] / slowest['local']:.2f}",
+        f"local/io-limit: {slowest['local'] / slowest['io-limit']:.2f}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=10)
+    parser.add_argument("--rows", type=int, default=100)
+    parser.add_argument("--sparsity", type=int, default=1)
+    parser.add_argument("--parties", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--mp-spdz", dest="mp_spdz")
+    parser.add_argument("--json", type=Path, help="also write the raw times here")
+    args = parser.parse_args(argv)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp:
+            result = measure(args.clients, args.dim, args.rows, args.sparsity, args.parties,
+                             args.repeat, Path(tmp), args.mp_spdz)
+    except LtmError as exc:
+        print(f"benchmark: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        if args.json.exists():
+            print(f"benchmark: error: {args.json} exists; not overwriting it", file=sys.stderr)
+            return 1
+        args.json.write_text(json.dumps(result, indent=2))
+    print(report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

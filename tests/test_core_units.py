@@ -1,0 +1,200 @@
+"""Sketch, noise calibration, encoding, sharing, layout and program cache."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.encoding import FixedPoint
+from harness.errors import InputError
+from harness.layout import Layout, accumulator_index
+from harness.noise import NoiseSpec
+from harness.prepare import SHARE_HEADER, read_share_file, write_share_file
+from harness.sharing import share
+from harness.sketch import Sketch
+
+# --- sketch -------------------------------------------------------------------------------
+
+def test_sparse_sketch_columns_have_distinct_rows_and_unit_signs():
+    sk = Sketch.sparse(5000, 20, 7, seed=3)
+    assert sk.rows.shape == sk.signs.shape == (7, 5000)
+    assert (np.sort(sk.rows, axis=0)[1:] != np.sort(sk.rows, axis=0)[:-1]).all()
+    assert set(np.unique(sk.signs)) == {-1, 1}
+    sk.validate()
+    # each column of sqrt(s) S has exactly s non-zeros
+    assert (np.count_nonzero(sk.matrix()[:, :100], axis=0) == 7).all()
+
+
+def test_sparse_sketch_is_uniform_over_rows_components_and_signs():
+    sk = Sketch.sparse(40_000, 10, 4, seed=1)
+    for i in range(4):  # every component sees every row about equally often
+        counts = np.bincount(sk.rows[i], minlength=10)
+        expected = 40_000 / 10
+        chi2 = ((counts - expected) ** 2 / expected).sum()
+        assert chi2 < 30  # chi-square, 9 degrees of freedom: p < 1e-3
+    assert abs(sk.signs.mean()) < 0.02
+
+
+def test_sketch_is_reproducible_from_its_seed_and_differs_otherwise(tmp_path):
+    a, b, c = (Sketch.sparse(1000, 10, 3, seed=s) for s in (5, 5, 6))
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.signs, b.signs)
+    assert not np.array_equal(a.rows, c.rows)
+    a.save(tmp_path / "s.npz")
+    loaded = Sketch.load(tmp_path / "s.npz")
+    assert loaded.m == 10 and np.array_equal(loaded.rows, a.rows)
+
+
+def test_dense_sketch_has_n_over_m_nonzeros_per_row_in_every_component():
+    sk = Sketch.dense_sketch(600, 12, seed=2)
+    assert sk.s == 12
+    for i in range(12):
+        assert (np.bincount(sk.rows[i], minlength=12) == 50).all()
+    assert (np.sort(sk.rows, axis=0) == np.arange(12)[:, None]).all()
+
+
+def test_sketch_apply_matches_dense_matrix():
+    sk = Sketch.sparse(50, 6, 2, seed=1)
+    x = np.random.default_rng(0).normal(size=(2, 50, 3))
+    dense = np.zeros((6, 3))
+    for i in range(2):
+        m = np.zeros((6, 50))
+        m[sk.rows[i], np.arange(50)] = sk.signs[i]
+        dense += m @ x[i]
+    assert np.allclose(sk.apply(x), dense)
+
+
+def test_invalid_sketch_files_are_rejected(tmp_path):
+    np.savez(tmp_path / "bad.npz", rows=np.array([[0, 1], [0, 2]]), signs=np.ones((2, 2)),
+             m=3)
+    with pytest.raises(InputError, match="distinct rows"):
+        Sketch.load(tmp_path / "bad.npz")
+    with pytest.raises(InputError, match="cannot read"):
+        Sketch.load(tmp_path / "missing.npz")
+
+
+# --- noise --------------------------------------------------------------------------------
+
+def test_gaussian_variance_is_corollary_privacynew():
+    spec = NoiseSpec("gaussian", n=1_000_000, m=100, d=10, s=2, epsilon=0.5, delta=1e-6,
+                     eta=2.0, t_prime=10)
+    honest = 1_000_000 - 2 - 10
+    inner = 1e-6 / 10 - 100 * math.exp(-honest / 800)
+    expected = 4 * 8 * 4 * math.log(1.25 * 2 / inner) * 100 * 100 / (0.25 * honest)
+    assert spec.sigma2 == pytest.approx(expected, rel=1e-12)
+    assert spec.variance == spec.sigma2 and not spec.zero_output
+
+
+def test_randomizer_outputs_zeros_below_the_paper_threshold():
+    # 8 m ln(d m / delta) + t' = 8 * 10 * ln(2 * 10 / 1e-3) + 5 = 797.3...
+    assert NoiseSpec("gaussian", n=797, m=10, d=2, s=1, delta=1e-3, t_prime=5).zero_output
+    # just above the threshold the calibration's log argument is still non-positive
+    with pytest.raises(InputError, match="undefined"):
+        NoiseSpec("gaussian", n=798, m=10, d=2, s=1, delta=1e-3, t_prime=5)
+    assert not NoiseSpec("gaussian", n=900, m=10, d=2, s=1, delta=1e-3, t_prime=5).zero_output
+    zero = NoiseSpec("gaussian", n=797, m=10, d=2, s=1, delta=1e-3, t_prime=5)
+    assert not zero.sample(np.random.default_rng(0), (3, 2)).any()
+
+
+def test_laplace_is_difference_of_gammas_per_corollary_privlap():
+    spec = NoiseSpec("laplace", n=1000, m=10, d=3, s=10, epsilon=2.0, eta=0.5, t_prime=4)
+    assert spec.gamma_shape == pytest.approx(1 / (100 - 4))
+    assert spec.laplace_scale == pytest.approx(2 * 0.5 * 100 * 3 / 2.0)
+    draws = spec.sample(np.random.default_rng(1), (400_000,))
+    assert draws.var() == pytest.approx(2 * spec.gamma_shape * spec.laplace_scale**2, rel=0.05)
+    assert abs(draws.mean()) < 5 * math.sqrt(spec.variance / draws.size)
+    # the n/m - t' honest draws of a bucket add up to Laplace(b): variance 2 b^2
+    sums = spec.sample(np.random.default_rng(2), (4000, 96)).sum(axis=1)
+    assert sums.var() == pytest.approx(2 * spec.laplace_scale**2, rel=0.1)
+
+
+def test_gaussian_draws_match_variance():
+    spec = NoiseSpec("gaussian", n=100_000, m=10, d=2, s=1, delta=0.01)
+    draws = spec.sample(np.random.default_rng(3), (200_000,))
+    assert draws.var() == pytest.approx(spec.sigma2, rel=0.02)
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"kind": "uniform"}, "unknown noise"),
+    ({"epsilon": 0.0}, "--epsilon"),
+    ({"delta": 1.5}, "--delta"),
+    ({"t_prime": 100_000}, "t'"),
+    ({"kind": "laplace"}, "dense sketch"),
+])
+def test_noise_parameter_errors(kw, needle):
+    base = {"kind": "gaussian", "n": 100_000, "m": 10, "d": 2, "s": 1}
+    with pytest.raises(InputError, match=needle):
+        NoiseSpec(**{**base, **kw})
+
+
+# --- encoding and sharing -----------------------------------------------------------------
+
+def test_fixed_point_round_trip_and_negative_values():
+    fp = FixedPoint(16)
+    x = np.array([[0.5, -1.25], [3.0, -0.0001]])
+    ring = fp.encode(x)
+    assert ring.dtype == np.uint64
+    assert ring[0, 1] == 2**64 - int(1.25 * 2**16)
+    assert np.allclose(fp.decode(ring), x, atol=2**-17)
+
+
+def test_encoding_overflow_names_the_bound():
+    with pytest.raises(InputError, match=r"2\^63"):
+        FixedPoint(40).encode(np.array([2.0**24]))
+    fp = FixedPoint(16)
+    with pytest.raises(InputError, match=r"entry \(1, 0\).*2\^63"):
+        fp.check_bucket_bound(np.array([[1.0, 2.0], [2.0**63, 0.0]]))
+    fp.check_bucket_bound(np.array([[2.0**62]]))
+
+
+def test_shares_sum_to_the_secret_and_masks_are_fresh():
+    secret = FixedPoint(8).encode(np.arange(-50, 50, dtype=float).reshape(20, 5))
+    a = share(secret, 3)
+    b = share(secret, 3)
+    total = a[0] + a[1] + a[2]  # uint64 arithmetic wraps mod 2^64
+    assert np.array_equal(total, secret)
+    assert not np.array_equal(a[0], b[0])  # not a seeded generator
+    assert not np.array_equal(a[0], secret)
+    with pytest.raises(ValueError):
+        share(secret, 1)
+
+
+def test_masks_look_uniform():
+    shares = share(np.zeros(200_000, dtype=np.uint64), 2)[0]
+    top_bits = (shares >> np.uint64(63)).astype(float)
+    assert abs(top_bits.mean() - 0.5) < 0.01
+
+
+def test_share_file_format(tmp_path):
+    path = tmp_path / "Transactions-P0.data"
+    write_share_file(path, np.array([1, 2**64 - 1], dtype=np.uint64))
+    raw = path.read_bytes()
+    assert raw[:8] == (9).to_bytes(8, "little") and raw[8:13] == b"Z2^64"
+    assert raw[13:17] == (64).to_bytes(4, "little") and len(raw) == len(SHARE_HEADER) + 16
+    assert read_share_file(path).tolist() == [1, 2**64 - 1]
+
+
+# --- layout -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("n", "m", "s", "d"), [(1000, 10, 3, 4), (777, 7, 1, 2),
+                                                 (100_000, 50, 2, 10)])
+def test_blocked_layout_puts_every_slot_once_in_a_block_of_its_accumulator(n, m, s, d):
+    sk = Sketch.sparse(n, m, s, seed=4)
+    lay = Layout.blocked(sk, d)
+    acc = accumulator_index(sk).ravel()
+    stored = lay.file_slot[lay.file_slot >= 0]
+    assert np.array_equal(np.sort(stored), np.arange(s * n))
+    chunks = lay.file_slot.reshape(lay.n_chunks, lay.block_rows, lay.chunk_blocks)
+    block_of_row = np.broadcast_to(
+        (np.arange(lay.n_chunks)[:, None, None] * lay.chunk_blocks
+         + np.arange(lay.chunk_blocks)[None, None, :]), chunks.shape)
+    real = chunks >= 0
+    assert np.array_equal(lay.block_acc[block_of_row[real]], acc[chunks[real]])
+    assert lay.total_rows % lay.chunk_rows == 0
+    assert lay.total_rows - s * n < 0.1 * s * n + lay.chunk_rows  # padding stays small
+
+
+def test_layout_does_not_depend_on_data():
+    sk = Sketch.sparse(500, 5, 2, seed=9)
+    assert np.array_equal(Layout.blocked(sk, 3).file_slot, Layout.blocked(sk, 3).file_slot)

@@ -1,0 +1,119 @@
+"""End-to-end runs with real MP-SPDZ parties, verified bit for bit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness.run import RunConfig, run
+from harness.sketch import Sketch
+
+pytestmark = pytest.mark.mpspdz
+
+
+def _run(tmp_path, cache, name="out", **kw):
+    kw.setdefault("noise", "none")
+    kw.setdefault("seed", 7)
+    cfg = RunConfig(out=tmp_path / name, cache_dir=cache, timeout=120, **kw)
+    return run(cfg), tmp_path / name
+
+
+def _plain_sketch(out, data):
+    """T computed from the saved sketch with floats, independent of the harness."""
+    sk = np.load(out / "sketch.npz")
+    rows, signs = sk["rows"], sk["signs"]
+    s, n = rows.shape
+    m = int(sk["m"])
+    t = np.zeros((m, data.shape[1]))
+    for i in range(s):
+        np.add.at(t, rows[i], data * signs[i][:, None])
+    return t / math.sqrt(s)
+
+
+@pytest.mark.parametrize(("parties", "program", "input_mode"), [
+    (2, "fast", "shares"), (3, "fast", "shares"), (4, "fast", "shares"),
+    (2, "fast", "party"), (3, "reference", "party"), (2, "reference", "shares"),
+    (2, "local", "shares"), (4, "local", "shares"),
+])
+def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, program,
+                                   input_mode):
+    # n = 1003 is not a multiple of m = 10, and s = 3 > 1
+    result, out = _run(tmp_path, program_cache, parties=parties, program=program,
+                       input_mode=input_mode, clients=1003, rows=10, dim=3, sparsity=3)
+    assert result["verification"] == {**result["verification"], "ok": True, "mismatches": 0}
+    assert [p["party"] for p in result["parties"]] == list(range(parties))
+    for p in result["parties"]:
+        assert p["time_s"] > 0 and p["rounds"] >= 1 and p["global_data_sent_mb"] > 0
+    data = np.load(out / "data.npy")
+    output = np.load(out / "output.npy")
+    assert output.shape == (10, 3) and output.dtype == np.float64
+    # fixed point with 16 fraction bits: error below 2^-16 per summand
+    assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["format_version"] == 1
+    assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
+    assert saved["metadata"]["harness_version"] and saved["metadata"]["date"]
+    sk = np.load(out / "sketch.npz")
+    assert sk["rows"].shape == (3, 1003) and sk["signs"].shape == (3, 1003)
+    assert not (out / "work").exists()
+
+
+def test_shares_mode_uploads_one_share_per_entry_to_each_server(tmp_path, mp_spdz,
+                                                                  program_cache):
+    result, _ = _run(tmp_path, program_cache, parties=3, clients=500, rows=5, dim=2,
+                     sparsity=2)
+    assert result["client_upload_bytes"] == [8 * 2 * 500 * 2] * 3
+    assert result["model_c_mpc_mb"] == pytest.approx(3 * 8 * (2 * 500 * 2 + 5 * 2) / 1e6)
+
+
+def test_dense_sketch_run(tmp_path, mp_spdz, program_cache):
+    result, out = _run(tmp_path, program_cache, clients=200, rows=10, dim=2, dense=True)
+    assert result["verification"]["ok"] and result["parameters"]["sparsity"] == 10
+    sk = Sketch.load(out / "sketch.npz")
+    for i in range(10):
+        assert (np.bincount(sk.rows[i], minlength=10) == 20).all()
+
+
+def test_data_file_sets_n_and_d(tmp_path, mp_spdz, program_cache):
+    data = np.random.default_rng(0).uniform(-1, 1, size=(321, 4))
+    np.save(tmp_path / "a.npy", data)
+    result, out = _run(tmp_path, program_cache, data=tmp_path / "a.npy", rows=8, sparsity=2)
+    assert (result["parameters"]["clients"], result["parameters"]["dim"]) == (321, 4)
+    assert np.array_equal(np.load(out / "data.npy"), data)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
+def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cache, noise):
+    """The revealed sketch minus the noiseless sketch is the summed noise: its
+    per-entry variance must match count * sigma^2 / s from the corollaries."""
+    n, m, d = 4000, 10, 5
+    kw = {"dense": True} if noise == "laplace" else {"sparsity": 2}
+    # delta large enough that R_D does not zero the output at this small n
+    result, out = _run(tmp_path, program_cache, noise=noise, clients=n, rows=m, dim=d,
+                       delta=0.5, epsilon=50.0, frac_bits=12, **kw)
+    assert result["verification"]["ok"]
+    info = result["parameters"]["noise"]
+    assert info["zero_output"] is False
+    observed = result["noise_observed"]
+    # entry-level sampler check over s*n*d draws
+    draws = result["parameters"]["sparsity"] * n * d
+    assert abs(observed["noise_mean"]) < 5 * math.sqrt(info["variance"] / draws)
+    assert observed["noise_var"] == pytest.approx(info["variance"], rel=0.15)
+    # output-level check: T - T_0 has variance (bucket count) * variance / s
+    data = np.load(out / "data.npy")
+    diff = np.load(out / "output.npy") - _plain_sketch(out, data)
+    sk = np.load(out / "sketch.npz")
+    s = sk["rows"].shape[0]
+    counts = np.bincount(sk["rows"].ravel(), minlength=m)
+    z2 = diff**2 / (counts[:, None] * info["variance"] / s)
+    assert 0.5 < z2.mean() < 1.6
+    assert abs(diff.mean()) < 4 * math.sqrt(counts.mean() * info["variance"] / s / (m * d))
+
+
+def test_zero_output_when_too_few_clients(tmp_path, mp_spdz, program_cache):
+    result, out = _run(tmp_path, program_cache, noise="gaussian", clients=300, rows=10, dim=2)
+    assert result["parameters"]["noise"]["zero_output"] is True
+    assert np.count_nonzero(np.load(out / "output.npy")) == 0
