@@ -111,8 +111,8 @@ class MpSpdz:
         if not _is_executable(path):
             raise MpSpdzError(
                 f"MP-SPDZ binary {name} is missing (or not executable) in {self.root}; "
-                f"run `ltm mpspdz install` for the prebuilt release, or build it: "
-                f"`make -j2 {name}` in {self.root}"
+                f"run `ltm mpspdz install` for the prebuilt release, or "
+                f"build it in {self.root} per MP-SPDZ's README"
             )
         return path
 
@@ -236,7 +236,7 @@ def doctor(explicit: str | os.PathLike[str] | None = None, out: IO[str] | None =
             healthy = healthy and (present or optional)
             label = f"{name} (optional)" if optional else name
             fix = (
-                f"fix: `ltm mpspdz install`, or `make -j2 {name}` in {mp.root}"
+                f"fix: `ltm mpspdz install`, or build it in {mp.root} per MP-SPDZ's README"
                 if not present
                 else ""
             )
