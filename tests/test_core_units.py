@@ -198,3 +198,12 @@ def test_blocked_layout_puts_every_slot_once_in_a_block_of_its_accumulator(n, m,
 def test_layout_does_not_depend_on_data():
     sk = Sketch.sparse(500, 5, 2, seed=9)
     assert np.array_equal(Layout.blocked(sk, 3).file_slot, Layout.blocked(sk, 3).file_slot)
+
+
+def test_io_limit_reads_and_sums_the_whole_file(tmp_path):
+    from harness.aggregate import read_and_sum
+
+    values = np.arange(3_000_000, dtype=np.uint64) * np.uint64(2**61 + 3)
+    write_share_file(tmp_path / "f.data", values)
+    seconds, total = read_and_sum(tmp_path / "f.data")
+    assert seconds > 0 and total == values.sum(dtype=np.uint64)
