@@ -19,6 +19,7 @@ _COMMAND_MODULES = (
     "harness._cmd_run",
     "harness.mpspdz",
     "harness._cmd_analyze",
+    "harness._cmd_aws",
 )
 
 

@@ -1,0 +1,70 @@
+"""Waiting for a new machine's SSH server, and recording its host key.
+
+A freshly launched instance is "running" well before sshd listens, so the
+provisioner polls port 22 with plain TCP connects before it scans host keys.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from harness.errors import LtmError
+
+__all__ = ["known_hosts_line", "scan_host_key", "wait_for_ssh"]
+
+
+def wait_for_ssh(host: str, port: int = 22, *, timeout: float = 300.0,
+                 interval: float = 5.0, connect_timeout: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> float:
+    """Block until a TCP connect to ``host:port`` succeeds; return the seconds it took.
+
+    Raises LtmError once ``timeout`` seconds have passed without an answer.
+    """
+    start = clock()
+    deadline = start + timeout
+    last_error = "no attempt made"
+    while True:
+        remaining = deadline - clock()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(connect_timeout,
+                                                                             remaining))):
+                return clock() - start
+        except OSError as exc:
+            last_error = str(exc) or type(exc).__name__
+        if clock() + interval > deadline:
+            raise LtmError(f"SSH on {host}:{port} did not answer within {timeout:g} s "
+                           f"(last error: {last_error}); check the security group allows "
+                           "your address, or wait and retry")
+        sleep(interval)
+
+
+def scan_host_key(host: str, port: int = 22, *, timeout: float = 15.0) -> str:
+    """The server's host key as a known_hosts line (trust on first use).
+
+    Only the key exchange is run: nothing is authenticated, so no credentials
+    are sent to a server that is not yet trusted.
+    """
+    import paramiko  # imported here: only `ltm aws up` needs it, and it is slow to load
+
+    sock = socket.create_connection((host, port), timeout=timeout)
+    transport = paramiko.Transport(sock)
+    try:
+        transport.banner_timeout = timeout
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+    except (paramiko.SSHException, OSError) as exc:
+        raise LtmError(f"could not read the SSH host key of {host}:{port}: {exc}; "
+                       "retry, or add it yourself with ssh-keyscan") from None
+    finally:
+        transport.close()
+        sock.close()
+    return known_hosts_line(host, port, key.get_name(), key.get_base64())
+
+
+def known_hosts_line(host: str, port: int, key_type: str, key_base64: str) -> str:
+    # OpenSSH writes non-default ports as [host]:port.
+    target = host if port == 22 else f"[{host}]:{port}"
+    return f"{target} {key_type} {key_base64}"
