@@ -10,8 +10,8 @@ measures, per party and repetition, with a warm file cache:
 - engine-read: an MP-SPDZ program that only reads the same share file;
 - io-limit: numpy reading and summing the same share file.
 
-Repetitions are interleaved (every strategy once per round) so that machine
-noise hits all of them alike. Each MPC run's output is verified. The last four
+Repetitions are interleaved (every strategy once per round, the order rotated
+from round to round) so that machine noise and order effects hit all alike. Each MPC run's output is verified. The last four
 lines printed are the ratios of the medians of the slowest party's time.
 
     python -m benchmarks.programs [--clients N] [--repeat K] [--json FILE]
@@ -106,7 +106,10 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repe
         fn()
     times: dict[str, list[list[float]]] = {name: [] for name in STRATEGIES}
     for rep in range(repeat):
-        for name in STRATEGIES:
+        # Rotate the order each round: whatever a strategy's predecessor leaves
+        # behind (a cold cache, a busy allocator) falls on every strategy alike.
+        shift = rep % len(STRATEGIES)
+        for name in STRATEGIES[shift:] + STRATEGIES[:shift]:
             times[name].append(runners[name]())
         echo(f"  round {rep + 1}/{repeat} done")
     return {"parameters": {"clients": clients, "dim": dim, "rows": rows, "sparsity": sparsity,
