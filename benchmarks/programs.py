@@ -11,8 +11,9 @@ measures, per party and repetition, with a warm file cache:
 - io-limit: numpy reading and summing the same share file.
 
 Repetitions are interleaved (every strategy once per round, the order rotated
-from round to round) so that machine noise and order effects hit all alike. Each MPC run's output is verified. The last four
-lines printed are the ratios of the medians of the slowest party's time.
+from round to round) so that machine noise and order effects hit all alike.
+Each MPC run's output is verified. The last four lines printed are the ratios
+of the medians of the slowest party's time.
 
     python -m benchmarks.programs [--clients N] [--repeat K] [--json FILE]
 """

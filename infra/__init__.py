@@ -1,69 +1,12 @@
-"""Cloud infrastructure for running the parties on separate machines (`ltm aws ...`)."""
+"""Cloud infrastructure for running the parties on separate machines (`ltm aws ...`).
+
+The public API is :mod:`infra.aws`'s; it is re-exported here so that its
+``__all__`` stays the single list of public names.
+"""
 
 from __future__ import annotations
 
-from infra.aws import (
-    CANONICAL_OWNER,
-    DEFAULT_CLUSTER,
-    DEFAULT_INSTANCE_TYPE,
-    MPC_PORT_SPAN,
-    REMOTE_MP_SPDZ,
-    TAG_CLUSTER,
-    TAG_MANAGED,
-    Aborted,
-    AwsError,
-    ClusterStatus,
-    Created,
-    DownResult,
-    Image,
-    InstanceInfo,
-    UpOptions,
-    UpResult,
-    aws_errors,
-    caller_cidr,
-    confirm,
-    default_state_dir,
-    down,
-    find_image,
-    make_session,
-    normalise_cidr,
-    placement_strategy,
-    resource_name,
-    rollback,
-    status,
-    up,
-    wait_until_running,
-)
+from infra import aws as _aws
+from infra.aws import *  # noqa: F403
 
-__all__ = [
-    "CANONICAL_OWNER",
-    "DEFAULT_CLUSTER",
-    "DEFAULT_INSTANCE_TYPE",
-    "MPC_PORT_SPAN",
-    "REMOTE_MP_SPDZ",
-    "TAG_CLUSTER",
-    "TAG_MANAGED",
-    "Aborted",
-    "AwsError",
-    "ClusterStatus",
-    "Created",
-    "DownResult",
-    "Image",
-    "InstanceInfo",
-    "UpOptions",
-    "UpResult",
-    "aws_errors",
-    "caller_cidr",
-    "confirm",
-    "default_state_dir",
-    "down",
-    "find_image",
-    "make_session",
-    "normalise_cidr",
-    "placement_strategy",
-    "resource_name",
-    "rollback",
-    "status",
-    "up",
-    "wait_until_running",
-]
+__all__ = list(_aws.__all__)
