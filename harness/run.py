@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -274,6 +274,3 @@ def summary(result: dict, out: Path) -> str:
     lines.append(f"  results in {out}")
     return "\n".join(lines)
 
-
-def config_dict(cfg: RunConfig) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
