@@ -17,7 +17,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description="Clients' noisy rows are secret-shared among S semi2k parties, which "
                     "compute T = (1/sqrt s) sum_i S_i (A + G_i) and reveal it; the result is "
                     "checked bit for bit against a plaintext computation.")
-    p.add_argument("--parties", type=int, default=2, metavar="S", help="servers (default 2)")
+    p.add_argument("--parties", type=int, metavar="S",
+                   help="servers (default: 2, or every host of --hosts)")
     p.add_argument("--clients", type=int, default=100_000, metavar="n",
                    help="clients, one row each (default 100000; taken from --data if given)")
     p.add_argument("--dim", type=int, default=10, metavar="d", help="columns (default 10)")
@@ -39,9 +40,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "the noisy rows (default: party for reference, shares otherwise)")
     p.add_argument("--frac-bits", type=int, default=16, help="fixed-point fraction bits")
     p.add_argument("--seed", type=int, help="seed of the public sketch and synthetic data")
-    p.add_argument("--port", type=int, help="first party port (default: a free range)")
+    p.add_argument("--port", type=int,
+                   help="first party port (default: a free range; 5000 inside --network)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before parties are "
                    "stopped (default 900)")
+    p.add_argument("--hosts", type=Path, metavar="FILE",
+                   help="hosts inventory (TOML): run party i on the i-th host over SSH")
+    p.add_argument("--network", metavar="PROFILE",
+                   help="run each local party in its own network namespace, links shaped to "
+                        "PROFILE (t3.large, t3.large-baseline or none; needs root)")
     p.add_argument("--out", type=Path, help="result directory (default results/run-<time>)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--keep-work", action="store_true",
@@ -59,6 +66,6 @@ def _handle(args: argparse.Namespace) -> int:
         corrupt_clients=args.corrupt_clients, program=args.program,
         input_mode=args.input_mode, frac_bits=args.frac_bits, seed=args.seed,
         mp_spdz=args.mp_spdz, port=args.port, timeout=args.timeout, force=args.force,
-        keep_work=args.keep_work)
+        keep_work=args.keep_work, hosts=args.hosts, network=args.network)
     run(cfg, echo=print)
     return 0

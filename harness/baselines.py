@@ -267,7 +267,7 @@ def simulate_ltm(matrix: np.ndarray, sketch: Sketch, spec: NoiseSpec, rng: np.ra
     """T = (1/sqrt s) sum_i S_i (M + N_i), the revealed sketch of eq. Ts, without MPC.
 
     Gaussian noise uses ``interpolated_sigma2(spec, p)``. When R_D outputs zeros
-    (n < 8 m ln(dm/delta) + t', eq. R) every client sends zeros and T = 0.
+    (n <= 8 m ln(dm/delta) + s + t', see NoiseSpec.zero_output) every client sends zeros and T = 0.
     """
     M = np.asarray(matrix, dtype=np.float64)
     _check_shapes(M, sketch, spec)

@@ -105,6 +105,19 @@ class Layout:
         file_slot[position] = order
         return cls("blocked", m, d, file_slot, R, K, block_acc)
 
+    def check(self, acc_of_slot: np.ndarray) -> None:
+        """Raise if this layout does not store every slot once, in its accumulator's blocks."""
+        slots = self.file_slot
+        real = slots >= 0
+        if np.count_nonzero(real) != acc_of_slot.size or np.any(
+                np.bincount(slots[real], minlength=acc_of_slot.size) != 1):
+            raise RuntimeError("layout bug: the share file does not hold every slot exactly once")
+        R, K = self.block_rows, self.chunk_blocks
+        position = np.flatnonzero(real)
+        block = position // (R * K) * K + position % K
+        if self.block_acc is None or np.any(self.block_acc[block] != acc_of_slot[slots[real]]):
+            raise RuntimeError("layout bug: a row sits in a block of another accumulator")
+
     def row_accumulators(self, acc_of_slot: np.ndarray, start: int, stop: int) -> np.ndarray:
         """Accumulator of file rows [start, stop) (2m for padding rows)."""
         slots = self.file_slot[start:stop]

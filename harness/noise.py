@@ -3,7 +3,7 @@
 - Gaussian (Corollary "privacynew", sparse sketch, randomizer R_D):
   sigma^2 = 4 s^3 eta^2 ln(1.25 s / (delta/d - m exp(-(n-s-t')/(8m)))) m d^2
             / (epsilon^2 (n-s-t')).
-  R_D outputs zeros when n < 8 m ln(d m / delta) + t'.
+  R_D outputs zeros when n <= 8 m ln(d m / delta) + s + t'.
 - Laplace (Corollary "privlap", dense sketch, randomizer R_D^dense): the
   difference of two Gamma(1/(n/m - t'), b) samples with b = 2 eta m^2 d / epsilon;
   the n/m - t' honest contributions to a bucket add up to Laplace(0, b).
@@ -77,8 +77,11 @@ class NoiseSpec:
         """R_D sends zeros when too few clients hide each bucket (Gaussian only)."""
         if self.kind != "gaussian":
             return False
-        bound = 8 * self.m * math.log(self.d * self.m / self.delta) + self.t_prime
-        return self.n < bound
+        # The paper states the threshold for s = 1 (n <= 8m ln(dm/delta) + t'); the
+        # corollary's sigma^2 needs delta/d > m exp(-(n-s-t')/8m), i.e. n above the
+        # threshold plus s. Zeros up to there leave no n where neither applies.
+        bound = 8 * self.m * math.log(self.d * self.m / self.delta) + self.s + self.t_prime
+        return self.n <= bound
 
     @property
     def _log_denominator(self) -> float:

@@ -8,6 +8,7 @@ computation, write the results. The output directory appears only complete.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import time
@@ -21,6 +22,7 @@ from harness.cluster import PROTOCOL, LocalCluster
 from harness.datafile import check_matrix, load_matrix, synthetic_matrix
 from harness.encoding import FixedPoint
 from harness.errors import InputError, VerificationError
+from harness.hosts import Inventory, load_inventory
 from harness.layout import Layout
 from harness.mpspdz import MpSpdz, find_mpspdz
 from harness.noise import NoiseSpec, noise_rng
@@ -44,7 +46,7 @@ def default_input_mode(program: str) -> str:
 @dataclass
 class RunConfig:
     out: Path
-    parties: int = 2
+    parties: int | None = None  # default: every host of --hosts, else 2
     clients: int = 100_000
     dim: int = 10
     rows: int = 100
@@ -66,6 +68,8 @@ class RunConfig:
     force: bool = False
     keep_work: bool = False
     cache_dir: Path | None = None
+    hosts: Path | None = None  # inventory: run each party on its own host over SSH
+    network: str | None = None  # emulated network profile for local parties
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -78,10 +82,23 @@ class RunConfig:
         if self.program == "local" and self.input_mode != "shares":
             raise InputError("--program local aggregates the servers' own shares; "
                              "it needs --input shares")
+        if self.parties is None:
+            self.parties = len(load_inventory(self.hosts).hosts) if self.hosts else 2
         if self.parties < 2:
             raise InputError(f"--parties must be at least 2 (semi2k), got {self.parties}")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
+        if self.hosts is not None and self.network is not None:
+            raise InputError("--network emulates a network between parties on this machine; "
+                             "with --hosts the real network is used: drop one of them")
+        if self.network is not None:
+            from harness.netns import profile_for
+
+            profile_for(self.network)
+        if self.hosts is not None and self.program == "local":
+            raise InputError("--program local aggregates shares with the harness on each "
+                             "server, which --hosts does not run remotely yet; use --program "
+                             "fast or reference with --hosts")
 
 
 @dataclass
@@ -174,6 +191,7 @@ def run(cfg: RunConfig, *, echo=None) -> dict:
     cfg.validate()
     mp = find_mpspdz(cfg.mp_spdz)
     mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
+    check_placement(cfg)
     work = build_workload(cfg)
     with output_directory(Path(cfg.out), force=cfg.force) as staging:
         workdir = staging / "work"
@@ -196,12 +214,56 @@ def run(cfg: RunConfig, *, echo=None) -> dict:
     return result
 
 
+def check_placement(cfg: RunConfig) -> None:
+    """Fail on hosts or network problems before any heavy work."""
+    if cfg.hosts is not None:
+        inventory_for(cfg)
+    if cfg.network is not None:
+        from harness.netns import check_requirements
+
+        check_requirements()
+
+
+def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
+    """Local parties (optionally in emulated networks) or one party per SSH host."""
+    if cfg.hosts is not None:
+        from harness.ssh import SshCluster  # paramiko only when it is needed
+
+        return SshCluster(mp, inventory_for(cfg), workdir)
+    return LocalCluster(mp, cfg.parties, workdir, network=cfg.network)
+
+
+def inventory_for(cfg: RunConfig) -> Inventory:
+    """The inventory's first ``cfg.parties`` hosts (party i runs on the i-th)."""
+    inv = load_inventory(cfg.hosts)
+    if cfg.parties > len(inv.hosts):
+        raise InputError(f"{cfg.parties} parties need {cfg.parties} hosts, but {cfg.hosts} "
+                         f"lists {len(inv.hosts)}; add [[party]] entries or lower --parties")
+    return dataclasses.replace(inv, hosts=inv.hosts[: cfg.parties])
+
+
 def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: Path) -> dict:
+    program = program_for(mp, cfg, work)
+    result = execute(cfg, mp, work, program, workdir)
+    output = work.fp.decode(result.pop("_revealed")) / math.sqrt(work.sketch.s)
+    write_json_atomic(staging / "result.json", result)
+    work.sketch.save(staging / "sketch.npz")
+    np.save(staging / "output.npy", output)
+    np.save(staging / "data.npy", work.data)
+    return result
+
+
+def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
+            workdir: Path) -> dict:
+    """One complete run in ``workdir``: fresh noise and masks, parties, verification.
+
+    Returns the result record (nothing is written outside ``workdir``); its
+    ``_revealed`` entry holds the revealed ring elements.
+    """
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    program = program_for(mp, cfg, work)
     timings["compile_s"] = program.compile_seconds or 0.0
-    cluster = LocalCluster(mp, cfg.parties, workdir)
+    cluster = make_cluster(cfg, mp, workdir)
     prepared = prepare_cluster(cfg, work, cluster)
     timings["prepare_s"] = prepared.seconds
     aggregate_s = aggregate_locally(cluster, work) if cfg.program == "local" else None
@@ -211,7 +273,6 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
     m, d, s = work.sketch.m, work.d, work.sketch.s
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
     mismatches = int(np.count_nonzero(revealed != prepared.expected))
-    output = work.fp.decode(revealed) / math.sqrt(s)
     parties = []
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
@@ -220,10 +281,14 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
             row["aggregate_s"] = aggregate_s[r.party]
             row["time_s"] = row["mpc_time_s"] + row["aggregate_s"]
         parties.append(row)
+    uploads = [p["upload_s"] for p in parties if p.get("upload_s") is not None]
+    if uploads:
+        # The clients send to all servers at once: the upload lasts as long as the slowest.
+        timings["client_upload_s"] = max(uploads)
     global_mb = max(p["global_data_sent_mb"] for p in parties)
     upload = prepared.upload_bytes
     timings["total_s"] = time.perf_counter() - started
-    result = {
+    return {
         "format_version": FORMAT_VERSION,
         "metadata": metadata(mp_spdz=mp.describe(), protocol=PROTOCOL, parties=cfg.parties),
         "parameters": {
@@ -231,6 +296,8 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
             "dense": cfg.dense, "program": cfg.program, "input": cfg.input_mode,
             "frac_bits": cfg.frac_bits, "seed": cfg.seed,
             "data": str(cfg.data) if cfg.data else "synthetic",
+            "hosts": str(cfg.hosts) if cfg.hosts else "local",
+            "network": cfg.network or "loopback",
             "noise": work.noise.describe(),
             "layout": {"kind": work.layout.kind, "block_rows": work.layout.block_rows,
                        "chunk_blocks": work.layout.chunk_blocks,
@@ -249,12 +316,8 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
                                    "mod 2^64, computed with numpy from the same encoding"},
         "noise_observed": prepared.stats,
         "timings": timings,
+        "_revealed": revealed,
     }
-    write_json_atomic(staging / "result.json", result)
-    work.sketch.save(staging / "sketch.npz")
-    np.save(staging / "output.npy", output)
-    np.save(staging / "data.npy", work.data)
-    return result
 
 
 def summary(result: dict, out: Path) -> str:
@@ -270,7 +333,7 @@ def summary(result: dict, out: Path) -> str:
         lines.append(f"  P{party['party']}: time {party['time_s']:.3f} s, sent "
                      f"{party['data_sent_mb']:.3f} MB in {party['rounds']} rounds")
     if p["noise"].get("zero_output"):
-        lines.append("  note: n < 8 m ln(dm/delta) + t', so R_D sent zeros (see the paper)")
+        lines.append("  note: n <= 8 m ln(dm/delta) + s + t', so R_D sent zeros (see the paper)")
     lines.append(f"  results in {out}")
     return "\n".join(lines)
 

@@ -89,9 +89,14 @@ def test_gaussian_variance_is_corollary_privacynew():
 def test_randomizer_outputs_zeros_below_the_paper_threshold():
     # 8 m ln(d m / delta) + t' = 8 * 10 * ln(2 * 10 / 1e-3) + 5 = 797.3...
     assert NoiseSpec("gaussian", n=797, m=10, d=2, s=1, delta=1e-3, t_prime=5).zero_output
-    # just above the threshold the calibration's log argument is still non-positive
-    with pytest.raises(InputError, match="undefined"):
-        NoiseSpec("gaussian", n=798, m=10, d=2, s=1, delta=1e-3, t_prime=5)
+    # sigma^2 needs n - s - t' above 8 m ln(dm/delta): up to there R_D sends zeros,
+    # so no n is left where the calibration is undefined
+    assert NoiseSpec("gaussian", n=798, m=10, d=2, s=1, delta=1e-3, t_prime=5).zero_output
+    assert NoiseSpec("gaussian", n=799, m=10, d=2, s=1, delta=1e-3, t_prime=5).sigma2 > 0
+    for n in range(16_570, 16_700, 5):  # s = 50 moves the threshold by 49 clients
+        spec = NoiseSpec("gaussian", n=n, m=100, d=10, s=50)
+        assert spec.zero_output == (n <= 8 * 100 * math.log(10 * 100 / 1e-6) + 50)
+        assert spec.zero_output or spec.sigma2 > 0
     assert not NoiseSpec("gaussian", n=900, m=10, d=2, s=1, delta=1e-3, t_prime=5).zero_output
     zero = NoiseSpec("gaussian", n=797, m=10, d=2, s=1, delta=1e-3, t_prime=5)
     assert not zero.sample(np.random.default_rng(0), (3, 2)).any()

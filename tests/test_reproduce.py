@@ -1,0 +1,198 @@
+"""``ltm reproduce`` with real MP-SPDZ parties: scaled sweeps, resume, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness import reproduce as rp
+from harness.cli import main
+from harness.errors import InputError, VerificationError
+from harness.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
+from harness.sweeps import expand, load_spec
+
+pytestmark = [pytest.mark.mpspdz]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_EXECUTE = rp.execute
+
+
+def _cfg(tmp_path, tables, program_cache, **kw):
+    kw.setdefault("scale", 0.005)
+    kw.setdefault("repeat", 2)
+    return ReproduceConfig(tables=tables, out=tmp_path / "sweep", cache_dir=program_cache,
+                           progress=False, **kw)
+
+
+def _check_table(out, table, raw, repeat):
+    spec = load_spec(table)
+    cells = expand(spec, raw["scale"].iloc[0])
+    rows = raw[raw["table"] == table]
+    # one row per party per repetition, every one verified
+    assert len(rows) == sum(c.servers for c in cells) * repeat
+    assert rows["verified"].all()
+    for cell in cells:
+        got = rows[rows["cell"] == cell.key]
+        n, s, m, d, S = cell.clients, cell.sparsity, cell.rows, cell.dim, cell.servers
+        assert sorted(got["party"].unique()) == list(range(S))
+        # the paper's model, exact
+        assert np.allclose(got["model_c_mpc_mb"], S * 8 * (s * n * d + m * d) / 1e6, rtol=1e-12)
+        # measured: the clients upload exactly S shares of s*n*d entries; the servers
+        # only open the m x d result, which MP-SPDZ sends to every other party
+        assert np.allclose(got["client_upload_mb"], S * 8 * s * n * d / 1e6, rtol=1e-12)
+        assert (got["global_data_sent_mb"] >= S * 8 * m * d / 1e6 - 1e-9).all()
+        assert (got["global_data_sent_mb"] <= S * (S - 1) * 8 * m * d / 1e6 + 0.1).all()
+        assert np.allclose(got["c_mpc_mb"], got["client_upload_mb"] + got["global_data_sent_mb"])
+        assert (got["time_s"] > 0).all() and np.isfinite(got["time_s"]).all()
+    summary = pd.read_csv(out / f"{table}.csv")
+    assert len(summary) == len(cells)
+    for col in summary.columns:
+        if col.startswith(("t_mpc", "c_mpc")):
+            assert np.isfinite(summary[col]).all(), col
+    md = (out / f"{table}.md").read_text().splitlines()
+    assert len([line for line in md if line.startswith("| ")]) == 2 + len(cells)  # head, rule
+    tex = (out / f"{table}.tex").read_text().splitlines()
+    assert len([line for line in tex if "\\pm" in line and line.endswith("\\\\")]) == len(cells)
+    assert (out / f"{table}.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_scaled_sweeps_of_all_tables(tmp_path, mp_spdz, program_cache):
+    out = reproduce(_cfg(tmp_path, "all", program_cache))
+    raw = load_raw(out / RAW_FILE)
+    for table in ("table3", "table4", "table5"):
+        _check_table(out, table, raw, repeat=2)
+    # table 5: both server counts, and s grows the upload linearly
+    t5 = raw[raw["table"] == "table5"]
+    assert set(t5["servers"]) == {2, 3}
+    report = (out / "report.md").read_text()
+    for table in ("table3", "table4", "table5"):
+        assert f"({table}.png)" in report
+    # metadata on every raw row
+    for col in ("harness_version", "mp_spdz_version", "protocol", "host", "date"):
+        assert raw[col].notna().all(), col
+    assert set(raw["mp_spdz_version"]) == {"0.4.2"}
+
+
+class _Interrupt:
+    """Let ``limit`` repetitions finish, then interrupt as Ctrl-C would."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls > self.limit:
+            raise KeyboardInterrupt
+        return _EXECUTE(*args, **kwargs)
+
+
+def test_interrupted_sweep_resumes_where_it_stopped(tmp_path, mp_spdz, program_cache,
+                                                    monkeypatch):
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=2)
+    stop = _Interrupt(3)
+    monkeypatch.setattr(rp, "execute", stop)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(cfg)
+    raw = load_raw(cfg.out / RAW_FILE)
+    assert len(raw) == 3 * 2  # three repetitions of two parties, kept at once
+    assert not (cfg.out / "table4.csv").exists()
+    assert not (cfg.out / ".work").exists()
+    first = (cfg.out / RAW_FILE).read_bytes()
+
+    # a torn last line, as a kill during the write would leave, is ignored
+    with open(cfg.out / RAW_FILE, "a") as fh:
+        fh.write('{"table": "table4", "cell": "tab')
+    counter = _Interrupt(10**6)
+    monkeypatch.setattr(rp, "execute", counter)
+    reproduce(cfg)
+    assert counter.calls == 10 - 3  # only what was missing ran
+    raw = load_raw(cfg.out / RAW_FILE)
+    assert len(raw) == 10 * 2
+    assert not raw.duplicated(["cell", "repetition", "party"]).any()
+    assert (cfg.out / RAW_FILE).read_bytes().startswith(first)  # untouched, torn line gone
+    assert len(pd.read_csv(cfg.out / "table4.csv")) == 5
+
+    # a finished sweep reruns nothing and rebuilds the tables
+    counter.calls = 0
+    reproduce(cfg)
+    assert counter.calls == 0
+
+
+def test_resume_refuses_other_settings(tmp_path, mp_spdz, program_cache, monkeypatch):
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=1)
+    monkeypatch.setattr(rp, "execute", _Interrupt(1))
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(cfg)
+    other = _cfg(tmp_path, "table4", program_cache, repeat=1, scale=0.01)
+    with pytest.raises(InputError, match=r"other settings \(scale 0.005 there, 0.01 now\)"):
+        reproduce(other)
+    before = (cfg.out / RAW_FILE).read_bytes()
+    with pytest.raises(InputError, match="program 'fast' there, 'reference' now"):
+        reproduce(_cfg(tmp_path, "table4", program_cache, repeat=1, program="reference"))
+    assert (cfg.out / RAW_FILE).read_bytes() == before
+
+
+def test_mismatch_stops_the_sweep(tmp_path, mp_spdz, program_cache, monkeypatch):
+    def corrupt(*args, **kwargs):
+        result = _EXECUTE(*args, **kwargs)
+        result["verification"] = {**result["verification"], "ok": False, "mismatches": 1}
+        return result
+
+    monkeypatch.setattr(rp, "execute", corrupt)
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=1)
+    with pytest.raises(VerificationError, match="table4/n=100000/s=1 repetition 1"):
+        reproduce(cfg)
+    assert load_raw(cfg.out / RAW_FILE).empty
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scale", "0"], "--scale must be positive"),
+    (["--repeat", "0"], "--repeat must be at least 1"),
+    (["--network", "t3.large", "--hosts", "inv.toml"], "drop one of them"),
+])
+def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
+    code = main(["reproduce", "table3", "--out", str(tmp_path / "o"), *argv])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert message in err and err.startswith("ltm: error: ") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_holding_other_files_is_refused(tmp_path, program_cache):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not a sweep"):
+        reproduce(_cfg(tmp_path, "table3", program_cache))
+    assert (tmp_path / "sweep" / "notes.txt").read_text() == "mine"
+
+
+def test_raw_file_records_are_json_lines(tmp_path, mp_spdz, program_cache):
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=1, scale=0.002)
+    reproduce(cfg)
+    lines = (cfg.out / RAW_FILE).read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert len(rows) == 5 * 2
+    assert {r["format_version"] for r in rows} == {1}
+    sweep = json.loads((cfg.out / "sweep.json").read_text())
+    assert sweep["settings"]["scale"] == 0.002 and sweep["format_version"] == 1
+
+
+@pytest.mark.root
+def test_sweep_in_emulated_network(tmp_path, mp_spdz, program_cache):
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=2, scale=0.002, network="t3.large")
+    reproduce(cfg)
+    raw = load_raw(cfg.out / RAW_FILE)
+    assert len(raw) == 5 * 2 * 2 and raw["verified"].all()
+    assert set(raw["network"]) == {"t3.large"}
+    assert "network: t3.large" in (cfg.out / "report.md").read_text()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"ltm-{os.getpid()}-" not in listed
