@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "harness.mpspdz",
     "harness._cmd_analyze",
     "harness._cmd_aws",
+    "harness._cmd_hosts",
     "harness._cmd_reproduce",
 )
 

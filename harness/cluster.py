@@ -17,13 +17,13 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.certs import install_certificates, make_certificates
 from harness.errors import InputError
 from harness.mpspdz import MpSpdz
 from harness.netns import NetworkEmulation, Profile, check_requirements, profile_for
 from harness.parse import parse_stats
 from harness.process import Command, Completed, run_group
 from harness.programs import CompiledProgram, link_program
+from harness.staging import PartyStaging
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun"]
 
@@ -55,7 +55,9 @@ def check_ports_free(base: int, count: int) -> None:
 def find_free_ports(count: int, attempts: int = 100) -> int:
     rng = random.SystemRandom()
     for _ in range(attempts):
-        base = rng.randrange(20000, 60000 - count)
+        # Below Linux's ephemeral range (32768-60999): an outgoing connection
+        # could take a port there between this check and the party's bind.
+        base = rng.randrange(20000, 32768 - count)
         if all(_port_free(p) for p in range(base, base + count)):
             return base
     raise InputError("found no free range of ports; pass --port")
@@ -68,7 +70,7 @@ class PartyRun:
     stats: dict
 
 
-class LocalCluster:
+class LocalCluster(PartyStaging):
     def __init__(self, mp: MpSpdz, parties: int, workdir: Path,
                  protocol: str = PROTOCOL, network: str | Profile | None = None) -> None:
         if parties < 2:
@@ -78,23 +80,10 @@ class LocalCluster:
         if self.network is not None:
             check_requirements()
         self.mp = mp
-        self.parties = parties
         self.protocol = protocol
         self.binary = mp.binary(_BINARY[protocol])
-        self.workdir = workdir
-        certs = make_certificates(parties, workdir / "certs")
-        for i in range(parties):
-            install_certificates(certs, i, self.party_dir(i) / "Player-Data")
-            (self.party_dir(i) / "Persistence").mkdir(parents=True, exist_ok=True)
+        super().__init__(parties, workdir)
 
-    def party_dir(self, i: int) -> Path:
-        return self.workdir / f"P{i}"
-
-    def share_file(self, i: int) -> Path:
-        return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"
-
-    def input_file(self) -> Path:
-        return self.party_dir(0) / "Player-Data" / "Input-P0-0"
 
     def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:

@@ -229,7 +229,7 @@ def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
     if cfg.hosts is not None:
         from harness.ssh import SshCluster  # paramiko only when it is needed
 
-        return SshCluster(mp, inventory_for(cfg), workdir)
+        return SshCluster(mp, inventory_for(cfg), workdir, inventory_path=cfg.hosts)
     return LocalCluster(mp, cfg.parties, workdir, network=cfg.network)
 
 

@@ -1,0 +1,504 @@
+"""The SSH runner against real OpenSSH servers on loopback (see tests/_sshd.py).
+
+Every fake host is its own sshd with its own host key and working directory,
+and the parties are the real MP-SPDZ, so a run over SSH is verified exactly
+like a local one: the revealed sketch must equal the plaintext computation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+from _sshd import (
+    FakeHost,
+    SshFarm,
+    descendants,
+    free_port,
+    mpc_base_port,
+    write_inventory_file,
+)
+
+from harness._ssh_connect import ConnectOptions, HostKeyError, SshConnectError, connect
+from harness._ssh_keys import ServerKey, pinned_keys, write_pinned
+from harness.cli import main
+from harness.errors import MpSpdzError
+from harness.hosts import Host, load_inventory
+from harness.run import (
+    RunConfig,
+    build_workload,
+    prepare_cluster,
+    program_for,
+    public_input_for,
+    run,
+)
+from harness.ssh import ConnectionLost, HostGroupError, SshCluster, trust_hosts
+
+IS_ROOT = os.geteuid() == 0
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(not IS_ROOT, reason="the fake hosts are sshd servers logged into as root"),
+]
+
+FAST = ConnectOptions(timeout=5, attempts=2, backoff=0.1)
+
+
+# --- fixtures and helpers ------------------------------------------------------------------
+
+@pytest.fixture
+def farm(tmp_path: Path):
+    farm = SshFarm(tmp_path / "farm")
+    try:
+        yield farm
+    finally:
+        farm.close()
+
+
+def make_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
+                   **overrides: dict) -> tuple[Path, list[FakeHost]]:
+    """``parties`` running fake hosts and an inventory naming them (keys not yet trusted)."""
+    fakes = [farm.add(f"p{i}") for i in range(parties)]
+    hosts = [f.as_host(farm.client_key, mp_root, **overrides.get(f.name, {})) for f in fakes]
+    path = write_inventory_file(tmp_path / "hosts.toml", hosts, mpc_base_port(parties))
+    return path, fakes
+
+
+def pub_key(fake: FakeHost) -> tuple[str, str]:
+    key_type, blob = fake.host_key.with_suffix(".pub").read_text().split()[:2]
+    return key_type, blob
+
+
+def fingerprint_by_openssh(fake: FakeHost) -> str:
+    out = subprocess.run(["ssh-keygen", "-lf", str(fake.host_key.with_suffix(".pub"))],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()[1]
+
+
+def remote_dirs(fakes: list[FakeHost]) -> list[Path]:
+    return [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()]
+
+
+def processes_under(root: Path) -> list[tuple[int, str]]:
+    """Live processes whose working directory lies inside ``root``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if cwd.startswith(str(root)) and stat.rsplit(")", 1)[-1].split()[0] != "Z":
+            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
+    return found
+
+
+def wait_no_processes(root: Path, seconds: float = 5.0) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + seconds
+    while (left := processes_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
+
+
+def small_config(tmp_path: Path, cache: Path, **kw) -> RunConfig:
+    base = dict(out=tmp_path / "out", clients=2000, rows=10, dim=4, noise="none", seed=3,
+                cache_dir=cache)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
+    """An SshCluster with the clients' inputs prepared, as harness.run does it."""
+    cfg.validate()
+    work = build_workload(cfg)
+    program = program_for(mp_spdz, cfg, work)
+    cluster = SshCluster(mp_spdz, load_inventory(inventory), workdir, inventory_path=inventory,
+                         **kw)
+    prepared = prepare_cluster(cfg, work, cluster)
+    return cluster, program, public_input_for(cfg, work), prepared
+
+
+# --- full runs -------------------------------------------------------------------------------
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("parties,program", [(2, "fast"), (3, "reference")])
+def test_run_over_ssh_is_verified_like_a_local_run(tmp_path, farm, mp_spdz, program_cache,
+                                                   parties, program):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties)
+    pinned = trust_hosts(inventory, echo=lambda line: None)
+    assert [r.status for r in pinned] == ["added"] * parties
+    cfg = small_config(tmp_path, program_cache, program=program, hosts=inventory)
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    assert result["verification"]["entries"] == 10 * 4
+    assert len(result["parties"]) == parties
+    for row in result["parties"]:
+        assert row["upload_s"] > 0
+        assert row["time_s"] > 0 and row["rounds"] > 0
+    assert remote_dirs(fakes) == []  # every remote working directory was removed
+    assert wait_no_processes(farm.root) == []
+
+
+@pytest.mark.mpspdz
+def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_cache):
+    inventory, _ = make_inventory(tmp_path, farm, mp_spdz.root, 3)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=3)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    for i in range(3):
+        names = {u.remote: u for u in cluster.uploads(i, program, schedule, 15000)}
+        assert f"Persistence/Transactions-P{i}.data" in names
+        assert not any(n.startswith("Persistence/") and n != f"Persistence/Transactions-P{i}.data"
+                       for n in names)
+        assert [n for n in names if n.endswith(".key")] == [f"Player-Data/P{i}.key"]
+        assert names[f"Player-Data/P{i}.key"].mode == 0o600
+        assert {f"Player-Data/P{j}.pem" for j in range(3)} <= set(names)
+        assert len([n for n in names if re.fullmatch(r"Player-Data/[0-9a-f]{8}\.0", n)]) == 3
+        assert f"Programs/Public-Input/{program.name}" in names
+        assert names["ip"].content.decode().splitlines() == [
+            f"127.0.0.1:{15000 + j}" for j in range(3)]
+        compiled = {p.name for p in (program.programs_dir / "Schedules").iterdir()}
+        assert {n.split("/")[-1] for n in names if n.startswith("Programs/Schedules/")} \
+            == compiled
+
+
+# --- host keys ---------------------------------------------------------------------------------
+
+@pytest.mark.mpspdz
+def test_unknown_or_wrong_host_key_is_refused_and_nothing_starts(tmp_path, farm, mp_spdz,
+                                                                 program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    known = load_inventory(inventory).known_hosts
+    cfg = small_config(tmp_path, program_cache, parties=2)
+    with pytest.raises(HostKeyError, match=rf"{known} .* does not exist.*`ltm hosts trust "
+                                           rf"{inventory}` first"):
+        staged(mp_spdz, cfg, inventory, tmp_path / "work")  # before any input is prepared
+
+    # p1 is not pinned at all
+    write_pinned(known, [(f"[127.0.0.1]:{fakes[0].port}", _server_key(fakes[0]))], replace=False)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work2")
+    with pytest.raises(HostGroupError) as info:
+        cluster.run(program, schedule, timeout=60)
+    message = str(info.value)
+    assert f"p1 (root@127.0.0.1:{fakes[1].port})" in message
+    assert f"ltm hosts trust {inventory}" in message and "no party was started" in message
+    assert [r.host.name for r in info.value.failed] == ["p1"]
+    assert isinstance(info.value.failed[0].error, HostKeyError)
+    assert not (cluster.workdir / "logs").exists()  # no party ever produced output
+    assert remote_dirs(fakes) == []
+
+    # p1 pinned with another machine's key: a changed key, never accepted
+    write_pinned(known, [(f"[127.0.0.1]:{fakes[1].port}", _server_key(fakes[0]))], replace=False)
+    with pytest.raises(HostGroupError, match=r"p1 \(.*\): its SSH host key CHANGED") as info:
+        cluster.run(program, schedule, timeout=60)
+    assert "--replace" in str(info.value)
+    assert not (cluster.workdir / "logs").exists()
+    assert remote_dirs(fakes) == []
+
+
+def _server_key(fake: FakeHost) -> ServerKey:
+    return ServerKey(*pub_key(fake))
+
+
+def test_trust_pins_reports_and_refuses_a_changed_key(tmp_path, farm, mp_spdz):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    known = load_inventory(inventory).known_hosts
+    other = farm.client_key.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"# my notes\nother.example {' '.join(other)}\n")
+    lines: list[str] = []
+    results = trust_hosts(inventory, echo=lines.append)
+    assert [r.status for r in results] == ["added", "added"]
+    for fake, line in zip(fakes, lines, strict=False):
+        assert fingerprint_by_openssh(fake) in line and f"[127.0.0.1]:{fake.port}" in line
+    text = known.read_text()
+    assert text.startswith("# my notes\nother.example ")  # existing entries kept
+    for fake in fakes:
+        assert f"[127.0.0.1]:{fake.port} {' '.join(pub_key(fake))}\n" in text
+
+    lines.clear()
+    assert [r.status for r in trust_hosts(inventory, echo=lines.append)] == ["unchanged"] * 2
+    assert "already pinned" in lines[-1] and known.read_text() == text
+
+    fakes[1].stop()
+    fakes[1].new_key()  # the machine was "rebuilt", or someone is in the middle
+    fakes[1].start()
+    with pytest.raises(HostKeyError, match="CHANGED.*man in the middle.*--replace"):
+        trust_hosts(inventory, echo=lambda line: None)
+    assert known.read_text() == text  # nothing written
+    with pytest.raises(HostKeyError, match="CHANGED"):
+        connect(load_inventory(inventory).hosts[1], known, options=FAST)
+
+    results = trust_hosts(inventory, replace=True, echo=lambda line: None)
+    assert [r.status for r in results] == ["unchanged", "replaced"]
+    new_text = known.read_text()
+    assert new_text.startswith("# my notes\nother.example ")
+    assert new_text.count(f"[127.0.0.1]:{fakes[1].port} ") == 1
+    assert " ".join(pub_key(fakes[1])) in new_text
+    connect(load_inventory(inventory).hosts[1], known, options=FAST).close()
+
+
+def test_hashed_known_hosts_entries_are_recognised_and_replaced(tmp_path, farm):
+    target = "[10.0.0.1]:2222"
+    old, new = (_server_key(farm.add(name, start=False)) for name in ("old", "new"))
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{paramiko.HostKeys.hash_host(target)} {old.key_type} {old.base64}\n"
+                     f"keep.example {old.key_type} {old.base64}\n")
+    assert pinned_keys(known, target) == [old]
+    write_pinned(known, [(target, new)], replace=True)
+    assert pinned_keys(known, target) == [new]
+    assert known.read_text().splitlines()[0] == f"keep.example {old.key_type} {old.base64}"
+
+
+# --- failures during the run -------------------------------------------------------------------
+
+
+def run_in_background(cluster, program, schedule):
+    """Start a run in a thread; its HostGroupError lands in ``outcome["error"]``."""
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            cluster.run(program, schedule, timeout=120)
+        except HostGroupError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, outcome
+
+@pytest.mark.mpspdz
+def test_a_host_whose_party_dies_stops_the_group(tmp_path, farm, mp_spdz, program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
+    trust_hosts(inventory, echo=lambda line: None)
+    # Long enough (about a second of setup and computation) to be caught running.
+    cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
+                       clients=300_000)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    thread, outcome = run_in_background(cluster, program, schedule)
+    victim, seen_files = None, set()
+    deadline = time.monotonic() + 30
+    while victim is None and time.monotonic() < deadline:
+        for pid, name in processes_under(fakes[1].workdir):
+            if name == "semi2k-party.x":
+                victim = pid
+                remote = Path(os.readlink(f"/proc/{pid}/cwd"))
+                seen_files = {str(p.relative_to(remote)) for p in remote.rglob("*")}
+        time.sleep(0.002)
+    assert victim, "party 1 never started"
+    os.kill(victim, signal.SIGKILL)
+    thread.join(60)
+    assert not thread.is_alive()
+    err = outcome.get("error")
+    assert err is not None, "the run survived a killed party"
+    assert "p1" in [r.host.name for r in err.failed]
+    # The culprit comes first; the others only report that they lost a peer.
+    assert str(err).startswith(f"p1 (root@127.0.0.1:{fakes[1].port}) was killed by SIGKILL")
+    assert wait_no_processes(farm.root) == []  # no party, shell or setsid left on any host
+    assert remote_dirs(fakes) == []
+    # What p1 had been given: its own key and no one else's, and party 0's input stayed there.
+    assert "Player-Data/P1.key" in seen_files and "Player-Data/P0.key" not in seen_files
+    assert not any("Input-P0" in f for f in seen_files)
+
+
+@pytest.mark.mpspdz
+def test_a_host_that_vanishes_mid_run_is_named(tmp_path, farm, mp_spdz, program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
+                       clients=300_000)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work",
+                                           connect_options=FAST)
+    thread, outcome = run_in_background(cluster, program, schedule)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(
+            name == "semi2k-party.x" for _, name in processes_under(fakes[1].workdir)):
+        time.sleep(0.002)
+    leftover = remote_dirs([fakes[1]])
+    assert fakes[1].proc is not None
+    # The machine goes away: its sshd, every session and the party, all at once.
+    # Frozen first, so that no part of it can report the others' deaths.
+    sshd = fakes[1].proc.pid
+    doomed = [sshd, *descendants(sshd)]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in doomed:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+    thread.join(60)
+    assert not thread.is_alive()
+    err = outcome.get("error")
+    assert err is not None, "the run survived a vanished host"
+    lost = [r for r in err.failed if r.host.name == "p1"]
+    assert lost and isinstance(lost[0].error, ConnectionLost)
+    message = str(err)
+    assert message.startswith(f"p1 (root@127.0.0.1:{fakes[1].port}): the SSH connection was "
+                              "lost")
+    # Nobody can clean up a vanished host: the error says what may be left there.
+    assert f"remove {leftover[0]} there" in message
+    assert wait_no_processes(farm.root) == []
+    assert remote_dirs([fakes[0], fakes[2]]) == []
+
+
+@pytest.mark.mpspdz
+def test_timeout_stops_every_host(tmp_path, farm, mp_spdz, program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=2, program="reference",
+                       clients=300_000)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    started = time.monotonic()
+    with pytest.raises(HostGroupError, match=r"timed out after 0.2 s waiting for p0 \(root@"
+                                             r".*p1 \(root@.*stopped all parties") as info:
+        cluster.run(program, schedule, timeout=0.2)
+    assert time.monotonic() - started < 20
+    assert all(r.stopped for r in info.value.results) and info.value.failed == []
+    assert wait_no_processes(farm.root) == []
+    assert remote_dirs(fakes) == []
+
+
+@pytest.mark.mpspdz
+def test_ctrl_c_leaves_nothing_running(tmp_path, farm, mp_spdz, program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=2, program="reference",
+                       clients=300_000)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(name == "semi2k-party.x" for _, name in processes_under(farm.root)):
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, to the main thread
+                return
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=interrupt_once_running)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        watcher.start()
+        with pytest.raises(KeyboardInterrupt):
+            cluster.run(program, schedule, timeout=120)
+    finally:
+        watcher.join()
+        signal.signal(signal.SIGINT, previous)
+    assert wait_no_processes(farm.root) == []
+    assert remote_dirs(fakes) == []
+
+
+@pytest.mark.mpspdz
+def test_missing_remote_mp_spdz_is_named_with_the_fix(tmp_path, farm, mp_spdz, program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2,
+                                      p1={"mp_spdz": str(tmp_path / "nowhere")})
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=2)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    with pytest.raises(HostGroupError) as info:
+        cluster.run(program, schedule, timeout=60)
+    message = str(info.value)
+    assert f"p1 (root@127.0.0.1:{fakes[1].port})" in message
+    assert f"{tmp_path / 'nowhere'}/semi2k-party.x is missing" in message
+    assert "ltm mpspdz install" in message and "'mp_spdz'" in message
+    assert isinstance(info.value.failed[0].error, MpSpdzError)
+    assert remote_dirs(fakes) == []  # p0's directory, already made, was removed again
+
+
+# --- connecting: retries, and what is never retried --------------------------------------------
+
+def _pin(known: Path, fake: FakeHost) -> None:
+    write_pinned(known, [(f"[127.0.0.1]:{fake.port}", _server_key(fake))], replace=False)
+
+
+def test_connection_refused_is_retried_until_sshd_answers(tmp_path, farm, mp_spdz):
+    late = farm.add("late", start=False)
+    known = tmp_path / "known_hosts"
+    _pin(known, late)
+    timer = threading.Timer(0.5, late.start, kwargs={"wait": False})
+    timer.start()
+    try:
+        started = time.monotonic()
+        client = connect(late.as_host(farm.client_key, mp_spdz.root), known,
+                         options=ConnectOptions(timeout=5, attempts=6, backoff=0.2))
+    finally:
+        timer.cancel()
+    client.close()
+    assert time.monotonic() - started >= 0.5
+
+
+def test_a_closed_port_fails_after_the_retries(tmp_path, farm, mp_spdz):
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    host = Host(name="gone", ssh_host="127.0.0.1", ssh_port=free_port(), user="root",
+                key=str(farm.client_key), mpc_host="127.0.0.1", mp_spdz=str(mp_spdz.root))
+    sleeps: list[float] = []
+    with pytest.raises(SshConnectError, match=r"gone \(root@127\.0\.0\.1:\d+\): cannot connect"
+                                              r".*gave up after 3 attempts"):
+        connect(host, known, options=ConnectOptions(timeout=2, attempts=3, backoff=0.1),
+                sleep=sleeps.append)
+    assert sleeps == [0.1, 0.2]
+
+
+def test_bad_login_and_unknown_key_are_not_retried(tmp_path, farm, mp_spdz):
+    fake = farm.add("p0")
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    host = fake.as_host(farm.client_key, mp_spdz.root)
+    sleeps: list[float] = []
+    with pytest.raises(HostKeyError, match=r"not pinned .* run `ltm hosts trust INVENTORY`"):
+        connect(host, known, options=ConnectOptions(attempts=4), sleep=sleeps.append)
+    _pin(known, fake)
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
+                   check=True)
+    with pytest.raises(SshConnectError, match="login refused.*'user' and 'key'"):
+        connect(fake.as_host(stranger, mp_spdz.root), known, options=ConnectOptions(attempts=4),
+                sleep=sleeps.append)
+    assert sleeps == []
+    with pytest.raises(HostKeyError, match="does not exist.*ltm hosts trust"):
+        connect(host, tmp_path / "missing_known_hosts")
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def test_cli_hosts_trust_and_check(tmp_path, farm, mp_spdz, capsys):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    assert main(["hosts", "trust", str(inventory)]) == 1  # cannot ask: stdin is no terminal
+    err = capsys.readouterr().err
+    assert err.startswith("ltm: error: cannot ask for confirmation") and err.count("\n") == 1
+    assert not load_inventory(inventory).known_hosts.exists()
+
+    assert main(["hosts", "trust", str(inventory), "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert all(fingerprint_by_openssh(f) in out for f in fakes)
+    assert "Pinned 2 host key(s)" in out
+
+    assert main(["hosts", "check", str(inventory)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"ok: MP-SPDZ {mp_spdz.version} at {mp_spdz.root}") == 2
+
+    fakes[0].stop()
+    fakes[0].new_key()
+    fakes[0].start()
+    assert main(["hosts", "trust", str(inventory), "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ltm: error: SSH host key CHANGED: p0 (root@127.0.0.1:")
+    assert err.count("\n") == 1
+    assert main(["hosts", "check", str(inventory)]) == 1
+    assert f"p0 (root@127.0.0.1:{fakes[0].port}): FAILED: its SSH host key CHANGED" \
+        in capsys.readouterr().out
+    assert main(["hosts", "trust", str(inventory), "--yes", "--replace"]) == 0
+    assert "(CHANGED, replaced)" in capsys.readouterr().out
+
+    assert main(["hosts", "trust", str(tmp_path / "absent.toml"), "--yes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ltm: error: ") and "no such hosts inventory" in err
+
