@@ -18,7 +18,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "paper's values, plus report.md. Finished repetitions are appended to "
                     "DIR/raw.jsonl at once; rerunning the same command resumes.")
     p.add_argument("tables", choices=("table3", "table4", "table5", "all"))
-    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+    p.add_argument("--out", type=Path, metavar="DIR",
                    help="sweep directory (created, or resumed if it holds the same sweep)")
     p.add_argument("--repeat", type=int, metavar="K",
                    help="repetitions per cell (default: the paper's 10)")
@@ -37,12 +37,32 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds before one repetition's parties are stopped (default 3600)")
     p.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
+    p.add_argument("--estimate", action="store_true",
+                   help="only print the sweep's expected duration and its cost on AWS "
+                        "t3.large (servers plus one client machine), then exit")
+    p.add_argument("--bandwidth", type=float, default=0.512, metavar="GBIT",
+                   help="with --estimate: the clients' upload bandwidth (default 0.512, "
+                        "t3.large's baseline)")
     add_mpspdz_argument(p)
     p.set_defaults(func=_handle)
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from harness.errors import InputError
     from harness.reproduce import ReproduceConfig, reproduce
+
+    if args.estimate:
+        from harness.estimate import estimate_sweep
+        from harness.sweeps import resolve_tables
+
+        if args.scale <= 0:
+            raise InputError(f"--scale must be positive, got {args.scale}")
+        est = estimate_sweep(resolve_tables(args.tables), repeat=args.repeat, scale=args.scale,
+                             bandwidth_gbit=args.bandwidth)
+        print(f"ltm reproduce {args.tables}: expected {est.describe()}")
+        return 0
+    if args.out is None:
+        raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
 
     cfg = ReproduceConfig(tables=args.tables, out=args.out, repeat=args.repeat,
                           scale=args.scale, program=args.program, hosts=args.hosts,

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from harness.errors import InputError
 from harness.sweeps import Spec, c_mpc_model_mb, load_spec, paper_values
@@ -335,6 +334,9 @@ def caption(spec: Spec, summary: pd.DataFrame) -> str:
 
 
 def _plot_png(summary: pd.DataFrame, spec: Spec) -> bytes:
+    # Imported here: matplotlib costs half a second, which every `ltm` call would pay.
+    from matplotlib.figure import Figure
+
     # A bare Figure renders with Agg and leaves pyplot's global state alone.
     fig = Figure(figsize=(6.4, 4.2), dpi=120)
     ax = fig.add_subplot()
