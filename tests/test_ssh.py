@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import paramiko
 import pytest
 from _sshd import (
@@ -145,6 +146,29 @@ def test_run_over_ssh_is_verified_like_a_local_run(tmp_path, farm, mp_spdz, prog
         assert row["upload_s"] > 0
         assert row["time_s"] > 0 and row["rounds"] > 0
     assert remote_dirs(fakes) == []  # every remote working directory was removed
+    assert wait_no_processes(farm.root) == []
+
+
+@pytest.mark.mpspdz
+def test_reproduce_over_ssh_times_the_upload_apart(tmp_path, farm, mp_spdz, program_cache):
+    from harness.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
+
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
+    trust_hosts(inventory, echo=lambda line: None)
+    # Table 4 runs S = 2: on the inventory's first two hosts.
+    out = reproduce(ReproduceConfig(tables="table4", out=tmp_path / "sweep", repeat=1,
+                                    scale=0.002, hosts=inventory, cache_dir=program_cache,
+                                    progress=False))
+    raw = load_raw(out / RAW_FILE)
+    assert len(raw) == 5 * 2 and raw["verified"].all()
+    assert set(raw["hosts"]) == {str(inventory)}
+    assert (raw["upload_s"] > 0).all() and (raw["client_upload_s"] > 0).all()
+    # the clients' upload is the slowest server's, and not part of any party's T_MPC
+    per_rep = raw.groupby(["cell", "repetition"])
+    assert np.allclose(per_rep["upload_s"].max(), per_rep["client_upload_s"].first())
+    assert (out / "table4.png").exists()
+    assert not fakes[2].workdir.exists()  # the third host was never used
+    assert remote_dirs(fakes) == []
     assert wait_no_processes(farm.root) == []
 
 
