@@ -99,18 +99,40 @@ class ShareSink:
             fh.close()
 
 
+def format_integers(values: np.ndarray) -> bytes:
+    """``values`` as whitespace-separated decimal text, formatted with numpy.
+
+    Every number gets a sign and the same number of digits (``+000123``, which
+    C++ streams read as 123): fixed width turns formatting into a few vector
+    operations, about ten times faster than ``str()`` per number.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    if values.size == 0:
+        return b"\n"
+    # |int64 min| does not fit in int64; the uint64 view of the negation does.
+    magnitude = np.where(values < 0, -values.view(np.uint64), values.view(np.uint64))
+    width = len(str(int(magnitude.max())))
+    text = np.empty((values.size, width + 2), dtype=np.uint8)
+    text[:, 0] = np.where(values < 0, ord("-"), ord("+"))
+    rest = magnitude.copy()
+    for k in range(width, 0, -1):
+        text[:, k] = rest % 10 + ord("0")
+        rest //= 10
+    text[:, -1] = ord(" ")
+    text[-1, -1] = ord("\n")
+    return text.tobytes()
+
+
 class TextSink:
     """Party 0's MP-SPDZ input file: the data owner holds every noisy row."""
 
     def __init__(self, path: Path, parties: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(path, "w")  # noqa: SIM115 - closed in close()
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed in close()
         self.upload_bytes = [0] * parties
 
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
-        signed = encoded.view(np.int64).ravel().tolist()
-        self.fh.write(" ".join(map(str, signed)))
-        self.fh.write("\n")
+        self.fh.write(format_integers(encoded.view(np.int64).ravel()))
         self.upload_bytes[0] += int(np.count_nonzero(real)) * encoded.shape[1] * 8
 
     def close(self) -> None:

@@ -212,3 +212,14 @@ def test_io_limit_reads_and_sums_the_whole_file(tmp_path):
     write_share_file(tmp_path / "f.data", values)
     seconds, total = read_and_sum(tmp_path / "f.data")
     assert seconds > 0 and total == values.sum(dtype=np.uint64)
+
+
+def test_party_input_text_round_trips_every_int64():
+    from harness.prepare import format_integers
+
+    extremes = np.array([0, 1, -1, 9, -10, 2**63 - 1, -(2**63)], dtype=np.int64)
+    drawn = np.random.default_rng(5).integers(-(2**62), 2**62, size=10_000)
+    for values in (extremes, drawn, np.array([7], dtype=np.int64)):
+        text = format_integers(values)
+        assert text.endswith(b"\n")
+        assert [int(x) for x in text.split()] == values.tolist()
