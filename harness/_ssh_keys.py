@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import socket
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
 from harness.errors import InputError, LtmError
+from harness.fileio import write_atomic
 
 __all__ = [
     "ServerKey",
@@ -145,17 +144,7 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_atomic(path, text, mode=mode)
     except OSError as exc:
         raise LtmError(f"cannot write {path}: {exc.strerror}; check the directory's "
                        "permissions") from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
+from harness.fileio import write_atomic
 from harness.sweeps import Spec, c_mpc_model_mb, load_spec, paper_values
 
 __all__ = [
@@ -377,17 +376,7 @@ def _plot_png(summary: pd.DataFrame, spec: Spec) -> bytes:
 # --- files ------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: str | bytes) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+_write_atomic = write_atomic
 
 
 def _table_markdown(spec: Spec, summary: pd.DataFrame) -> str:

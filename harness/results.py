@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness._version import __version__
 from harness.errors import InputError
+from harness.fileio import write_atomic
 
 __all__ = ["FORMAT_VERSION", "machine_info", "metadata", "output_directory",
            "write_json_atomic", "flat_rows"]
@@ -46,15 +47,8 @@ def metadata(*, mp_spdz: dict | None, protocol: str, parties: int) -> dict:
 
 
 def write_json_atomic(path: Path, obj: object) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default)
+    write_atomic(path, text + "\n")
 
 
 def _json_default(obj: object) -> object:

@@ -17,7 +17,6 @@ import ipaddress
 import os
 import re
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.errors import InputError, LtmError
+from harness.fileio import write_atomic
 from harness.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
 from infra._pricing import cost_estimate
 from infra._ssh import scan_host_key, wait_for_ssh
@@ -987,13 +987,4 @@ def _local_files(state_dir: Path, cluster: str) -> list[Path]:
 def _write_atomic(path: Path, text: str, *, mode: int) -> None:
     # The key file must never exist, even briefly, with looser permissions.
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    write_atomic(path, text, mode=mode)

@@ -223,3 +223,23 @@ def test_party_input_text_round_trips_every_int64():
         text = format_integers(values)
         assert text.endswith(b"\n")
         assert [int(x) for x in text.split()] == values.tolist()
+
+
+def test_atomic_write_keeps_the_old_file_on_failure_and_sets_modes(tmp_path):
+    import os
+
+    from harness.fileio import write_atomic
+
+    target = tmp_path / "result.json"
+    old = os.umask(0o022)
+    try:
+        write_atomic(target, "old\n")
+        assert (target.stat().st_mode & 0o777) == 0o644  # not mkstemp's 0600
+        with pytest.raises(TypeError):
+            write_atomic(target, 42)  # type: ignore[arg-type]
+        assert target.read_text() == "old\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+        write_atomic(target, b"key", mode=0o600)
+        assert (target.stat().st_mode & 0o777) == 0o600 and target.read_bytes() == b"key"
+    finally:
+        os.umask(old)
