@@ -27,7 +27,7 @@ from harness.layout import Layout
 from harness.mpspdz import MpSpdz, find_mpspdz
 from harness.noise import NoiseSpec, noise_rng
 from harness.parse import parse_output
-from harness.prepare import Prepared, ShareSink, TextSink, prepare_inputs
+from harness.prepare import Prepared, ShareSink, TextSink, format_integers, prepare_inputs
 from harness.programs import CompiledProgram, compile_program
 from harness.results import FORMAT_VERSION, metadata, output_directory, write_json_atomic
 from harness.sketch import Sketch, check_dimensions
@@ -159,10 +159,11 @@ def public_input_for(cfg: RunConfig, work: Workload) -> str:
     if cfg.program == "local":
         return ""
     if cfg.program == "reference":
+        # (bucket, sign) of every slot: 25M pairs at s = 50, so numpy formats them
         pairs = np.stack([work.sketch.rows.ravel(), work.sketch.signs.ravel()], axis=1)
-        return f"{pairs.shape[0]}\n" + "\n".join(f"{r} {s}" for r, s in pairs.tolist()) + "\n"
+        return f"{pairs.shape[0]}\n" + format_integers(pairs.ravel()).decode("ascii")
     lay = work.layout
-    return f"{lay.n_chunks}\n" + "\n".join(map(str, lay.block_acc.tolist())) + "\n"
+    return f"{lay.n_chunks}\n" + format_integers(lay.block_acc).decode("ascii")
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Prepared:
