@@ -17,7 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +34,7 @@ from harness.run import (
     check_placement,
     execute,
     program_for,
+    public_input_for,
 )
 from harness.sweeps import Cell, expand, load_spec, resolve_tables
 
@@ -61,7 +62,6 @@ class ReproduceConfig:
     mp_spdz: Path | None = None
     cache_dir: Path | None = None
     progress: bool = True
-    extra: dict = field(default_factory=dict)
 
     def identity(self) -> dict:
         return {"program": self.program, "scale": self.scale, "network": self.network or "none",
@@ -139,11 +139,12 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                 run_cfg.validate()
                 work = build_workload(run_cfg)
                 program = program_for(mp, run_cfg, work)
+                schedule = public_input_for(run_cfg, work)
             bar.set_description(f"{task.cell.key} rep {task.repetition + 1}")
             workdir = workroot / f"rep-{os.getpid()}"
             shutil.rmtree(workdir, ignore_errors=True)
             try:
-                result = execute(run_cfg, mp, work, program, workdir)
+                result = execute(run_cfg, mp, work, program, workdir, schedule)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
             result.pop("_revealed")

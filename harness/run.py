@@ -255,11 +255,12 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
 
 
 def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
-            workdir: Path) -> dict:
+            workdir: Path, schedule: str | None = None) -> dict:
     """One complete run in ``workdir``: fresh noise and masks, parties, verification.
 
-    Returns the result record (nothing is written outside ``workdir``); its
-    ``_revealed`` entry holds the revealed ring elements.
+    ``schedule`` is :func:`public_input_for`'s text, for callers that repeat a
+    workload. Returns the result record (nothing is written outside ``workdir``);
+    its ``_revealed`` entry holds the revealed ring elements.
     """
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -269,7 +270,9 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["prepare_s"] = prepared.seconds
     aggregate_s = aggregate_locally(cluster, work) if cfg.program == "local" else None
     launched = time.perf_counter()
-    runs = cluster.run(program, public_input_for(cfg, work), timeout=cfg.timeout, port=cfg.port)
+    if schedule is None:
+        schedule = public_input_for(cfg, work)
+    runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
     timings["mpc_wall_s"] = time.perf_counter() - launched
     m, d, s = work.sketch.m, work.d, work.sketch.s
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
