@@ -285,6 +285,16 @@ def test_hashed_known_hosts_entries_are_recognised_and_replaced(tmp_path, farm):
 # --- failures during the run -------------------------------------------------------------------
 
 
+def long_run(tmp_path, farm, mp_spdz, program_cache, parties, **kw):
+    """Trusted hosts and a staged run long enough (about a second) to be caught running."""
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=parties, program="reference",
+                       clients=300_000)
+    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work", **kw)
+    return fakes, cluster, program, schedule
+
+
 def run_in_background(cluster, program, schedule):
     """Start a run in a thread; its HostGroupError lands in ``outcome["error"]``."""
     outcome: dict = {}
@@ -299,14 +309,11 @@ def run_in_background(cluster, program, schedule):
     thread.start()
     return thread, outcome
 
+
 @pytest.mark.mpspdz
 def test_a_host_whose_party_dies_stops_the_group(tmp_path, farm, mp_spdz, program_cache):
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
-    trust_hosts(inventory, echo=lambda line: None)
-    # Long enough (about a second of setup and computation) to be caught running.
-    cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
-                       clients=300_000)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+                                                3)
     thread, outcome = run_in_background(cluster, program, schedule)
     victim, seen_files = None, set()
     deadline = time.monotonic() + 30
@@ -335,12 +342,8 @@ def test_a_host_whose_party_dies_stops_the_group(tmp_path, farm, mp_spdz, progra
 
 @pytest.mark.mpspdz
 def test_a_host_that_vanishes_mid_run_is_named(tmp_path, farm, mp_spdz, program_cache):
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
-    trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
-                       clients=300_000)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work",
-                                           connect_options=FAST)
+    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+                                                3, connect_options=FAST)
     thread, outcome = run_in_background(cluster, program, schedule)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any(
@@ -375,11 +378,8 @@ def test_a_host_that_vanishes_mid_run_is_named(tmp_path, farm, mp_spdz, program_
 
 @pytest.mark.mpspdz
 def test_timeout_stops_every_host(tmp_path, farm, mp_spdz, program_cache):
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
-    trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=2, program="reference",
-                       clients=300_000)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+                                                2)
     started = time.monotonic()
     with pytest.raises(HostGroupError, match=r"timed out after 0.2 s waiting for p0 \(root@"
                                              r".*p1 \(root@.*stopped all parties") as info:
@@ -392,11 +392,8 @@ def test_timeout_stops_every_host(tmp_path, farm, mp_spdz, program_cache):
 
 @pytest.mark.mpspdz
 def test_ctrl_c_leaves_nothing_running(tmp_path, farm, mp_spdz, program_cache):
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
-    trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=2, program="reference",
-                       clients=300_000)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+                                                2)
 
     def interrupt_once_running() -> None:
         deadline = time.monotonic() + 30
