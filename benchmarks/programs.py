@@ -29,14 +29,20 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.aggregate import aggregate_share_file, read_and_sum
-from harness.cluster import LocalCluster
+from harness.engine.aggregate import aggregate_share_file, read_and_sum
+from harness.engine.cluster import LocalCluster
+from harness.engine.mpspdz import find_mpspdz
+from harness.engine.parse import parse_output
+from harness.engine.programs import compile_program
 from harness.errors import LtmError, VerificationError
-from harness.mpspdz import find_mpspdz
-from harness.parse import parse_output
-from harness.programs import compile_program
-from harness.results import metadata
-from harness.run import RunConfig, build_workload, prepare_cluster, program_for, public_input_for
+from harness.experiments.results import metadata
+from harness.experiments.run import (
+    RunConfig,
+    build_workload,
+    prepare_cluster,
+    program_for,
+    public_input_for,
+)
 
 STRATEGIES = ("reference", "fast", "local", "engine-read", "io-limit")
 

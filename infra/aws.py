@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from harness.errors import InputError, LtmError
 from harness.fileio import write_atomic
-from harness.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
+from harness.remote.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
 from infra._pricing import cost_estimate
 from infra._ssh import scan_host_key, wait_for_ssh
 from infra._userdata import DEFAULT_HARNESS_SPEC, LOGIN_USER, REMOTE_MP_SPDZ, render_user_data

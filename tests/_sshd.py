@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import find_free_ports
-from harness.hosts import Host, Inventory, format_inventory
+from harness.engine.cluster import find_free_ports
+from harness.remote.hosts import Host, Inventory, format_inventory
 
 __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
            "write_inventory_file"]

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
+from harness.engine.mpspdz import find_mpspdz
 from harness.errors import MpSpdzError
-from harness.mpspdz import find_mpspdz
 
 
 @pytest.fixture(scope="session")

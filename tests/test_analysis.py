@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from harness import analysis, baselines, datasets
+from harness.analyst import analysis, baselines, datasets
+from harness.clients import matrices
+from harness.clients.noise import NoiseSpec
+from harness.clients.sketch import Sketch
 from harness.errors import InputError
-from harness.noise import NoiseSpec
-from harness.sketch import Sketch
 
 # --- the formulas on hand-computed cases ---------------------------------------------
 
@@ -259,7 +260,7 @@ def test_regression_generator_and_mu2() -> None:
 def test_load_csv_with_header_and_named_target(tmp_path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("a,b,y\n1,2,3\n4,5,6\n")
-    M, names = datasets.load_matrix(path)
+    M, names = matrices.load_matrix(path)
     assert names == ["a", "b", "y"] and M.shape == (2, 3)
     A, b = datasets.split_columns(M, names, "y")
     assert b.tolist() == [3.0, 6.0] and A.tolist() == [[1.0, 2.0], [4.0, 5.0]]
@@ -272,11 +273,11 @@ def test_load_csv_with_header_and_named_target(tmp_path) -> None:
 def test_load_csv_without_header_and_npy(tmp_path) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text("1,2\n3,4\n5,6\n")
-    M, names = datasets.load_matrix(csv)
+    M, names = matrices.load_matrix(csv)
     assert M.shape == (3, 2) and names == ["0", "1"]
     npy = tmp_path / "t.npy"
     np.save(npy, M)
-    M2, _ = datasets.load_matrix(npy)
+    M2, _ = matrices.load_matrix(npy)
     assert (M2 == M).all()
     A, b = datasets.split_columns(M2, ["0", "1"], -1)
     assert b.tolist() == [2.0, 4.0, 6.0]
@@ -286,20 +287,20 @@ def test_load_csv_without_header_and_npy(tmp_path) -> None:
 
 def test_load_errors_name_the_fix(tmp_path) -> None:
     with pytest.raises(InputError, match="does not exist"):
-        datasets.load_matrix(tmp_path / "missing.csv")
+        matrices.load_matrix(tmp_path / "missing.csv")
     text = tmp_path / "text.csv"
     text.write_text("a,name\n1,x\n2,y\n")
     with pytest.raises(InputError, match="name are not numeric; drop or encode"):
-        datasets.load_matrix(text)
+        matrices.load_matrix(text)
     holes = tmp_path / "holes.csv"
     holes.write_text("a,b\n1,\n2,3\n")
     with pytest.raises(InputError, match="--drop-missing"):
-        datasets.load_matrix(holes)
-    assert datasets.load_matrix(holes, drop_missing=True)[0].tolist() == [[2.0, 3.0]]
+        matrices.load_matrix(holes)
+    assert matrices.load_matrix(holes, drop_missing=True)[0].tolist() == [[2.0, 3.0]]
     other = tmp_path / "t.parquet"
     other.write_text("")
-    with pytest.raises(InputError, match=".csv or .npy"):
-        datasets.load_matrix(other)
+    with pytest.raises(InputError, match=".csv, .txt or .npy"):
+        matrices.load_matrix(other)
 
 
 def _run_dir(tmp_path, with_data: bool = True, params: dict | None = None):

@@ -32,9 +32,9 @@ from moto.ec2.models import ec2_backends
 from moto.ec2.models.amis import Ami
 
 import infra
-from harness import _cmd_aws
+from harness.cli import aws as _cmd_aws
 from harness.errors import InputError, LtmError
-from harness.hosts import load_inventory
+from harness.remote.hosts import load_inventory
 from infra import aws
 from infra._pricing import cost_estimate
 from infra._ssh import known_hosts_line, scan_host_key, wait_for_ssh

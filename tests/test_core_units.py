@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from harness.encoding import FixedPoint
+from harness.clients.encoding import FixedPoint
+from harness.clients.layout import Layout, accumulator_index
+from harness.clients.noise import NoiseSpec
+from harness.clients.prepare import SHARE_HEADER, read_share_file, write_share_file
+from harness.clients.sharing import share
+from harness.clients.sketch import Sketch
 from harness.errors import InputError
-from harness.layout import Layout, accumulator_index
-from harness.noise import NoiseSpec
-from harness.prepare import SHARE_HEADER, read_share_file, write_share_file
-from harness.sharing import share
-from harness.sketch import Sketch
 
 # --- sketch -------------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ def test_layout_does_not_depend_on_data():
 
 
 def test_io_limit_reads_and_sums_the_whole_file(tmp_path):
-    from harness.aggregate import read_and_sum
+    from harness.engine.aggregate import read_and_sum
 
     values = np.arange(3_000_000, dtype=np.uint64) * np.uint64(2**61 + 3)
     write_share_file(tmp_path / "f.data", values)
@@ -215,7 +215,7 @@ def test_io_limit_reads_and_sums_the_whole_file(tmp_path):
 
 
 def test_party_input_text_round_trips_every_int64():
-    from harness.prepare import format_integers
+    from harness.clients.prepare import format_integers
 
     extremes = np.array([0, 1, -1, 9, -10, 2**63 - 1, -(2**63)], dtype=np.int64)
     drawn = np.random.default_rng(5).integers(-(2**62), 2**62, size=10_000)

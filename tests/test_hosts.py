@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import InputError
-from harness.hosts import Host, Inventory, format_inventory, load_inventory, write_inventory
+from harness.remote.hosts import Host, Inventory, format_inventory, load_inventory, write_inventory
 
 GOOD = """\
 known_hosts = "known_hosts"   # file checked by the SSH runner

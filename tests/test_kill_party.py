@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.cluster import LocalCluster
+from harness.engine.cluster import LocalCluster
 from harness.errors import PartyError
-from harness.run import RunConfig, build_workload, prepare_cluster, program_for, public_input_for
+from harness.experiments.run import (
+    RunConfig,
+    build_workload,
+    prepare_cluster,
+    program_for,
+    public_input_for,
+)
 
 pytestmark = pytest.mark.mpspdz
 

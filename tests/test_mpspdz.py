@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, mpspdz
+from harness import cli
+from harness.cli import mpspdz as cli_mpspdz
+from harness.engine import mpspdz
+from harness.engine.mpspdz import MpSpdz
 from harness.errors import MpSpdzError
-from harness.mpspdz import MpSpdz
 
 VERSION_LINE = "## 0.4.2 (Dec 24, 2025)"
 _REAL_CPU_FLAGS = mpspdz._cpu_flags  # saved before the autouse fixture replaces it
@@ -253,7 +255,7 @@ def test_add_mpspdz_argument() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    mpspdz.add_mpspdz_argument(parser)
+    cli_mpspdz.add_mpspdz_argument(parser)
     assert parser.parse_args([]).mp_spdz is None
     assert parser.parse_args(["--mp-spdz", "/x"]).mp_spdz == "/x"
     assert "MP_SPDZ_HOME" in parser.format_help()
@@ -572,7 +574,7 @@ def test_other_version_installs_with_a_warning(tmp_path: Path) -> None:
 @pytest.fixture
 def only_mpspdz_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     # Other command modules are written in parallel; this tests our commands alone.
-    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("harness.mpspdz",))
+    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("harness.cli.mpspdz",))
 
 
 @pytest.mark.usefixtures("only_mpspdz_commands")

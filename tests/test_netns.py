@@ -11,10 +11,9 @@ import time
 import numpy as np
 import pytest
 
-import harness.netns as netns
-from harness.cluster import LocalCluster
-from harness.errors import InputError, PartyError
-from harness.netns import (
+import harness.engine.netns as netns
+from harness.engine.cluster import LocalCluster
+from harness.engine.netns import (
     PROFILES,
     NetworkEmulation,
     NetworkEmulationError,
@@ -23,9 +22,10 @@ from harness.netns import (
     remove_stale,
     tbf_args,
 )
-from harness.parse import parse_output
-from harness.process import Command, run_group
-from harness.run import (
+from harness.engine.parse import parse_output
+from harness.engine.process import Command, run_group
+from harness.errors import InputError, PartyError
+from harness.experiments.run import (
     RunConfig,
     build_workload,
     prepare_cluster,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from harness.engine.process import Command, check_call, run_group
 from harness.errors import PartyError
-from harness.process import Command, check_call, run_group
 
 
 def _py(tmp_path, name, code):

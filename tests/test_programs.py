@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.programs import compile_program, render
+from harness.engine.programs import compile_program, render
 
 pytestmark = pytest.mark.mpspdz
 

@@ -1,4 +1,5 @@
-"""Sweep specs (harness.sweeps) and table reporting (harness.report) on synthetic raw rows."""
+"""Sweep specs (harness.experiments.sweeps) and table reporting
+(harness.experiments.report) on synthetic raw rows."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pandas as pd
 import pytest
 
 from harness.errors import InputError
-from harness.report import coverage, summarize, write_all, write_report, write_table
-from harness.sweeps import (
+from harness.experiments.report import coverage, summarize, write_all, write_report, write_table
+from harness.experiments.sweeps import (
     TABLES,
     Cell,
     expand,

@@ -11,13 +11,13 @@ import pytest
 
 from harness.cli import main
 from harness.errors import InputError, VerificationError
-from harness.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
-from harness.sweeps import expand, load_spec
+from harness.experiments.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
+from harness.experiments.sweeps import expand, load_spec
 
 pytestmark = [pytest.mark.mpspdz]
 
 # The module, not the function that harness/__init__ re-exports under its name.
-rp = importlib.import_module("harness.reproduce")
+rp = importlib.import_module("harness.experiments.reproduce")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _EXECUTE = rp.execute
 
@@ -201,7 +201,7 @@ def test_sweep_in_emulated_network(tmp_path, mp_spdz, program_cache):
 
 
 def test_estimate_follows_the_sweep_and_the_price(capsys):
-    from harness.estimate import PREPARE_NS_PER_SHARE, SETUP_S, estimate_sweep
+    from harness.experiments.estimate import PREPARE_NS_PER_SHARE, SETUP_S, estimate_sweep
 
     est = estimate_sweep(["table4"], repeat=3, bandwidth_gbit=1.0)
     clients = [100_000, 250_000, 500_000, 750_000, 1_000_000]

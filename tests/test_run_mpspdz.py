@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.run import RunConfig, run
-from harness.sketch import Sketch
+from harness.clients.sketch import Sketch
+from harness.experiments.run import RunConfig, run
 
 pytestmark = pytest.mark.mpspdz
 

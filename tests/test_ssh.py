@@ -27,12 +27,9 @@ from _sshd import (
     write_inventory_file,
 )
 
-from harness._ssh_connect import ConnectOptions, HostKeyError, SshConnectError, connect
-from harness._ssh_keys import ServerKey, pinned_keys, write_pinned
 from harness.cli import main
 from harness.errors import MpSpdzError
-from harness.hosts import Host, load_inventory
-from harness.run import (
+from harness.experiments.run import (
     RunConfig,
     build_workload,
     prepare_cluster,
@@ -40,7 +37,10 @@ from harness.run import (
     public_input_for,
     run,
 )
-from harness.ssh import ConnectionLost, HostGroupError, SshCluster, trust_hosts
+from harness.remote._connect import ConnectOptions, HostKeyError, SshConnectError, connect
+from harness.remote._keys import ServerKey, pinned_keys, write_pinned
+from harness.remote.hosts import Host, load_inventory
+from harness.remote.ssh import ConnectionLost, HostGroupError, SshCluster, trust_hosts
 
 IS_ROOT = os.geteuid() == 0
 pytestmark = [
@@ -118,7 +118,7 @@ def small_config(tmp_path: Path, cache: Path, **kw) -> RunConfig:
 
 
 def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
-    """An SshCluster with the clients' inputs prepared, as harness.run does it."""
+    """An SshCluster with the clients' inputs prepared, as harness.experiments.run does it."""
     cfg.validate()
     work = build_workload(cfg)
     program = program_for(mp_spdz, cfg, work)
@@ -151,7 +151,7 @@ def test_run_over_ssh_is_verified_like_a_local_run(tmp_path, farm, mp_spdz, prog
 
 @pytest.mark.mpspdz
 def test_reproduce_over_ssh_times_the_upload_apart(tmp_path, farm, mp_spdz, program_cache):
-    from harness.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
+    from harness.experiments.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
 
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3)
     trust_hosts(inventory, echo=lambda line: None)

@@ -8,10 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from harness import _cmd_analyze, baselines, datasets, utility
+from harness.analyst import baselines, datasets, utility
+from harness.cli import analyze as _cmd_analyze
+from harness.clients.noise import NoiseSpec
+from harness.clients.sketch import Sketch
 from harness.errors import InputError
-from harness.noise import NoiseSpec
-from harness.sketch import Sketch
 
 SMALL = dict(n_min=2000, n_max=8000, points=2, d=3, k=1, m=8, repeat=2, epsilon=3.0)
 

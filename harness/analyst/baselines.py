@@ -1,0 +1,293 @@
+"""The mechanisms the paper compares (Section "Interpolation between Local and
+Central DP"), simulated in plaintext for fast utility sweeps.
+
+Every mechanism protects one client's row of the n x d input (entries bounded by
+eta; neighbouring inputs replace one row) and ends in the same analysis
+functions as the LTM (``harness.analyst.analysis``):
+
+- local model: every client releases its row plus Gaussian noise calibrated for
+  local DP (Lemma "gaussian_mech" with l2-sensitivity 2 eta sqrt(d));
+- central model: MOD-SULQ (Chaudhuri, Sarwate, Sinha, NIPS 2012) for low rank,
+  sufficient statistics perturbation (Vu, Slavkovic, ICDM 2009; Gaussian
+  variant) for ridge regression;
+- LTM, Gaussian: randomizer R_D (eq. R) with sigma^2 of Corollary "privacynew",
+  sparse sketch T_S (eq. Ts);
+- LTM, Laplace: randomizer R_D^dense (eq. Rdense) with the Gamma-difference
+  noise of Corollary "privlap", dense sketch s = m;
+- interpolation: the LTM Gaussian with variance proportional to n^-p,
+  sigma_p^2 = sigma^2 * (n - s - t')^(1 - p), so p = 1 is Corollary "privacynew"
+  (whose sigma^2 ~ 1/(n - s - t')) and p = 0 a per-client variance that does not
+  shrink with n, as in the local model.
+
+The plaintext LTM computes T = (1/sqrt s) sum_i S_i (M + N_i) by scatter-adds,
+never forming an m x n matrix. By default the noise is summed per bucket in
+distribution (the sum of c client draws is N(0, c sigma^2), resp. a difference
+of Gamma(c k, b) variables), which costs O(s m d) draws instead of O(s n d);
+``per_client=True`` draws every client's noise as the MPC run does.
+
+Simulations are seeded: they publish nothing, and sweeps must be reproducible.
+The ``ltm run`` pipeline draws its noise from OS entropy instead (harness.clients.noise).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.analyst.analysis import lowrank_projection, ridge_from_gram, ridge_solve, split_target
+from harness.clients.noise import NoiseSpec
+from harness.clients.sketch import Sketch
+from harness.errors import InputError
+
+__all__ = [
+    "P_VALUES",
+    "Privacy",
+    "gaussian_sigma2",
+    "interpolated_sigma2",
+    "local_lowrank",
+    "local_release",
+    "local_ridge",
+    "local_sigma2",
+    "ltm_lowrank",
+    "ltm_noise",
+    "ltm_ridge",
+    "mod_sulq_beta",
+    "mod_sulq_projection",
+    "simulate_ltm",
+    "sketch_product",
+    "ssp_ridge",
+    "ssp_sigma2",
+]
+
+# The paper's interpolation exponents; p = 1 is the LTM's own calibration.
+P_VALUES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """(epsilon, delta) per release, entry bound eta, corrupt clients t' (LTM only)."""
+
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    eta: float = 1.0
+    t_prime: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise InputError(f"--epsilon must be a positive number, got {self.epsilon}")
+        if not 0 < self.delta < 1:
+            raise InputError(f"--delta must lie in (0, 1), got {self.delta}")
+        if not self.eta > 0:
+            raise InputError(f"--eta must be positive, got {self.eta}")
+        if self.t_prime < 0:
+            raise InputError(f"t' must be >= 0, got {self.t_prime}")
+
+
+def gaussian_sigma2(l2_sensitivity: float, epsilon: float, delta: float) -> float:
+    """Lemma "gaussian_mech": sigma^2 = 2 Delta_2^2 ln(1.25 / delta) / epsilon^2."""
+    return 2.0 * l2_sensitivity**2 * math.log(1.25 / delta) / epsilon**2
+
+
+# --- local model -------------------------------------------------------------
+
+
+def local_sigma2(d: int, privacy: Privacy) -> float:
+    """Per-entry variance for a client releasing its own row in local DP.
+
+    Replacing a row with entries in [-eta, eta] moves it by at most 2 eta sqrt(d)
+    in l2, so Lemma "gaussian_mech" gives 8 eta^2 d ln(1.25/delta) / epsilon^2.
+    """
+    return gaussian_sigma2(2.0 * privacy.eta * math.sqrt(d), privacy.epsilon, privacy.delta)
+
+
+def local_release(matrix: np.ndarray, privacy: Privacy, rng: np.random.Generator) -> np.ndarray:
+    """Every client's row plus its own N(0, local_sigma2) noise (no sketch)."""
+    M = np.asarray(matrix, dtype=np.float64)
+    sigma = math.sqrt(local_sigma2(M.shape[1], privacy))
+    return M + rng.normal(0.0, sigma, size=M.shape)
+
+
+def local_lowrank(data: np.ndarray, k: int, privacy: Privacy,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Local-model low rank: the top-k right singular vectors of the noisy rows."""
+    return lowrank_projection(local_release(data, privacy, rng), k)
+
+
+def local_ridge(features: np.ndarray, target: np.ndarray, lam: float, privacy: Privacy,
+                rng: np.random.Generator) -> np.ndarray:
+    """Clients perturb their whole row [a | b]; the analyst solves ridge on the result."""
+    noisy = local_release(np.column_stack([features, target]), privacy, rng)
+    return ridge_solve(noisy[:, :-1], noisy[:, -1], lam)
+
+
+# --- central model -----------------------------------------------------------
+
+
+def mod_sulq_beta(n: int, d: int, epsilon: float, delta: float) -> float:
+    """MOD-SULQ's noise scale for A = X^T X / n with rows of norm <= 1 (CSS12, Alg. 2):
+
+    beta = (d+1)/(n eps) sqrt(2 ln((d^2+d) / (2 sqrt(2 pi) delta))) + 1/(sqrt(eps) n).
+    """
+    inner = (d * d + d) / (2.0 * math.sqrt(2.0 * math.pi) * delta)
+    return ((d + 1) / (n * epsilon) * math.sqrt(2.0 * math.log(inner))
+            + 1.0 / (math.sqrt(epsilon) * n))
+
+
+def _symmetric_gaussian(d: int, std: float, rng: np.random.Generator) -> np.ndarray:
+    """Symmetric d x d noise with iid N(0, std^2) on and above the diagonal."""
+    upper = np.triu(rng.normal(0.0, std, size=(d, d)))
+    return upper + np.triu(upper, 1).T
+
+
+def mod_sulq_projection(data: np.ndarray, k: int, privacy: Privacy, rng: np.random.Generator,
+                        row_norm: float | None = None) -> np.ndarray:
+    """Central-model baseline for low rank: top-k eigenvectors of A^T A / (n R^2) + E.
+
+    MOD-SULQ assumes rows of norm <= 1; rows with entries bounded by eta have norm
+    <= R = eta sqrt(d), so the data are scaled by 1/R (``row_norm`` overrides R).
+    """
+    A = np.asarray(data, dtype=np.float64)
+    n, d = A.shape
+    R = privacy.eta * math.sqrt(d) if row_norm is None else float(row_norm)
+    beta = mod_sulq_beta(n, d, privacy.epsilon, privacy.delta)
+    noisy = A.T @ A / (n * R * R) + _symmetric_gaussian(d, beta, rng)
+    _, vectors = np.linalg.eigh(noisy)
+    return np.ascontiguousarray(vectors[:, ::-1][:, :k])
+
+
+def ssp_sigma2(columns: int, privacy: Privacy, row_norm: float | None = None) -> float:
+    """SSP's variance on the Gram of Z = [A | b] (rows of norm <= R = eta sqrt(d+1)).
+
+    Replacing a row z changes Z^T Z by z z^T - z' z'^T, of Frobenius norm <= 2 R^2;
+    Lemma "gaussian_mech" on its upper triangle gives 8 R^4 ln(1.25/delta) / eps^2.
+    """
+    R = privacy.eta * math.sqrt(columns) if row_norm is None else float(row_norm)
+    return gaussian_sigma2(2.0 * R * R, privacy.epsilon, privacy.delta)
+
+
+def ssp_ridge(features: np.ndarray, target: np.ndarray, lam: float, privacy: Privacy,
+              rng: np.random.Generator, row_norm: float | None = None) -> np.ndarray:
+    """Central-model baseline for ridge: sufficient statistics perturbation.
+
+    Releases the symmetric Gram [A | b]^T [A | b] plus Gaussian noise (one
+    (epsilon, delta) release, so A^T A and A^T b share the budget) and solves
+    (A^T A + E_AA + lambda I) x = A^T b + E_Ab.
+    """
+    Z = np.column_stack([features, target]).astype(np.float64)
+    sigma = math.sqrt(ssp_sigma2(Z.shape[1], privacy, row_norm))
+    gram = Z.T @ Z + _symmetric_gaussian(Z.shape[1], sigma, rng)
+    return ridge_from_gram(gram[:-1, :-1], gram[:-1, -1], lam)
+
+
+# --- the LTM, in plaintext ----------------------------------------------------
+
+
+def ltm_noise(kind: str, n: int, m: int, d: int, s: int, privacy: Privacy) -> NoiseSpec:
+    """The client noise of Corollary "privacynew" (gaussian) or "privlap" (laplace)."""
+    return NoiseSpec(kind, n=n, m=m, d=d, s=s, epsilon=privacy.epsilon, delta=privacy.delta,
+                     eta=privacy.eta, t_prime=privacy.t_prime)
+
+
+def interpolated_sigma2(spec: NoiseSpec, p: float) -> float:
+    """sigma_p^2 = sigma^2 (n - s - t')^(1 - p): Corollary "privacynew" at p = 1."""
+    if not 0.0 <= p <= 1.0:
+        raise InputError(f"the interpolation exponent p must lie in [0, 1], got {p}")
+    if spec.kind != "gaussian":
+        raise InputError("the n^-p interpolation is defined for Gaussian noise only")
+    honest = spec.n - spec.s - spec.t_prime
+    return spec.sigma2 * float(honest) ** (1.0 - p)
+
+
+def _scatter(rows: np.ndarray, signs: np.ndarray, M: np.ndarray, m: int) -> np.ndarray:
+    """S_i M for one component: row j of M goes to bucket rows[j] with sign signs[j]."""
+    n, d = M.shape
+    index = rows.astype(np.int64)[:, None] * d + np.arange(d)
+    weights = M * signs[:, None]
+    return np.bincount(index.ravel(), weights=weights.ravel(), minlength=m * d).reshape(m, d)
+
+
+def sketch_product(sketch: Sketch, matrix: np.ndarray) -> np.ndarray:
+    """sum_i S_i M (no 1/sqrt(s)): ``Sketch.apply`` on s equal copies, without the copies."""
+    M = np.asarray(matrix, dtype=np.float64)
+    if M.ndim != 2 or M.shape[0] != sketch.n:
+        raise InputError(f"the matrix has shape {M.shape}, the sketch needs ({sketch.n}, d)")
+    out = np.zeros((sketch.m, M.shape[1]))
+    for i in range(sketch.s):
+        out += _scatter(sketch.rows[i], sketch.signs[i], M, sketch.m)
+    return out
+
+
+def _bucket_noise(spec: NoiseSpec, sketch: Sketch, d: int, sigma2: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """sum_i S_i N_i in distribution, from the number c of clients in each bucket.
+
+    The noise is symmetric, so the signs drop out; Gaussians add variances and
+    Gamma(k, b) draws add shapes.
+    """
+    m = sketch.m
+    counts = np.stack([np.bincount(sketch.rows[i], minlength=m) for i in range(sketch.s)])
+    if spec.kind == "gaussian":
+        return rng.standard_normal((m, d)) * np.sqrt(sigma2 * counts.sum(axis=0))[:, None]
+    if spec.kind == "laplace":
+        shape = (counts * spec.gamma_shape)[:, :, None]  # (s, m, 1)
+        size, scale = (sketch.s, m, d), spec.laplace_scale
+        draws = rng.gamma(shape, scale, size=size) - rng.gamma(shape, scale, size=size)
+        return draws.sum(axis=0)
+    return np.zeros((m, d))
+
+
+def _client_noise(spec: NoiseSpec, sketch: Sketch, d: int, sigma2: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """sum_i S_i N_i with every client's s noise vectors drawn explicitly."""
+    out = np.zeros((sketch.m, d))
+    for i in range(sketch.s):
+        if spec.kind == "gaussian":
+            draws = rng.normal(0.0, math.sqrt(sigma2), size=(sketch.n, d))
+        else:
+            draws = spec.sample(rng, (sketch.n, d))
+        out += _scatter(sketch.rows[i], sketch.signs[i], draws, sketch.m)
+    return out
+
+
+def _check_shapes(M: np.ndarray, sketch: Sketch, spec: NoiseSpec) -> None:
+    n, d = M.shape
+    if sketch.n != n:
+        raise InputError(f"the sketch has {sketch.n} columns but there are {n} clients")
+    mismatch = {k: (getattr(spec, k), v) for k, v in
+                (("n", n), ("d", d), ("m", sketch.m), ("s", sketch.s)) if getattr(spec, k) != v}
+    if mismatch:
+        raise InputError("the noise is calibrated for other dimensions: " + ", ".join(
+            f"{k}={a} (data/sketch have {b})" for k, (a, b) in mismatch.items()))
+
+
+def simulate_ltm(matrix: np.ndarray, sketch: Sketch, spec: NoiseSpec, rng: np.random.Generator,
+                 *, p: float = 1.0, per_client: bool = False) -> np.ndarray:
+    """T = (1/sqrt s) sum_i S_i (M + N_i), the revealed sketch of eq. Ts, without MPC.
+
+    Gaussian noise uses ``interpolated_sigma2(spec, p)``. When R_D outputs zeros
+    (n <= 8 m ln(dm/delta) + s + t', see NoiseSpec.zero_output) every client sends zeros and T = 0.
+    """
+    M = np.asarray(matrix, dtype=np.float64)
+    _check_shapes(M, sketch, spec)
+    if spec.zero_output:
+        return np.zeros((sketch.m, M.shape[1]))
+    sigma2 = interpolated_sigma2(spec, p) if spec.kind == "gaussian" else 0.0
+    if spec.kind != "gaussian" and p != 1.0:
+        raise InputError("the n^-p interpolation is defined for Gaussian noise only")
+    noise = (_client_noise if per_client else _bucket_noise)(spec, sketch, M.shape[1], sigma2, rng)
+    return (sketch_product(sketch, M) + noise) / math.sqrt(sketch.s)
+
+
+def ltm_lowrank(data: np.ndarray, k: int, sketch: Sketch, spec: NoiseSpec,
+                rng: np.random.Generator, p: float = 1.0) -> np.ndarray:
+    """LTM low rank (Theorem "utilitykrank"): A_k on the simulated revealed sketch."""
+    return lowrank_projection(simulate_ltm(data, sketch, spec, rng, p=p), k)
+
+
+def ltm_ridge(features: np.ndarray, target: np.ndarray, lam: float, sketch: Sketch,
+              spec: NoiseSpec, rng: np.random.Generator, p: float = 1.0) -> np.ndarray:
+    """LTM ridge (Theorem "linreg"): sketch [A | b] as one matrix, solve on the sketch."""
+    T = simulate_ltm(np.column_stack([features, target]), sketch, spec, rng, p=p)
+    return ridge_solve(*split_target(T, -1), lam)

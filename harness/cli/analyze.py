@@ -1,0 +1,158 @@
+"""``ltm analyze`` (the analyst's A on a run's revealed sketch) and ``ltm utility``
+(error-against-n sweeps on the plaintext simulation)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from harness.analyst import analysis, datasets, utility
+
+__all__ = ["add_commands"]
+
+_DEFAULTS = utility.SweepConfig()
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    _add_analyze(subparsers)
+    _add_utility(subparsers)
+
+
+# --- ltm analyze ----------------------------------------------------------------
+
+
+def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "analyze", help="run the analyst's function on a run's revealed sketch",
+        description="Apply the analysis function A to output.npy of an `ltm run` directory "
+                    "and measure its error against the optimum on the input (data.npy).")
+    problems = parser.add_subparsers(dest="analysis", metavar="PROBLEM", required=True)
+
+    lowrank = problems.add_parser(
+        "lowrank", help="rank-k projection; error psi",
+        description="X' = top-k right singular vectors of the sketch; "
+                    "psi = (||A - AX'X'^T||_F^2 - ||A - AX_opt X_opt^T||_F^2) / n.")
+    lowrank.add_argument("--k", type=int, required=True, help="rank of the projection")
+    _common(lowrank)
+    lowrank.set_defaults(func=cmd_analyze_lowrank)
+
+    ridge = problems.add_parser(
+        "ridge", help="ridge regression on the sketch of [A | b]; error phi",
+        description="x' = argmin ||T_A x - T_b||^2 + lambda ||x||^2 on the sketch; "
+                    "phi = cost(x') / cost(x_opt), cost(x) = ||Ax - b||^2 + lambda ||x||^2.")
+    ridge.add_argument("--lambda", dest="lam", type=float, required=True, metavar="L",
+                       help="regularisation weight lambda")
+    ridge.add_argument("--target-column", type=int, default=-1, metavar="COL",
+                       help="column of b in the run's matrix (default: -1, the last)")
+    _common(ridge)
+    ridge.set_defaults(func=cmd_analyze_ridge)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", metavar="DIR", help="output directory of `ltm run`")
+    parser.add_argument("--data", metavar="FILE",
+                        help="the run's input matrix (.npy or .csv) if DIR has no data.npy")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
+    run = datasets.load_run(args.directory, args.data)
+    result = analysis.analyze_lowrank(run.sketch, run.data, args.k)
+    _report(result, args.json, "psi", f"low-rank approximation, k={args.k}")
+    return 0
+
+
+def cmd_analyze_ridge(args: argparse.Namespace) -> int:
+    run = datasets.load_run(args.directory, args.data)
+    result = analysis.analyze_ridge(run.sketch, run.data, args.lam, args.target_column)
+    _report(result, args.json, "phi", f"ridge regression, lambda={args.lam:g}")
+    return 0
+
+
+def _report(result: dict, as_json: bool, metric: str, what: str) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{what} (n={result['n']}, d={result['d']}, m={result['m']})")
+    print(f"  {metric} = {result[metric]:.6g}")
+    print(f"  cost = {result['cost']:.6g}   optimal cost = {result['optimal_cost']:.6g}")
+    if "coefficients" in result:
+        print("  x' = " + " ".join(f"{v:.4g}" for v in result["coefficients"]))
+
+
+# --- ltm utility ----------------------------------------------------------------------
+
+
+def _add_utility(subparsers: argparse._SubParsersAction) -> None:
+    d = _DEFAULTS
+    parser = subparsers.add_parser(
+        "utility", help="sweep n and plot the error of local / LTM / central mechanisms",
+        description="Plaintext simulation of the paper's utility experiments: error psi "
+                    "(low rank) or phi (ridge) against log-spaced n for the local model, "
+                    "the central model (MOD-SULQ / SSP), the LTM with Gaussian and Laplace "
+                    "noise and the Gaussian LTM with variance ~ n^-p. Writes "
+                    "utility-PROBLEM.csv, utility-PROBLEM-summary.csv and utility-PROBLEM.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument
+    add("--problem", choices=utility.PROBLEMS, default=d.problem, help="analysis to measure")
+    add("--n-min", type=int, default=d.n_min, help="smallest number of clients")
+    add("--n-max", type=int, default=d.n_max, help="largest number of clients")
+    add("--points", type=int, default=d.points, help="log-spaced values of n")
+    add("--d", type=int, default=d.d, help="columns of A (ridge: features, plus the target)")
+    add("--k", type=int, default=d.k, help="rank for low-rank approximation")
+    add("--lambda", dest="lam", type=float, default=d.lam, metavar="L",
+        help="ridge regularisation")
+    add("--mu2", default=d.mu2, help="variance of x_opt's entries: a number, 'n' or 'n^2'")
+    add("--m", type=int, default=d.m, help="sketch rows")
+    add("--s", type=int, default=d.s, help="non-zeros per sketch column (Gaussian LTM)")
+    add("--repeat", type=int, default=d.repeat, help="repetitions per n")
+    add("--epsilon", type=float, default=d.epsilon,
+        help="privacy parameter (the default is large because the LTM's calibration, "
+             "Corollary 'privacynew', needs n >> s^3 m d^2 / eps^2 to help)")
+    add("--delta", type=float, default=d.delta, help="privacy parameter delta")
+    add("--eta", type=float, default=d.eta, help="assumed bound on input entries")
+    add("--p-values", type=_p_values, default=d.p_values,
+        help="comma-separated exponents p of the n^-p interpolation")
+    add("--seed", type=int, default=d.seed, help="seed for data, sketches and noise")
+    add("--out", default=".", metavar="DIR", help="output directory (default: .)")
+    add("--force", action="store_true", help="overwrite existing output files")
+    add("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=cmd_utility)
+
+
+def _p_values(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 0.9,0.5,0, got {text!r}"
+                                         ) from None
+    return values
+
+
+def cmd_utility(args: argparse.Namespace) -> int:
+    config = utility.SweepConfig(
+        problem=args.problem, n_min=args.n_min, n_max=args.n_max, points=args.points,
+        d=args.d, k=args.k, lam=args.lam, mu2=args.mu2, m=args.m, s=args.s,
+        repeat=args.repeat, epsilon=args.epsilon, delta=args.delta, eta=args.eta,
+        seed=args.seed, p_values=args.p_values)
+    # Refuse before the sweep, not after minutes of work.
+    utility.check_outputs(args.out, config.problem, args.force)
+    frame = utility.sweep(config, progress=not args.no_progress)
+    paths = utility.write_outputs(frame, config, args.out, force=args.force)
+    _print_summary(frame)
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
+def _print_summary(frame) -> None:
+    summary = utility.summarize(frame)
+    largest = summary["n"].max()
+    metric = frame["metric"].iloc[0]
+    print(f"{metric} at n={largest} (mean +- std over repetitions):")
+    for row in summary[summary["n"] == largest].itertuples():
+        std = 0.0 if math.isnan(row.std) else row.std
+        print(f"  {row.method:<13} {row.mean:.4g} +- {std:.2g}")
+    sys.stdout.flush()

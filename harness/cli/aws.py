@@ -1,0 +1,177 @@
+"""`ltm aws up | status | down`: MPC clusters on EC2.
+
+The handlers only translate arguments and print results; the work is done by
+the plain functions in :mod:`infra.aws`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.remote.hosts import DEFAULT_BASE_PORT
+from infra import aws
+from infra._userdata import DEFAULT_HARNESS_SPEC
+
+__all__ = ["add_commands"]
+
+
+def add_commands(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "aws", help="provision, list and remove MPC clusters on AWS EC2",
+        description="MPC clusters on EC2. Uses the standard AWS configuration "
+                    "(profiles, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL).")
+    commands = parser.add_subparsers(dest="aws_command", metavar="ACTION", required=True)
+    _add_up(commands)
+    _add_status(commands)
+    _add_down(commands)
+
+
+def _add_aws_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", help="AWS profile (default: the standard AWS lookup)")
+    parser.add_argument("--region", help="AWS region (default: the profile's or "
+                                         "AWS_DEFAULT_REGION)")
+
+
+def _add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where key files and inventories live "
+                             f"(default: {aws.default_state_dir()})")
+
+
+def _add_up(commands: Any) -> None:
+    p = commands.add_parser(
+        "up", help="launch instances and write a hosts inventory",
+        description="Launch one instance per party in one placement group, install the "
+                    "harness and MP-SPDZ on them, and write the hosts inventory.")
+    p.add_argument("--parties", "-S", type=int, required=True, metavar="S",
+                   help="number of parties (instances)")
+    p.add_argument("--instance-type", default=aws.DEFAULT_INSTANCE_TYPE,
+                   help=f"EC2 instance type (default: {aws.DEFAULT_INSTANCE_TYPE})")
+    p.add_argument("--cluster", default=aws.DEFAULT_CLUSTER,
+                   help=f"cluster name, used in tags and file names "
+                        f"(default: {aws.DEFAULT_CLUSTER})")
+    _add_aws_options(p)
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--no-wait-ssh", dest="wait_ssh", action="store_false",
+                   help="do not wait for SSH to answer (host keys are then not recorded)")
+    p.add_argument("--ssh-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="how long to wait for SSH on all instances (default: 600)")
+    p.add_argument("--ami", help="image id (default: the newest Ubuntu 24.04 amd64 "
+                                 "image from Canonical)")
+    p.add_argument("--harness-spec", default=DEFAULT_HARNESS_SPEC,
+                   help="what the instances pip-install, e.g. a version pin or "
+                        f"git+https URL (default: {DEFAULT_HARNESS_SPEC})")
+    p.add_argument("--ssh-cidr", help="address allowed to SSH in (default: your public "
+                                      "address, as a /32, from checkip.amazonaws.com)")
+    p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                   help=f"first MPC port; {aws.MPC_PORT_SPAN} ports are opened between the "
+                        f"parties (default: {DEFAULT_BASE_PORT})")
+    p.add_argument("--placement-strategy", default="auto", choices=aws.PLACEMENT_STRATEGIES,
+                   help="placement group strategy; auto: cluster, or spread for burstable "
+                        "(t3) types, which EC2 keeps out of cluster groups (default: auto)")
+    p.add_argument("--volume-size", type=int, default=aws.DEFAULT_VOLUME_GB, metavar="GIB",
+                   help=f"root volume size (default: {aws.DEFAULT_VOLUME_GB})")
+    p.add_argument("--inventory", type=Path, default=None,
+                   help="where to write the hosts inventory "
+                        "(default: <state dir>/<cluster>.toml)")
+    _add_state_dir(p)
+    p.set_defaults(func=_up)
+
+
+def _add_status(commands: Any) -> None:
+    p = commands.add_parser("status", help="list clusters and their instances",
+                            description="List the clusters (by tag) and their instances.")
+    p.add_argument("--cluster", help="only this cluster (default: all)")
+    _add_aws_options(p)
+    p.set_defaults(func=_status)
+
+
+def _add_down(commands: Any) -> None:
+    p = commands.add_parser(
+        "down", help="terminate a cluster and delete its resources",
+        description="Terminate every instance tagged with the cluster and delete its security "
+                    "group, key pair and placement group. Running it again is harmless.")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--cluster", help=f"the cluster (default: {aws.DEFAULT_CLUSTER})")
+    which.add_argument("--all", dest="all_clusters", action="store_true",
+                       help="every cluster ltm-harness manages in the region")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    _add_aws_options(p)
+    _add_state_dir(p)
+    p.set_defaults(func=_down)
+
+
+# --- handlers -------------------------------------------------------------------
+
+def _up(args: argparse.Namespace) -> int:
+    options = aws.UpOptions(
+        parties=args.parties, cluster=args.cluster, instance_type=args.instance_type,
+        ami=args.ami, ssh_cidr=args.ssh_cidr, harness_spec=args.harness_spec,
+        state_dir=args.state_dir, inventory=args.inventory, base_port=args.base_port,
+        placement_strategy=args.placement_strategy, volume_gb=args.volume_size,
+        wait_ssh=args.wait_ssh, ssh_timeout=args.ssh_timeout, yes=args.yes,
+    )
+    session = aws.make_session(args.profile, args.region)
+    with aws.aws_errors():
+        result = aws.up(session, options)
+    _print_up(result)
+    return 0
+
+
+def _print_up(result: aws.UpResult) -> None:
+    print(f"Cluster {result.cluster!r} is up in {result.region}:")
+    for party, instance in enumerate(result.instances):
+        print(f"  p{party}  {instance.instance_id}  public {instance.public_ip}  "
+              f"private {instance.private_ip}")
+    print(f"Inventory: {result.inventory}")
+    print(f"SSH key:   {result.key_file}")
+    first = result.instances[0]
+    print("The instances install the harness and MP-SPDZ in the background; to wait for "
+          f"that: ssh -i {result.key_file} ubuntu@{first.public_ip} cloud-init status --wait")
+    print(f"Remove the cluster with: ltm aws down --cluster {result.cluster}")
+
+
+def _status(args: argparse.Namespace) -> int:
+    session = aws.make_session(args.profile, args.region)
+    with aws.aws_errors():
+        clusters = aws.status(session, args.cluster)
+    where = session.region_name or "the default region"
+    if not clusters:
+        which = f"cluster {args.cluster!r}" if args.cluster else "ltm-harness clusters"
+        print(f"No {which} in {where}.")
+        return 0
+    for cluster in clusters:
+        print(f"{cluster.name} ({where}): {cluster.summary()}")
+        for i in cluster.instances:
+            print(f"  {i.name or '-':<20} {i.instance_id}  {i.state:<13} {i.instance_type:<10} "
+                  f"public {i.public_ip or '-'}  private {i.private_ip or '-'}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    session = aws.make_session(args.profile, args.region)
+    with aws.aws_errors():
+        results = aws.down(session, cluster=args.cluster, all_clusters=args.all_clusters,
+                           state_dir=args.state_dir, yes=args.yes)
+        others = [] if results or args.all_clusters else aws.status(session)
+    if not results:
+        _print_nothing_to_do(args, others)
+        return 0
+    for r in results:
+        print(f"Removed cluster {r.cluster!r}: {len(r.terminated)} instance(s), "
+              f"{len(r.security_groups)} security group(s), {len(r.key_pairs)} key pair(s), "
+              f"{len(r.placement_groups)} placement group(s), {len(r.local_files)} local file(s)")
+    return 0
+
+
+def _print_nothing_to_do(args: argparse.Namespace, others: list[aws.ClusterStatus]) -> None:
+    if args.all_clusters:
+        print("Nothing to tear down: no ltm-harness clusters in this region.")
+        return
+    name = args.cluster or aws.DEFAULT_CLUSTER
+    print(f"Nothing to tear down for cluster {name!r}: it has no resources left.")
+    if others:
+        print(f"Other clusters here: {', '.join(c.name for c in others)} "
+              "(use --cluster NAME or --all)")

@@ -1,0 +1,83 @@
+"""``ltm doctor`` and ``ltm mpspdz install``, and the ``--mp-spdz`` option every
+engine-using command shares; the work is in :mod:`harness.engine.mpspdz`."""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.engine.mpspdz import (
+    ENV_VAR,
+    RELEASE_URL,
+    SUPPORTED_VERSION,
+    default_home,
+    doctor,
+    install,
+)
+
+__all__ = ["add_commands", "add_mpspdz_argument"]
+
+
+def add_mpspdz_argument(parser: argparse.ArgumentParser) -> None:
+    """``--mp-spdz DIR``, shared by every subcommand that needs the engine."""
+    default = str(default_home()).replace("%", "%%")
+    parser.add_argument(
+        "--mp-spdz",
+        dest="mp_spdz",
+        metavar="DIR",
+        default=None,
+        help=f"MP-SPDZ directory (precedence: --mp-spdz > ${ENV_VAR} > {default})",
+    )
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    p_doctor = subparsers.add_parser(
+        "doctor",
+        help="check that MP-SPDZ and the other requirements are installed",
+        description="Report the MP-SPDZ in use, its binaries, Python packages and openssl; "
+        "exit 1 if something required is missing.",
+    )
+    add_mpspdz_argument(p_doctor)
+    p_doctor.set_defaults(func=_cmd_doctor)
+
+    p_mpspdz = subparsers.add_parser("mpspdz", help="manage the MP-SPDZ installation")
+    p_mpspdz.set_defaults(func=lambda _args: _print_help(p_mpspdz))
+    sub = p_mpspdz.add_subparsers(dest="mpspdz_command", metavar="COMMAND")
+    p_install = sub.add_parser(
+        "install",
+        help=f"install the official MP-SPDZ v{SUPPORTED_VERSION} binary release",
+        description=f"Download the official MP-SPDZ v{SUPPORTED_VERSION} binary release "
+        "(or use --archive) and set it up for this CPU.",
+    )
+    source = p_install.add_mutually_exclusive_group()
+    source.add_argument(
+        "--archive", metavar="FILE", help="install from a release tarball already on disk"
+    )
+    source.add_argument("--url", metavar="URL", help=f"download from URL (default {RELEASE_URL})")
+    p_install.add_argument(
+        "--prefix",
+        metavar="DIR",
+        help=f"install into DIR (default {str(default_home()).replace('%', '%%')})",
+    )
+    p_install.add_argument(
+        "--force", action="store_true", help="replace an existing installation at the prefix"
+    )
+    p_install.set_defaults(func=_cmd_install)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 1
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    return 0 if doctor(args.mp_spdz) else 1
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    install(
+        prefix=args.prefix,
+        archive=args.archive,
+        url=args.url or RELEASE_URL,
+        force=args.force,
+    )
+    return 0

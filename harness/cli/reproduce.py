@@ -1,0 +1,73 @@
+"""``ltm reproduce``: argument parsing only; the work is
+:func:`harness.experiments.reproduce.reproduce`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli.mpspdz import add_mpspdz_argument
+from harness.clients.noise import NOISE_KINDS
+from harness.experiments.run import PROGRAMS
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "reproduce", help="reproduce the paper's Tables 3-5 (sweeps, tables, plots, report)",
+        description="Runs the paper's MPC sweeps (benchmarks/table*.toml), verifying every "
+                    "repetition, and writes per-table CSV, Markdown, LaTeX and PNG beside the "
+                    "paper's values, plus report.md. Finished repetitions are appended to "
+                    "DIR/raw.jsonl at once; rerunning the same command resumes.")
+    p.add_argument("tables", choices=("table3", "table4", "table5", "all"))
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="sweep directory (created, or resumed if it holds the same sweep)")
+    p.add_argument("--repeat", type=int, metavar="K",
+                   help="repetitions per cell (default: the paper's 10)")
+    p.add_argument("--scale", type=float, default=1.0, metavar="F",
+                   help="multiply every n by F, for quick looks (default 1)")
+    p.add_argument("--program", choices=PROGRAMS, default="fast")
+    p.add_argument("--hosts", type=Path, metavar="FILE",
+                   help="hosts inventory: run party i on the i-th host over SSH")
+    p.add_argument("--network", metavar="PROFILE",
+                   help="local parties in network namespaces shaped to PROFILE "
+                        "(t3.large, t3.large-baseline or none; needs root)")
+    p.add_argument("--noise", choices=NOISE_KINDS, default="gaussian")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of the public sketch and synthetic data (default 1)")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="seconds before one repetition's parties are stopped (default 3600)")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bar")
+    p.add_argument("--estimate", action="store_true",
+                   help="only print the sweep's expected duration and its cost on AWS "
+                        "t3.large (servers plus one client machine), then exit")
+    p.add_argument("--bandwidth", type=float, default=0.512, metavar="GBIT",
+                   help="with --estimate: the clients' upload bandwidth (default 0.512, "
+                        "t3.large's baseline)")
+    add_mpspdz_argument(p)
+    p.set_defaults(func=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from harness.errors import InputError
+    from harness.experiments.reproduce import ReproduceConfig, reproduce
+
+    if args.estimate:
+        from harness.experiments.estimate import estimate_sweep
+        from harness.experiments.sweeps import resolve_tables
+
+        if args.scale <= 0:
+            raise InputError(f"--scale must be positive, got {args.scale}")
+        est = estimate_sweep(resolve_tables(args.tables), repeat=args.repeat, scale=args.scale,
+                             bandwidth_gbit=args.bandwidth)
+        print(f"ltm reproduce {args.tables}: expected {est.describe()}")
+        return 0
+    if args.out is None:
+        raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
+
+    cfg = ReproduceConfig(tables=args.tables, out=args.out, repeat=args.repeat,
+                          scale=args.scale, program=args.program, hosts=args.hosts,
+                          network=args.network, noise=args.noise, seed=args.seed,
+                          timeout=args.timeout, mp_spdz=args.mp_spdz, progress=args.progress)
+    reproduce(cfg, echo=print)
+    return 0

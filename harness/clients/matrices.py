@@ -1,0 +1,145 @@
+"""The one loader for data matrices (CSV, text, ``.npy``) and the clients' checks on A.
+
+``ltm run --data``, ``ltm analyze`` and ``ltm utility`` all read their matrices
+here, so they accept the same files and word their errors the same way. A file
+is checked for its size, type and shape before anything large is read: a
+``.npy`` header that promises more than the file holds is refused without
+allocating what it claims.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import InputError
+
+__all__ = ["SUFFIXES", "check_matrix", "load_matrix", "synthetic_matrix"]
+
+SUFFIXES = (".csv", ".txt", ".npy")
+_FORMATS = "a .csv, .txt or .npy file"
+
+
+def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
+                drop_missing: bool = False) -> tuple[np.ndarray, list[str]]:
+    """A numeric n x d float64 matrix and its column names.
+
+    ``.csv`` is comma-separated and ``.txt`` separated by commas or white space;
+    a header line is detected (a first line of numbers is data) unless
+    ``header`` says otherwise, and columns without one are named "0", "1", ...
+    Rows with missing or non-finite values are an error unless ``drop_missing``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"data file {path} does not exist; pass an existing {_FORMATS}")
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise InputError(f"data file {path}: unknown format {path.suffix!r}; use {_FORMATS}")
+    if path.stat().st_size == 0:
+        raise InputError(f"data file {path} is empty; it must hold an n x d matrix")
+    if suffix == ".npy":
+        matrix = _read_npy(path)
+        names = [str(i) for i in range(matrix.shape[1])]
+    else:
+        matrix, names = _frame_to_matrix(_read_table(path, header), path)
+    if matrix.shape[0] == 0 or matrix.shape[1] == 0:
+        raise InputError(f"data file {path} has shape {matrix.shape}; it must be an n x d "
+                         "matrix with at least one row and one column")
+    return _handle_missing(matrix, path, drop_missing), names
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    # Mapped, not read: numpy checks the header's shape against the file's size
+    # before anything is allocated, so a damaged header cannot exhaust memory.
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"cannot read data file {path}: {exc} (save it with numpy.save)") \
+            from exc
+    if mapped.dtype.kind not in "biuf":
+        raise InputError(f"data file {path} holds {mapped.dtype} values; it must be numeric "
+                         "(integers or floats)")
+    if mapped.ndim not in (1, 2):
+        raise InputError(f"data file {path} has shape {mapped.shape}; it must be an n x d "
+                         "matrix")
+    matrix = mapped[:, None] if mapped.ndim == 1 else mapped
+    return np.array(matrix, dtype=np.float64, order="C")
+
+
+def _read_table(path: Path, header: bool | None):
+    import pandas as pd
+
+    options = ({"sep": ","} if path.suffix.lower() == ".csv"
+               else {"sep": r"[,\s]+", "engine": "python"})
+
+    def read(first_line_is_header: bool):
+        try:
+            return pd.read_csv(path, header=0 if first_line_is_header else None, **options)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            # pandas' parser errors are ValueErrors
+            raise InputError(f"cannot read data file {path}: {exc}") from exc
+
+    frame = read(header is not False)
+    if header is None and all(_is_number(c) for c in frame.columns):
+        # The first line held numbers, not names: it is data.
+        frame, header = read(False), False
+    if header is False:
+        frame.columns = [str(i) for i in range(frame.shape[1])]
+    return frame
+
+
+def _is_number(text: object) -> bool:
+    try:
+        float(str(text))
+    except ValueError:
+        return False
+    return True
+
+
+def _frame_to_matrix(frame, path: Path) -> tuple[np.ndarray, list[str]]:
+    import pandas as pd
+
+    names = [str(c) for c in frame.columns]
+    bad = [name for name, column in zip(names, frame.columns, strict=True)
+           if not pd.api.types.is_numeric_dtype(frame[column])
+           or pd.api.types.is_complex_dtype(frame[column])]
+    if bad:
+        raise InputError(f"data file {path} is not a numeric CSV matrix: column(s) "
+                         f"{', '.join(bad[:5])} are not numeric; drop or encode them")
+    return frame.to_numpy(dtype=np.float64), names
+
+
+def _handle_missing(matrix: np.ndarray, path: Path, drop_missing: bool) -> np.ndarray:
+    finite = np.isfinite(matrix).all(axis=1)
+    if finite.all():
+        return matrix
+    if not drop_missing:
+        first = int(np.argmin(finite))
+        raise InputError(f"data file {path}: {int((~finite).sum())} row(s) hold missing or "
+                         f"non-finite values (the first is row {first}); remove them, or "
+                         "pass --drop-missing where the command has it")
+    kept = matrix[finite]
+    if kept.shape[0] == 0:
+        raise InputError(f"data file {path}: every row holds a missing value; nothing is left")
+    return kept
+
+
+def synthetic_matrix(n: int, d: int, eta: float, seed: int | None) -> np.ndarray:
+    """Uniform entries in [-eta, eta]: bounded by eta as the mechanism requires."""
+    return np.random.default_rng(seed).uniform(-eta, eta, size=(n, d))
+
+
+def check_matrix(data: np.ndarray, eta: float) -> None:
+    finite = np.isfinite(data)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        raise InputError(f"data holds a non-finite value at row {r}, column {c}; "
+                         "clean the data (NaN and infinity cannot be encoded)")
+    worst = np.abs(data)
+    if worst.size and float(worst.max()) > eta:
+        r, c = np.unravel_index(int(np.argmax(worst)), worst.shape)
+        raise InputError(f"|A[{r}, {c}]| = {worst[r, c]:g} exceeds the bound eta = {eta:g} the "
+                         "noise is calibrated for; pass --eta at least that large or scale "
+                         "the data")

@@ -1,0 +1,210 @@
+"""Client side: noisy copies, fixed-point encoding, sharing, server inputs.
+
+Inputs are produced in file order, one chunk of file rows at a time, so memory
+stays bounded by the chunk whatever n and s are. Noise is i.i.d. per noisy
+entry, so drawing it in file order instead of client order changes nothing.
+
+While streaming, the plaintext result sum_i S_i enc(X_i) mod 2^64 is
+accumulated, which is what the revealed sketch is checked against. For the
+blocked layout it is summed a block at a time, so the layout is first checked
+against the sketch itself (every slot stored once, every row in a block of its
+own accumulator): a wrong layout cannot make a wrong program look right.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.clients.encoding import FixedPoint
+from harness.clients.layout import Layout, accumulator_index
+from harness.clients.noise import NoiseSpec
+from harness.clients.sharing import random_ring, share
+from harness.clients.sketch import Sketch
+
+__all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "TextSink", "prepare_inputs",
+           "read_share_file", "write_share_file"]
+
+_DESCRIPTOR = b"Z2^64" + struct.pack("<I", 64)
+# Persistence/Transactions-P<i>.data: header length, descriptor, then 8-byte shares.
+SHARE_HEADER = struct.pack("<Q", len(_DESCRIPTOR)) + _DESCRIPTOR
+_STREAM_ROWS = 1 << 18
+
+
+def write_share_file(path: Path, shares: np.ndarray) -> None:
+    with open(path, "wb") as fh:
+        fh.write(SHARE_HEADER)
+        fh.write(np.ascontiguousarray(shares, dtype="<u8").tobytes())
+
+
+def read_share_file(path: Path) -> np.ndarray:
+    with open(path, "rb") as fh:
+        if fh.read(len(SHARE_HEADER)) != SHARE_HEADER:
+            raise ValueError(f"{path} is not a semi2k Z2^64 share file")
+        return np.fromfile(fh, dtype="<u8")
+
+
+class ShareSink:
+    """One share file per server; each server's file holds only its own shares.
+
+    The kernel's CSPRNG is the slowest step (about 350 MB/s here) and
+    ``os.urandom`` releases the GIL, so the masks for the next chunk are drawn
+    in a thread while this one is computed: a cryptographic source, only sooner.
+    """
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self.files = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masks")
+        self._ahead: tuple[tuple[int, ...], Future] | None = None
+        try:
+            for p in paths:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                fh = open(p, "wb")  # noqa: SIM115 - closed in close()
+                fh.write(SHARE_HEADER)
+                self.files.append(fh)
+        except BaseException:
+            self.close()
+            raise
+        self.upload_bytes = [0] * len(paths)
+
+    def _masks(self, rows: int, d: int) -> np.ndarray:
+        # Chunks have one size except the last, so the next one's masks are
+        # drawn at the current one's size and cut to the real rows.
+        shape = (len(self.files) - 1, rows, d)
+        ahead, self._ahead = self._ahead, None
+        masks = ahead[1].result() if ahead and ahead[0] == shape else random_ring(shape)
+        self._ahead = (shape, self._pool.submit(random_ring, shape))
+        return masks
+
+    def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
+        values = encoded[real]
+        masks = self._masks(encoded.shape[0], encoded.shape[1])[:, : values.shape[0]]
+        shares = share(values, len(self.files), masks)
+        block = np.zeros_like(encoded)
+        for k, fh in enumerate(self.files):
+            # Padding rows are zero in every file: public positions, nothing to hide.
+            block[real] = shares[k]
+            fh.write(memoryview(block).cast("B"))
+            self.upload_bytes[k] += shares[k].nbytes
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for fh in self.files:
+            fh.close()
+
+
+def format_integers(values: np.ndarray) -> bytes:
+    """``values`` as whitespace-separated decimal text, formatted with numpy.
+
+    Every number gets a sign and the same number of digits (``+000123``, which
+    C++ streams read as 123): fixed width turns formatting into a few vector
+    operations, about ten times faster than ``str()`` per number.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    if values.size == 0:
+        return b"\n"
+    # |int64 min| does not fit in int64; the uint64 view of the negation does.
+    magnitude = np.where(values < 0, -values.view(np.uint64), values.view(np.uint64))
+    width = len(str(int(magnitude.max())))
+    text = np.empty((values.size, width + 2), dtype=np.uint8)
+    text[:, 0] = np.where(values < 0, ord("-"), ord("+"))
+    rest = magnitude.copy()
+    for k in range(width, 0, -1):
+        text[:, k] = rest % 10 + ord("0")
+        rest //= 10
+    text[:, -1] = ord(" ")
+    text[-1, -1] = ord("\n")
+    return text.tobytes()
+
+
+class TextSink:
+    """Party 0's MP-SPDZ input file: the data owner holds every noisy row."""
+
+    def __init__(self, path: Path, parties: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self.upload_bytes = [0] * parties
+
+    def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
+        self.fh.write(format_integers(encoded.view(np.int64).ravel()))
+        self.upload_bytes[0] += int(np.count_nonzero(real)) * encoded.shape[1] * 8
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _add_blocks(acc: np.ndarray, abs_acc: np.ndarray, layout: Layout, start: int,
+                encoded: np.ndarray) -> None:
+    """Add whole chunks' rows to their accumulators, a block at a time.
+
+    Chunks are stored (R, K, d), so summing over R gives the K block sums, as the
+    program does; padding rows are zero and add nothing. One scatter per block
+    instead of per row, which matters at s = 50.
+    """
+    R, K, d = layout.block_rows, layout.chunk_blocks, encoded.shape[1]
+    chunks = encoded.reshape(-1, R, K, d)
+    first = start // (R * K) * K
+    block_acc = layout.block_acc[first: first + chunks.shape[0] * K]
+    np.add.at(acc, block_acc, chunks.sum(axis=1, dtype=np.uint64).reshape(-1, d))
+    magnitude = np.abs(chunks.view(np.int64).astype(np.float64)).sum(axis=1)
+    np.add.at(abs_acc, block_acc, magnitude.reshape(-1, d))
+
+
+@dataclass
+class Prepared:
+    expected: np.ndarray  # (m, d) uint64
+    abs_sums: np.ndarray  # (m, d) float64 bound on |T| in encoded units
+    upload_bytes: list[int]
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+
+def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: NoiseSpec,
+                   fp: FixedPoint, sink: ShareSink | TextSink,
+                   rng: np.random.Generator) -> Prepared:
+    started = time.perf_counter()
+    n, d = data.shape
+    m = sketch.m
+    acc_of_slot = accumulator_index(sketch).ravel()
+    if layout.kind == "blocked":
+        layout.check(acc_of_slot)
+    acc = np.zeros((2 * m + 1, d), dtype=np.uint64)
+    abs_acc = np.zeros((2 * m + 1, d), dtype=np.float64)
+    step = layout.chunk_rows * max(1, _STREAM_ROWS // layout.chunk_rows) \
+        if layout.kind == "blocked" else _STREAM_ROWS
+    noise_sum = 0.0
+    noise_sq = 0.0
+    try:
+        for start in range(0, layout.total_rows, step):
+            slots = layout.file_slot[start:start + step]
+            real = slots >= 0
+            live = slots[real]
+            values = np.zeros((slots.size, d), dtype=np.float64)
+            if not noise.zero_output:
+                drawn = noise.sample(rng, (live.size, d))
+                noise_sum += float(drawn.sum())
+                noise_sq += float(np.square(drawn).sum())
+                values[real] = data[live % n] + drawn
+            encoded = fp.encode(values)
+            if layout.kind == "blocked":
+                _add_blocks(acc, abs_acc, layout, start, encoded)
+            else:
+                np.add.at(acc, acc_of_slot[live], encoded[real])
+                magnitude = np.abs(encoded[real].view(np.int64).astype(np.float64))
+                np.add.at(abs_acc, acc_of_slot[live], magnitude)
+            sink.write(encoded, real)
+    finally:
+        sink.close()
+    expected = acc[:m] - acc[m:2 * m]
+    abs_sums = abs_acc[:m] + abs_acc[m:2 * m]
+    count = sketch.s * n * d
+    mean = noise_sum / count
+    stats = {"noise_mean": mean, "noise_var": noise_sq / count - mean**2}
+    return Prepared(expected, abs_sums, list(sink.upload_bytes),
+                    time.perf_counter() - started, stats)

@@ -1,0 +1,33 @@
+"""The servers' engine: MP-SPDZ and the parties that run it on this machine.
+
+Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), rendering and compiling
+the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
+(:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
+:mod:`.staging`), the local cluster (:mod:`.cluster`) and its emulated network
+(:mod:`.netns`), parsing what parties print (:mod:`.parse`) and the servers'
+local aggregation (:mod:`.aggregate`).
+
+May import: the top-level shared modules and :mod:`harness.clients` (for the
+share-file format and layout the programs read).
+"""
+
+from harness.engine.cluster import LocalCluster, PartyRun
+from harness.engine.mpspdz import MpSpdz, default_home, doctor, find_mpspdz, install
+from harness.engine.process import Command, Completed, check_call, run_group
+from harness.engine.programs import CompiledProgram, compile_program
+
+__all__ = [
+    "Command",
+    "CompiledProgram",
+    "Completed",
+    "LocalCluster",
+    "MpSpdz",
+    "PartyRun",
+    "check_call",
+    "compile_program",
+    "default_home",
+    "doctor",
+    "find_mpspdz",
+    "install",
+    "run_group",
+]

@@ -1,0 +1,125 @@
+"""MPC programs: jinja2 templates rendered and compiled once per parameter set.
+
+A compiled program lives in the cache under a key that hashes the rendered
+source, the compiler options and the MP-SPDZ installation, so an unchanged
+program is never recompiled and a changed one never reuses stale bytecode.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from harness.engine.mpspdz import MpSpdz
+from harness.engine.parse import OUTPUT_MARKER
+from harness.engine.process import Command, check_call
+from harness.errors import MpSpdzError, PartyError
+
+__all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_dir",
+           "render"]
+
+COMPILE_ARGS = ("-R", "64")
+_TEMPLATES = ("fast", "reference", "open", "engine_read")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ltm-harness" / "programs"
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    name: str
+    directory: Path  # holds Programs/Bytecode and Programs/Schedules
+    key: str
+    compile_seconds: float | None  # None: taken from the cache
+
+    @property
+    def programs_dir(self) -> Path:
+        return self.directory / "Programs"
+
+
+def _environment() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(
+        lambda name: resources.files("mpc_programs").joinpath(name).read_text())
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def render(template: str, **params: object) -> str:
+    if template not in _TEMPLATES:
+        raise ValueError(f"unknown program template {template!r}")
+    return _environment().get_template(f"{template}.mpc.j2").render(
+        marker=OUTPUT_MARKER, **params)
+
+
+def compile_program(mp: MpSpdz, template: str, params: dict, *,
+                    cache_dir: Path | None = None, timeout: float = 900) -> CompiledProgram:
+    source = render(template, **params)
+    identity = json.dumps({"source": source, "args": COMPILE_ARGS,
+                           "mp_spdz": str(mp.root.resolve()), "version": mp.version,
+                           "compiler_mtime": _mtime(mp.compiler)}, sort_keys=True)
+    key = hashlib.sha256(identity.encode()).hexdigest()[:20]
+    cache = (cache_dir or default_cache_dir())
+    cache.mkdir(parents=True, exist_ok=True)
+    final = cache / f"{template}-{key}"
+    with open(cache / f"{template}-{key}.lock", "w") as lock:
+        # Concurrent runs wait for one compilation instead of racing.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "Programs" / "Schedules" / f"{template}.sch").exists():
+            return CompiledProgram(template, final, key, None)
+        staging = cache / f".{template}-{key}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            (staging / f"{template}.mpc").write_text(source)
+            started = time.perf_counter()
+            try:
+                check_call(Command(f"compile-{template}",
+                                   [sys.executable, str(mp.compiler), *COMPILE_ARGS,
+                                    f"{template}.mpc"], staging), timeout)
+            except PartyError as exc:
+                raise MpSpdzError(
+                    f"MP-SPDZ's compiler failed on the {template!r} program "
+                    f"({staging / (template + '.mpc')} kept for inspection):\n"
+                    f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}"
+                ) from exc
+            elapsed = time.perf_counter() - started
+            os.replace(staging, final)
+        except BaseException:
+            if not isinstance(sys.exc_info()[1], MpSpdzError):
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return CompiledProgram(template, final, key, elapsed)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def link_program(program: CompiledProgram, party_dir: Path, public_input: str) -> None:
+    """Make a compiled program runnable from ``party_dir`` with its public input."""
+    programs = party_dir / "Programs"
+    for sub in ("Bytecode", "Schedules"):
+        (programs / sub).mkdir(parents=True, exist_ok=True)
+        # Per file, so several programs can share one party directory.
+        for compiled in (program.programs_dir / sub).iterdir():
+            link = programs / sub / compiled.name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(compiled)
+    (programs / "Public-Input").mkdir(exist_ok=True)
+    (programs / "Public-Input" / program.name).write_text(public_input)

@@ -1,0 +1,15 @@
+"""Experiments: one verified run, the paper's sweeps, and what they write.
+
+Owns ``ltm run``'s work (:mod:`.run`: prepare, run on local or remote parties,
+verify bit for bit, write results), the sweeps of Tables 3-5 (:mod:`.sweeps`,
+:mod:`.reproduce`), their tables, plots and report (:mod:`.report`), cost and
+duration estimates (:mod:`.estimate`) and the result format (:mod:`.results`).
+
+May import: the top-level shared modules, :mod:`harness.clients`,
+:mod:`harness.engine`, :mod:`harness.remote` and :mod:`infra`.
+"""
+
+from harness.experiments.reproduce import ReproduceConfig, reproduce
+from harness.experiments.run import RunConfig, run
+
+__all__ = ["ReproduceConfig", "RunConfig", "reproduce", "run"]

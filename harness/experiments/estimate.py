@@ -1,0 +1,88 @@
+"""How long a sweep should take, and what it costs on AWS, before running it.
+
+Per repetition of a cell: preparing the clients' shares here (a measured
+rate per share written), uploading every server's shares from one client
+machine at a given bandwidth, the parties' T_MPC (the paper's value for the
+cell: the reference point the sweep is compared with) and a fixed set-up and
+clean-up cost. A model for planning, not a measurement: the report of the
+finished sweep has the real numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import InputError
+from harness.experiments.sweeps import expand, load_spec, paper_values
+
+__all__ = ["Estimate", "estimate_sweep", "PREPARE_NS_PER_SHARE", "SETUP_S"]
+
+# Measured on the 2-core development machine: preparing Table 5's s = 50 cell
+# (250M entries, 3 shares each) takes about 27 s, i.e. ~36 ns per share written.
+PREPARE_NS_PER_SHARE = 36.0
+# Certificates, connections, directories, party start-up and clean-up.
+SETUP_S = 2.0
+T3_LARGE_BASELINE_GBIT = 0.512
+
+
+@dataclass(frozen=True)
+class Estimate:
+    repetitions: int
+    upload_gb: float
+    prepare_s: float
+    upload_s: float
+    mpc_s: float
+    setup_s: float
+    instances: int
+    hourly_usd: float | None
+
+    @property
+    def total_s(self) -> float:
+        return self.prepare_s + self.upload_s + self.mpc_s + self.setup_s
+
+    @property
+    def cost_usd(self) -> float | None:
+        if self.hourly_usd is None:
+            return None
+        return self.instances * self.hourly_usd * self.total_s / 3600
+
+    def describe(self) -> str:
+        cost = (f"${self.cost_usd:.2f} for {self.instances} instances at "
+                f"${self.hourly_usd:.4f}/h" if self.cost_usd is not None else "cost unknown")
+        return (f"{self.repetitions} repetitions, about {self.total_s / 3600:.2f} h "
+                f"(prepare {self.prepare_s / 60:.0f} min, upload {self.upload_gb:.0f} GB in "
+                f"{self.upload_s / 60:.0f} min, MPC {self.mpc_s / 60:.0f} min, set-up "
+                f"{self.setup_s / 60:.0f} min); {cost}")
+
+
+def estimate_sweep(tables: list[str], *, repeat: int | None = None, scale: float = 1.0,
+                   bandwidth_gbit: float = T3_LARGE_BASELINE_GBIT,
+                   instance_type: str = "t3.large", instances: int | None = None) -> Estimate:
+    """The expected duration of ``tables`` and its cost on ``instances`` machines.
+
+    ``instances`` defaults to the largest S of the sweep plus one client machine.
+    """
+    from infra._pricing import hourly_price
+
+    if not bandwidth_gbit > 0:
+        raise InputError(f"the bandwidth must be positive, got {bandwidth_gbit} Gbit/s")
+    paper = paper_values()
+    reps = upload_bytes = prepare = mpc = 0.0
+    servers = 2
+    for table in tables:
+        spec = load_spec(table)
+        k = repeat or spec.repeat
+        for cell in expand(spec, scale):
+            servers = max(servers, cell.servers)
+            shares = cell.servers * cell.sparsity * cell.clients * cell.dim
+            row = paper[(paper["table"] == spec.paper) & (paper["sparsity"] == cell.sparsity)
+                        & (paper["clients"] == cell.paper_clients)]
+            t_paper = float(row["t_mpc_mean_s"].iloc[0]) * scale if len(row) else 0.0
+            reps += k
+            upload_bytes += k * 8 * shares
+            prepare += k * shares * PREPARE_NS_PER_SHARE * 1e-9
+            mpc += k * t_paper
+    return Estimate(repetitions=int(reps), upload_gb=upload_bytes / 1e9, prepare_s=prepare,
+                    upload_s=upload_bytes * 8 / (bandwidth_gbit * 1e9), mpc_s=mpc,
+                    setup_s=reps * SETUP_S, instances=instances or servers + 1,
+                    hourly_usd=hourly_price(instance_type))

@@ -1,0 +1,348 @@
+"""``ltm run``: from client data to a verified, revealed sketch.
+
+Steps: data and sketch, noise calibration, fixed-point encoding and sharing
+(or party 0's input file), compile (cached), launch the parties, parse their
+statistics, check the revealed sketch bit for bit against the plaintext
+computation, write the results. The output directory appears only complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.clients.encoding import FixedPoint
+from harness.clients.layout import Layout
+from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
+from harness.clients.noise import NoiseSpec, noise_rng
+from harness.clients.prepare import Prepared, ShareSink, TextSink, format_integers, prepare_inputs
+from harness.clients.sketch import Sketch, check_dimensions
+from harness.engine.aggregate import aggregate_share_file
+from harness.engine.cluster import PROTOCOL, LocalCluster
+from harness.engine.mpspdz import MpSpdz, find_mpspdz
+from harness.engine.parse import parse_output
+from harness.engine.programs import CompiledProgram, compile_program
+from harness.errors import InputError, VerificationError
+from harness.experiments.results import (
+    FORMAT_VERSION,
+    metadata,
+    output_directory,
+    write_json_atomic,
+)
+from harness.remote.hosts import Inventory, load_inventory
+
+__all__ = ["PROGRAMS", "INPUT_MODES", "RunConfig", "run", "default_input_mode"]
+
+PROGRAMS = ("fast", "reference", "local")
+INPUT_MODES = ("shares", "party")
+
+
+def default_input_mode(program: str) -> str:
+    # reference is the textbook program: the data owner types its rows in.
+    return "party" if program == "reference" else "shares"
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    parties: int | None = None  # default: every host of --hosts, else 2
+    clients: int = 100_000
+    dim: int = 10
+    rows: int = 100
+    sparsity: int = 1
+    dense: bool = False
+    data: Path | None = None
+    noise: str = "gaussian"
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    eta: float = 1.0
+    corrupt_clients: int = 0
+    program: str = "fast"
+    input_mode: str | None = None
+    frac_bits: int = 16
+    seed: int | None = None
+    mp_spdz: Path | None = None
+    port: int | None = None
+    timeout: float = 900.0
+    force: bool = False
+    keep_work: bool = False
+    cache_dir: Path | None = None
+    hosts: Path | None = None  # inventory: run each party on its own host over SSH
+    network: str | None = None  # emulated network profile for local parties
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.program not in PROGRAMS:
+            raise InputError(f"unknown --program {self.program!r}; choose {', '.join(PROGRAMS)}")
+        if self.input_mode is None:
+            self.input_mode = default_input_mode(self.program)
+        if self.input_mode not in INPUT_MODES:
+            raise InputError(f"unknown --input {self.input_mode!r}; choose shares or party")
+        if self.program == "local" and self.input_mode != "shares":
+            raise InputError("--program local aggregates the servers' own shares; "
+                             "it needs --input shares")
+        if self.parties is None:
+            self.parties = len(load_inventory(self.hosts).hosts) if self.hosts else 2
+        if self.parties < 2:
+            raise InputError(f"--parties must be at least 2 (semi2k), got {self.parties}")
+        if self.timeout <= 0:
+            raise InputError("--timeout must be positive")
+        if self.hosts is not None and self.network is not None:
+            raise InputError("--network emulates a network between parties on this machine; "
+                             "with --hosts the real network is used: drop one of them")
+        if self.network is not None:
+            from harness.engine.netns import profile_for
+
+            profile_for(self.network)
+        if self.hosts is not None and self.program == "local":
+            raise InputError("--program local aggregates shares with the harness on each "
+                             "server, which --hosts does not run remotely yet; use --program "
+                             "fast or reference with --hosts")
+
+
+@dataclass
+class Workload:
+    """Everything public and private that one run computes on."""
+
+    data: np.ndarray
+    sketch: Sketch
+    noise: NoiseSpec
+    fp: FixedPoint
+    layout: Layout
+
+    @property
+    def n(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.data.shape[1]
+
+
+def build_workload(cfg: RunConfig) -> Workload:
+    if cfg.data is not None:
+        data, _ = load_matrix(cfg.data)
+    else:
+        check_dimensions(cfg.clients, cfg.rows, cfg.sparsity if not cfg.dense else cfg.rows)
+        if cfg.dim < 1:
+            raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
+        data = synthetic_matrix(cfg.clients, cfg.dim, cfg.eta, cfg.seed)
+    n, d = data.shape
+    s = cfg.rows if cfg.dense else cfg.sparsity
+    check_dimensions(n, cfg.rows, s, dense=cfg.dense)
+    check_matrix(data, cfg.eta)
+    noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
+                      delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients)
+    fp = FixedPoint(cfg.frac_bits)
+    sketch = Sketch.generate(n, cfg.rows, s, seed=cfg.seed, dense=cfg.dense)
+    blocked = cfg.program != "reference"
+    layout = Layout.blocked(sketch, d) if blocked else Layout.plain(sketch, d)
+    return Workload(data, sketch, noise, fp, layout)
+
+
+def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
+    m, d = cfg.rows, work.d
+    if cfg.program == "local":
+        return compile_program(mp, "open", {"m": m, "d": d}, cache_dir=cfg.cache_dir)
+    if cfg.program == "reference":
+        return compile_program(mp, "reference", {"m": m, "d": d, "source": cfg.input_mode},
+                               cache_dir=cfg.cache_dir)
+    return compile_program(mp, "fast", {"m": m, "d": d, "source": cfg.input_mode,
+                                        "block_rows": work.layout.block_rows,
+                                        "chunk_blocks": work.layout.chunk_blocks},
+                           cache_dir=cfg.cache_dir)
+
+
+def public_input_for(cfg: RunConfig, work: Workload) -> str:
+    """The public schedule the program reads (it depends only on the sketch)."""
+    if cfg.program == "local":
+        return ""
+    if cfg.program == "reference":
+        # (bucket, sign) of every slot: 25M pairs at s = 50, so numpy formats them
+        pairs = np.stack([work.sketch.rows.ravel(), work.sketch.signs.ravel()], axis=1)
+        return f"{pairs.shape[0]}\n" + format_integers(pairs.ravel()).decode("ascii")
+    lay = work.layout
+    return f"{lay.n_chunks}\n" + format_integers(lay.block_acc).decode("ascii")
+
+
+def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Prepared:
+    if cfg.input_mode == "party":
+        sink = TextSink(cluster.input_file(), cfg.parties)
+    else:
+        sink = ShareSink([cluster.share_file(i) for i in range(cfg.parties)])
+    prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise, work.fp, sink,
+                              noise_rng())
+    # Before any party starts: a wrapped sum would reveal garbage, not an error.
+    work.fp.check_bucket_bound(prepared.abs_sums)
+    return prepared
+
+
+def aggregate_locally(cluster: LocalCluster, work: Workload) -> list[float]:
+    seconds = []
+    for i in range(cluster.parties):
+        raw = cluster.share_file(i)
+        received = raw.with_name(f"Received-P{i}.data")
+        raw.rename(received)
+        seconds.append(aggregate_share_file(received, work.layout, raw))
+    return seconds
+
+
+def run(cfg: RunConfig, *, echo=None) -> dict:
+    cfg.validate()
+    mp = find_mpspdz(cfg.mp_spdz)
+    mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
+    check_placement(cfg)
+    work = build_workload(cfg)
+    with output_directory(Path(cfg.out), force=cfg.force) as staging:
+        workdir = staging / "work"
+        try:
+            result = _run_in(cfg, mp, work, staging, workdir)
+        finally:
+            if not cfg.keep_work:
+                shutil.rmtree(workdir, ignore_errors=True)
+        if not result["verification"]["ok"]:
+            # Keep the evidence, but never as a normal result.
+            failed = Path(str(cfg.out) + ".mismatch")
+            shutil.rmtree(failed, ignore_errors=True)
+            shutil.copytree(staging, failed)
+            raise VerificationError(
+                f"the revealed sketch differs from the plaintext computation in "
+                f"{result['verification']['mismatches']} of {result['verification']['entries']}"
+                f" entries; evidence kept in {failed}")
+    if echo:
+        echo(summary(result, Path(cfg.out)))
+    return result
+
+
+def check_placement(cfg: RunConfig) -> None:
+    """Fail on hosts or network problems before any heavy work."""
+    if cfg.hosts is not None:
+        inventory_for(cfg)
+    if cfg.network is not None:
+        from harness.engine.netns import check_requirements
+
+        check_requirements()
+
+
+def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
+    """Local parties (optionally in emulated networks) or one party per SSH host."""
+    if cfg.hosts is not None:
+        from harness.remote.ssh import SshCluster  # paramiko only when it is needed
+
+        return SshCluster(mp, inventory_for(cfg), workdir, inventory_path=cfg.hosts)
+    return LocalCluster(mp, cfg.parties, workdir, network=cfg.network)
+
+
+def inventory_for(cfg: RunConfig) -> Inventory:
+    """The inventory's first ``cfg.parties`` hosts (party i runs on the i-th)."""
+    inv = load_inventory(cfg.hosts)
+    if cfg.parties > len(inv.hosts):
+        raise InputError(f"{cfg.parties} parties need {cfg.parties} hosts, but {cfg.hosts} "
+                         f"lists {len(inv.hosts)}; add [[party]] entries or lower --parties")
+    return dataclasses.replace(inv, hosts=inv.hosts[: cfg.parties])
+
+
+def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: Path) -> dict:
+    program = program_for(mp, cfg, work)
+    result = execute(cfg, mp, work, program, workdir)
+    output = work.fp.decode(result.pop("_revealed")) / math.sqrt(work.sketch.s)
+    write_json_atomic(staging / "result.json", result)
+    work.sketch.save(staging / "sketch.npz")
+    np.save(staging / "output.npy", output)
+    np.save(staging / "data.npy", work.data)
+    return result
+
+
+def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
+            workdir: Path, schedule: str | None = None) -> dict:
+    """One complete run in ``workdir``: fresh noise and masks, parties, verification.
+
+    ``schedule`` is :func:`public_input_for`'s text, for callers that repeat a
+    workload. Returns the result record (nothing is written outside ``workdir``);
+    its ``_revealed`` entry holds the revealed ring elements.
+    """
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    timings["compile_s"] = program.compile_seconds or 0.0
+    cluster = make_cluster(cfg, mp, workdir)
+    prepared = prepare_cluster(cfg, work, cluster)
+    timings["prepare_s"] = prepared.seconds
+    aggregate_s = aggregate_locally(cluster, work) if cfg.program == "local" else None
+    launched = time.perf_counter()
+    if schedule is None:
+        schedule = public_input_for(cfg, work)
+    runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+    timings["mpc_wall_s"] = time.perf_counter() - launched
+    m, d, s = work.sketch.m, work.d, work.sketch.s
+    revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
+    mismatches = int(np.count_nonzero(revealed != prepared.expected))
+    parties = []
+    for r in runs:
+        row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
+        if aggregate_s is not None:
+            row["mpc_time_s"] = row["time_s"]
+            row["aggregate_s"] = aggregate_s[r.party]
+            row["time_s"] = row["mpc_time_s"] + row["aggregate_s"]
+        parties.append(row)
+    uploads = [p["upload_s"] for p in parties if p.get("upload_s") is not None]
+    if uploads:
+        # The clients send to all servers at once: the upload lasts as long as the slowest.
+        timings["client_upload_s"] = max(uploads)
+    global_mb = max(p["global_data_sent_mb"] for p in parties)
+    upload = prepared.upload_bytes
+    timings["total_s"] = time.perf_counter() - started
+    return {
+        "format_version": FORMAT_VERSION,
+        "metadata": metadata(mp_spdz=mp.describe(), protocol=PROTOCOL, parties=cfg.parties),
+        "parameters": {
+            "parties": cfg.parties, "clients": work.n, "dim": d, "rows": m, "sparsity": s,
+            "dense": cfg.dense, "program": cfg.program, "input": cfg.input_mode,
+            "frac_bits": cfg.frac_bits, "seed": cfg.seed,
+            "data": str(cfg.data) if cfg.data else "synthetic",
+            "hosts": str(cfg.hosts) if cfg.hosts else "local",
+            "network": cfg.network or "loopback",
+            "noise": work.noise.describe(),
+            "layout": {"kind": work.layout.kind, "block_rows": work.layout.block_rows,
+                       "chunk_blocks": work.layout.chunk_blocks,
+                       "file_rows": work.layout.total_rows,
+                       "padding_rows": work.layout.total_rows - work.layout.real_rows},
+            **cfg.extra,
+        },
+        "parties": parties,
+        "t_mpc_s": max(p["time_s"] for p in parties),
+        "global_data_sent_mb": global_mb,
+        "client_upload_bytes": upload,
+        "c_mpc_mb": sum(upload) / 1e6 + global_mb,
+        "model_c_mpc_mb": cfg.parties * 8 * (s * work.n * d + m * d) / 1e6,
+        "verification": {"ok": mismatches == 0, "mismatches": mismatches, "entries": m * d,
+                         "method": "revealed ring elements equal sum_i S_i enc(A + G_i) "
+                                   "mod 2^64, computed with numpy from the same encoding"},
+        "noise_observed": prepared.stats,
+        "timings": timings,
+        "_revealed": revealed,
+    }
+
+
+def summary(result: dict, out: Path) -> str:
+    p = result["parameters"]
+    lines = [
+        f"ltm run: {p['program']} program, {p['parties']} parties, n={p['clients']} d={p['dim']}"
+        f" m={p['rows']} s={p['sparsity']}, noise {p['noise']['kind']}",
+        f"  verified: {'yes, bit-exact' if result['verification']['ok'] else 'NO'}",
+        f"  T_MPC {result['t_mpc_s']:.3f} s (slowest party); C_MPC {result['c_mpc_mb']:.3f} MB "
+        f"(model {result['model_c_mpc_mb']:.3f} MB)",
+    ]
+    for party in result["parties"]:
+        lines.append(f"  P{party['party']}: time {party['time_s']:.3f} s, sent "
+                     f"{party['data_sent_mb']:.3f} MB in {party['rounds']} rounds")
+    if p["noise"].get("zero_output"):
+        lines.append("  note: n <= 8 m ln(dm/delta) + s + t', so R_D sent zeros (see the paper)")
+    lines.append(f"  results in {out}")
+    return "\n".join(lines)
+

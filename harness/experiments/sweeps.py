@@ -1,0 +1,286 @@
+"""Sweep specifications: the paper's Tables 3-5 as grids of cells to run.
+
+Each table is a TOML file in the ``benchmarks`` package (``table3.toml`` ...;
+the schema is documented in each file's header). A spec's cells are every
+variant (server count) times every grid point (n, s), in file order.
+
+``--scale`` multiplies every n so that a sweep can be tried on a small machine:
+the run's n is ``round(n * scale)`` (halves round up) and never below m, because
+the sketch needs at least as many clients as it has rows (``harness.clients.sketch``).
+Cells keep the paper's n (``paper_clients``) and their key names it, so a cell
+is matched with the paper's row at any scale; the raw rows carry the scale, and
+a sweep must not mix scales within one output directory.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import benchmarks
+from harness.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "TABLES",
+    "X_AXES",
+    "Cell",
+    "Spec",
+    "Variant",
+    "expand",
+    "load_spec",
+    "paper_values",
+    "read_spec",
+    "resolve_tables",
+    "scaled_clients",
+    "spec_dir",
+]
+
+TABLES = ("table3", "table4", "table5")
+X_AXES = ("clients", "sparsity")
+PAPER_CSV = "paper_tables.csv"
+
+_TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid")
+_REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
+_VARIANT_KEYS = ("servers", "label", "note")
+_GRID_KEYS = ("clients", "sparsity")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One parameter setting of a table, run ``repeat`` times."""
+
+    table: str  # "table3"
+    variant: str  # "" when the table has a single variant, e.g. "S3" / "S2" for table5
+    servers: int
+    clients: int  # n after --scale
+    paper_clients: int  # n in the paper
+    sparsity: int
+    rows: int  # m
+    dim: int  # d
+
+    @property
+    def key(self) -> str:
+        """Stable id for resuming, e.g. ``table5/S2/n=500000/s=10`` (the paper's n)."""
+        parts = [self.table] + ([self.variant] if self.variant else [])
+        return "/".join(parts + [f"n={self.paper_clients}", f"s={self.sparsity}"])
+
+    @property
+    def model_c_mpc_mb(self) -> float:
+        """The paper's communication model S * 8 * (s*n*d + m*d) bytes, in MB, at the run's n."""
+        return c_mpc_model_mb(self.servers, self.sparsity, self.clients, self.rows, self.dim)
+
+
+@dataclass(frozen=True)
+class Variant:
+    servers: int
+    label: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A validated sweep specification; ``cells`` are at scale 1."""
+
+    name: str
+    title: str
+    x: str  # "clients" or "sparsity"
+    repeat: int
+    cells: tuple[Cell, ...]
+    rows: int = 0
+    dim: int = 0
+    variants: tuple[Variant, ...] = ()
+    paper: str = ""  # the paper_tables.csv table to compare with
+    path: Path | None = None
+
+
+def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
+    # Each server receives one 8-byte share of each of the s*n*d noisy entries and
+    # sends its m*d output shares (paper README: this reproduces every C_MPC value).
+    return servers * 8 * (sparsity * clients * dim + rows * dim) / 1e6
+
+
+def spec_dir() -> Path:
+    """The directory holding the table specs and the paper's values."""
+    return Path(benchmarks.__file__).parent
+
+
+def resolve_tables(which: str) -> list[str]:
+    """``"all"`` -> every table; one table's name -> that table; else an InputError."""
+    if which == "all":
+        return list(TABLES)
+    if which in TABLES:
+        return [which]
+    raise InputError(f"unknown table {which!r}; choose one of {', '.join(TABLES)} or all")
+
+
+def load_spec(name: str, directory: Path | None = None) -> Spec:
+    """The spec ``<name>.toml`` from the benchmarks package (or ``directory``)."""
+    base = Path(directory) if directory is not None else spec_dir()
+    path = base / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in base.glob("*.toml"))
+        raise InputError(f"no sweep specification {path}; choose one of "
+                         f"{', '.join(known) or '(none found)'}")
+    return read_spec(path)
+
+
+def read_spec(path: Path) -> Spec:
+    """Read and validate one spec file; every error names the file, the key and the fix."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise InputError(f"cannot read sweep specification {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path} is not valid TOML: {exc}; fix the syntax") from exc
+    return _parse_spec(path, data)
+
+
+def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
+    _no_unknown(path, "", data, _TOP_KEYS)
+    for key in _REQUIRED_TOP:
+        if key not in data:
+            raise InputError(f"{path}: missing key {key!r}; add it (see the file's header)")
+    name = _string(path, "name", data["name"])
+    if name != path.stem:
+        raise InputError(f"{path}: key 'name' is {name!r} but the file is {path.name}; "
+                         f"set name = {path.stem!r} or rename the file")
+    title = _string(path, "title", data["title"])
+    x = _string(path, "x", data["x"])
+    if x not in X_AXES:
+        raise InputError(f"{path}: key 'x' is {x!r}; set it to one of {', '.join(X_AXES)}")
+    repeat = _positive_int(path, "repeat", data["repeat"])
+    rows = _positive_int(path, "rows", data["rows"])
+    dim = _positive_int(path, "dim", data["dim"])
+    paper = _string(path, "paper", data.get("paper", name))
+    variants = _variants(path, data["variant"])
+    clients, sparsity = _grid(path, data["grid"], rows)
+    cells = tuple(
+        Cell(table=name, variant=v.label, servers=v.servers, clients=n, paper_clients=n,
+             sparsity=s, rows=rows, dim=dim)
+        for v in variants for n in clients for s in sparsity)
+    return Spec(name=name, title=title, x=x, repeat=repeat, cells=cells, rows=rows, dim=dim,
+                variants=variants, paper=paper, path=path)
+
+
+def _variants(path: Path, raw: Any) -> tuple[Variant, ...]:
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, dict) for v in raw):
+        raise InputError(f"{path}: key 'variant' must be one or more [[variant]] tables "
+                         "with servers and label; add them")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"variant[{i}]"
+        _no_unknown(path, where + ".", entry, _VARIANT_KEYS)
+        for key in ("servers", "label"):
+            if key not in entry:
+                raise InputError(f"{path}: missing key '{where}.{key}'; add it")
+        servers = _positive_int(path, f"{where}.servers", entry["servers"])
+        if servers < 2:
+            raise InputError(f"{path}: key '{where}.servers' is {servers}; semi2k needs at "
+                             "least 2 servers")
+        label = _string(path, f"{where}.label", entry["label"])
+        if "/" in label or label.strip() != label:
+            raise InputError(f"{path}: key '{where}.label' {label!r} is used in cell keys; "
+                             "use letters and digits only")
+        note = _string(path, f"{where}.note", entry.get("note", ""))
+        out.append(Variant(servers=servers, label=label, note=note))
+    labels = [v.label for v in out]
+    if len(out) > 1 and ("" in labels or len(set(labels)) != len(labels)):
+        raise InputError(f"{path}: key 'variant.label': with several variants every label "
+                         f"must be distinct and non-empty, got {labels}; name each variant")
+    return tuple(out)
+
+
+def _grid(path: Path, raw: Any, rows: int) -> tuple[list[int], list[int]]:
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: key 'grid' must be a [grid] table with clients and "
+                         "sparsity lists")
+    _no_unknown(path, "grid.", raw, _GRID_KEYS)
+    values = {}
+    for key in _GRID_KEYS:
+        if key not in raw:
+            raise InputError(f"{path}: missing key 'grid.{key}'; add a list of integers")
+        items = raw[key]
+        if not isinstance(items, list) or not items:
+            raise InputError(f"{path}: key 'grid.{key}' must be a non-empty list of integers")
+        ints = [_positive_int(path, f"grid.{key}", v) for v in items]
+        if len(set(ints)) != len(ints):
+            raise InputError(f"{path}: key 'grid.{key}' repeats a value: {ints}; drop duplicates")
+        values[key] = ints
+    for n in values["clients"]:
+        if n < rows:
+            raise InputError(f"{path}: key 'grid.clients' has n={n} < rows={rows}; the sketch "
+                             "needs at least m clients")
+    for s in values["sparsity"]:
+        if s > rows:
+            raise InputError(f"{path}: key 'grid.sparsity' has s={s} > rows={rows}; each "
+                             "column's non-zeros sit in distinct rows, so s <= m")
+    return values["clients"], values["sparsity"]
+
+
+def _no_unknown(path: Path, prefix: str, data: dict, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise InputError(f"{path}: unknown key {prefix + unknown[0]!r}; allowed keys are "
+                         f"{', '.join(allowed)} (check the spelling)")
+
+
+def _string(path: Path, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{path}: key {key!r} must be a string, got {value!r}; quote it")
+    return value
+
+
+def _positive_int(path: Path, key: str, value: Any) -> int:
+    # TOML booleans are ints in Python; `repeat = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{path}: key {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def scaled_clients(paper_clients: int, scale: float, rows: int) -> int:
+    """The run's n for the paper's n: round half up, and at least m (the sketch's minimum)."""
+    return max(rows, 1, math.floor(paper_clients * scale + 0.5))
+
+
+def expand(spec: Spec, scale: float = 1.0) -> list[Cell]:
+    """The spec's cells with every n multiplied by ``scale`` (see the module docstring)."""
+    if isinstance(scale, bool) or not isinstance(scale, int | float) \
+            or not math.isfinite(scale) or scale <= 0:
+        raise InputError(f"--scale must be a positive number, got {scale!r}; use 1 for the "
+                         "paper's n, or e.g. 0.1 for a tenth of it")
+    return [Cell(table=c.table, variant=c.variant, servers=c.servers,
+                 clients=scaled_clients(c.paper_clients, scale, c.rows),
+                 paper_clients=c.paper_clients, sparsity=c.sparsity, rows=c.rows, dim=c.dim)
+            for c in spec.cells]
+
+
+def paper_values(path: Path | None = None) -> pd.DataFrame:
+    """The paper's Tables 3-5 (``benchmarks/paper_tables.csv``), one row per paper cell.
+
+    Columns: table ("table3"), servers (as captioned), servers_by_comm (what C_MPC
+    implies), sparsity, clients, rows, dim, t_mpc_mean_s, t_mpc_std_s, c_mpc_mb, note.
+    """
+    path = Path(path) if path is not None else spec_dir() / PAPER_CSV
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read the paper's values {path}: {exc.strerror}; "
+                         "reinstall ltm-harness") from exc
+    # Skip whole-line comments only: pandas' comment= would also cut a note at a '#'.
+    body = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    # keep_default_na=False: an empty note is "", not NaN.
+    return pd.read_csv(io.StringIO(body), dtype={"table": str, "note": str},
+                       keep_default_na=False)

@@ -1,0 +1,265 @@
+"""One party on its own host: a remote working directory, uploads, the process.
+
+The party runs as ``setsid -w sh -c 'echo $$ > party.pgid; exec semi2k-party.x ...'``
+so that it leads its own process group whose id is written next to it: the
+runner can then kill exactly that group (TERM, then KILL) over any SSH
+connection, even a new one made after the first was lost. ``setsid -w`` keeps
+the party's exit status as the SSH command's status.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from harness.engine.process import Completed
+from harness.errors import LtmError, MpSpdzError
+from harness.remote._connect import ConnectOptions, connect, describe
+from harness.remote.hosts import Host
+
+__all__ = ["Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
+
+PGID_FILE = "party.pgid"
+_EXEC_TIMEOUT = 60.0
+_POLL_SECONDS = 0.01
+_CHUNK = 1 << 16
+_NO_BINARY, _NO_SETSID = 3, 4
+
+
+class Abandoned(Exception):
+    """The group gave up on this party (another failed, timeout, Ctrl-C)."""
+
+
+class ConnectionLost(LtmError):
+    """The SSH connection to a host dropped while its party was running."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    remote: str  # relative to the remote working directory
+    local: Path | None = None
+    content: bytes | None = None
+    mode: int = 0o644
+
+
+def shell_path(path: str) -> str:
+    """``path`` quoted for the remote shell, with a leading ``~`` still expanded."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def _kill_script(directory: str, wait_for_pgid: bool) -> str:
+    # Prints "killed" when the group still existed: that party did not end on its own.
+    d = shlex.quote(directory)
+    wait = (f'i=0; while [ ! -s {d}/{PGID_FILE} ] && [ $i -lt 50 ]; do sleep 0.1; '
+            'i=$((i+1)); done; ') if wait_for_pgid else ""
+    return (f'{wait}[ -s {d}/{PGID_FILE} ] || exit 0; g=$(cat {d}/{PGID_FILE}); '
+            'kill -0 -- "-$g" 2>/dev/null || exit 0; echo killed; kill -TERM -- "-$g"; '
+            'i=0; while kill -0 -- "-$g" 2>/dev/null && [ $i -lt 20 ]; do sleep 0.1; '
+            'i=$((i+1)); done; kill -KILL -- "-$g" 2>/dev/null; '
+            'i=0; while kill -0 -- "-$g" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; '
+            'i=$((i+1)); done; exit 0')
+
+
+def _exec(client: paramiko.SSHClient, command: str,
+          timeout: float = _EXEC_TIMEOUT) -> tuple[int, str, str]:
+    _, stdout, stderr = client.exec_command(command, timeout=timeout)
+    out = stdout.read().decode(errors="replace")
+    err = stderr.read().decode(errors="replace")
+    return stdout.channel.recv_exit_status(), out, err
+
+
+class RemoteParty:
+    """Party ``index`` on ``host``; every method is safe to call from one worker thread."""
+
+    def __init__(self, index: int, host: Host, log_dir: Path) -> None:
+        self.index = index
+        self.host = host
+        self.name = f"P{index}"
+        self.log_dir = log_dir
+        self.client: paramiko.SSHClient | None = None
+        self.remote_dir: str | None = None
+        self.started = False
+        self.upload_s = 0.0
+        self._channel: paramiko.Channel | None = None
+        self._began = 0.0
+        self._lock = threading.Lock()  # remote_dir/started vs. a concurrent cleanup
+
+    @property
+    def label(self) -> str:
+        return describe(self.host)
+
+    @property
+    def binary(self) -> str:
+        return f"{self.host.mp_spdz.rstrip('/')}/semi2k-party.x"
+
+    # --- before the run ------------------------------------------------------------
+
+    def open(self, known_hosts: Path, options: ConnectOptions,
+             inventory_path: Path | None) -> None:
+        self.client = connect(self.host, known_hosts, options=options,
+                              inventory_path=inventory_path)
+
+    def make_dir(self) -> None:
+        """Check the engine is there, then create a fresh private working directory."""
+        assert self.client is not None
+        workdir = shell_path(self.host.workdir.rstrip("/") or "/")
+        script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
+                  f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; "
+                  f'mkdir -p {workdir} && d=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
+                  "&& pwd -P")
+        with self._lock:
+            rc, out, err = _exec(self.client, script)
+            if rc == 0 and out.strip():
+                self.remote_dir = out.strip().splitlines()[-1]
+                return
+        if rc == _NO_BINARY:
+            raise MpSpdzError(
+                f"{self.label}: MP-SPDZ's {self.binary} is missing or not executable on that "
+                "host; run `ltm mpspdz install` there, or fix 'mp_spdz' for this party in "
+                "the inventory")
+        if rc == _NO_SETSID:
+            raise LtmError(f"{self.label}: the setsid command is missing on that host; "
+                           "install util-linux there")
+        raise LtmError(f"{self.label}: cannot create a working directory under "
+                       f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
+                       "for this party in the inventory")
+
+    def upload(self, directories: list[str], uploads: list[Upload],
+               abandon: threading.Event) -> None:
+        """Create ``directories`` (parents first) and write ``uploads``; time it all."""
+        assert self.client is not None and self.remote_dir is not None
+        started = time.perf_counter()
+
+        def check(_done: int, _total: int) -> None:
+            if abandon.is_set():
+                raise Abandoned
+
+        sftp = self.client.open_sftp()
+        sftp.get_channel().settimeout(_EXEC_TIMEOUT)  # a stalled host fails, not hangs
+        try:
+            for sub in directories:
+                sftp.mkdir(f"{self.remote_dir}/{sub}", 0o700)
+            for item in uploads:
+                check(0, 0)
+                target = f"{self.remote_dir}/{item.remote}"
+                if item.local is not None:
+                    sftp.put(str(item.local), target, callback=check)
+                else:
+                    with sftp.open(target, "wb") as f:
+                        f.set_pipelined(True)
+                        f.write(item.content or b"")
+                sftp.chmod(target, item.mode)
+        finally:
+            sftp.close()
+        self.upload_s = time.perf_counter() - started
+
+    # --- the run -------------------------------------------------------------------
+
+    def start(self, args: list[str]) -> None:
+        assert self.client is not None and self.remote_dir is not None
+        command = (f"cd {shlex.quote(self.remote_dir)} && exec setsid -w /bin/sh -c "
+                   f"'echo $$ > {PGID_FILE} && exec \"$0\" \"$@\"' {shell_path(self.binary)} "
+                   f"{shlex.join(args)} </dev/null")
+        transport = self.client.get_transport()
+        assert transport is not None
+        with self._lock:
+            channel = transport.open_session(timeout=_EXEC_TIMEOUT)
+            self.started = True  # from here on, cleanup must look for a process group
+            self._channel = channel
+            self._began = time.monotonic()
+            channel.exec_command(command)
+
+    def collect(self, abandon: threading.Event) -> Completed:
+        """Stream the party's output into its log files until it ends."""
+        channel = self._channel
+        assert channel is not None
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out_path = self.log_dir / f"{self.name}.stdout"
+        err_path = self.log_dir / f"{self.name}.stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            while True:
+                busy = _drain(channel, out, err)
+                if channel.closed or (channel.exit_status_ready() and channel.eof_received):
+                    _drain(channel, out, err)
+                    break
+                if abandon.is_set():
+                    raise Abandoned
+                if not busy:
+                    time.sleep(_POLL_SECONDS)
+        wall = time.monotonic() - self._began
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
+        # paramiko marks a channel that closed with its connection as "exited" with -1.
+        transport = channel.get_transport()
+        if channel.exit_status < 0 and (transport is None or not transport.is_active()):
+            raise ConnectionLost(f"{self.label}: the SSH connection was lost while its party "
+                                 "ran")
+        return Completed(self.name, channel.exit_status, stdout, stderr, wall)
+
+    # --- cleanup -------------------------------------------------------------------
+
+    def kill(self, options: ConnectOptions, known_hosts: Path) -> bool:
+        """Stop the party's process group; True if it was still running."""
+        with self._lock:
+            directory, started = self.remote_dir, self.started
+        if directory is None or not started:
+            return False
+        rc, out, _ = self._exec_anyhow(_kill_script(directory, wait_for_pgid=True),
+                                       options, known_hosts)
+        return rc == 0 and "killed" in out
+
+    def remove(self, options: ConnectOptions, known_hosts: Path) -> None:
+        """Kill anything left, then delete the remote working directory."""
+        with self._lock:
+            directory, started = self.remote_dir, self.started
+        if directory is None:
+            return
+        # The subshell's exits end only the kill part; the removal always runs.
+        script = (f"({_kill_script(directory, wait_for_pgid=started)}) >/dev/null; "
+                  f"rm -rf {shlex.quote(directory)}")
+        rc, _, err = self._exec_anyhow(script, options, known_hosts)
+        if rc != 0:
+            raise LtmError(f"{self.label}: could not remove {directory}: {err.strip()}")
+        with self._lock:
+            self.remote_dir = None
+
+    def _exec_anyhow(self, script: str, options: ConnectOptions,
+                     known_hosts: Path) -> tuple[int, str, str]:
+        """Run a cleanup script, reconnecting once if the first connection died."""
+        client = self.client
+        transport = client.get_transport() if client is not None else None
+        if client is not None and transport is not None and transport.is_active():
+            try:
+                return _exec(client, script)
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+        fresh = connect(self.host, known_hosts, options=ConnectOptions(
+            timeout=options.timeout, attempts=2, backoff=options.backoff))
+        try:
+            return _exec(fresh, script)
+        finally:
+            fresh.close()
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def _drain(channel: paramiko.Channel, out, err) -> bool:
+    busy = False
+    while channel.recv_ready():
+        out.write(channel.recv(_CHUNK))
+        busy = True
+    while channel.recv_stderr_ready():
+        err.write(channel.recv_stderr(_CHUNK))
+        busy = True
+    return busy

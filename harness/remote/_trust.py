@@ -1,0 +1,152 @@
+"""``ltm hosts trust`` and ``ltm hosts check``: pinning host keys, testing access.
+
+Trust is explicit: the runner never accepts an unknown key by itself, so the
+user (or ``ltm aws up``, which scans its own fresh instances) pins the keys
+once, after comparing the printed fingerprints with the machines' consoles. A
+key that differs from the pinned one is refused unless ``--replace`` says the
+machine was rebuilt. Nothing is written unless every host answered, so a
+partial failure never leaves a half-trusted inventory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from harness.errors import LtmError
+from harness.remote._connect import (
+    ConnectOptions,
+    HostKeyError,
+    SshConnectError,
+    connect,
+    describe,
+)
+from harness.remote._keys import ServerKey, fetch_host_key, known_target, pinned_keys, write_pinned
+from harness.remote._party import shell_path
+from harness.remote.hosts import Host, load_inventory
+
+__all__ = ["HostCheck", "TrustResult", "check_hosts", "trust_hosts"]
+
+_VERSION = re.compile(r"^## (\d+\.\d+\.\d+)", re.M)
+
+
+@dataclass(frozen=True)
+class TrustResult:
+    host: Host
+    target: str  # the known_hosts name: host, or [host]:port
+    key: ServerKey
+    status: str  # "added", "unchanged", "replaced" or "changed" (refused)
+    previous: tuple[ServerKey, ...] = ()
+
+
+def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False,
+                echo: Callable[[str], None] = print,
+                confirm: Callable[[str], bool] | None = None,
+                timeout: float = 10.0) -> list[TrustResult]:
+    """Fetch every host's key, print its fingerprint and pin it in known_hosts.
+
+    ``confirm`` is asked before anything is written (None: do not ask).
+    """
+    inventory = load_inventory(inventory_path)
+    known_hosts = inventory.known_hosts
+    results: list[TrustResult] = []
+    seen: dict[str, TrustResult] = {}
+    for host in inventory.hosts:
+        target = known_target(host.ssh_host, host.ssh_port)
+        if target in seen:  # several parties on one machine: one key
+            results.append(TrustResult(host, target, seen[target].key, seen[target].status,
+                                       seen[target].previous))
+            continue
+        pinned = pinned_keys(known_hosts, target)
+        key = _fetch(host, timeout, tuple(k.key_type for k in pinned))
+        if key in pinned:
+            status = "unchanged"
+        elif pinned:
+            status = "replaced" if replace else "changed"
+        else:
+            status = "added"
+        result = TrustResult(host, target, key, status, tuple(pinned))
+        seen[target] = result
+        results.append(result)
+        echo(f"{host.name}  {target}  {key.key_type} {key.fingerprint}  {_NOTES[status]}")
+    changed = [r for r in seen.values() if r.status == "changed"]
+    if changed:
+        detail = "; ".join(f"{describe(r.host)} now shows {r.key.fingerprint}, pinned "
+                           f"{', '.join(k.fingerprint for k in r.previous)}" for r in changed)
+        raise HostKeyError(
+            f"SSH host key CHANGED: {detail} (in {known_hosts}). This may be an attack (man "
+            "in the middle); if the machine was rebuilt, verify the new fingerprint on its "
+            "console and rerun with --replace. Nothing was written")
+    new = [(r.target, r.key) for r in seen.values() if r.status in ("added", "replaced")]
+    if not new:
+        echo(f"All {len(seen)} host key(s) were already pinned in {known_hosts}.")
+        return results
+    if confirm is not None and not confirm(f"Pin {len(new)} host key(s) in {known_hosts}?"):
+        raise LtmError("not confirmed; nothing was written (pass --yes to skip the question)")
+    write_pinned(known_hosts, new, replace=replace)
+    echo(f"Pinned {len(new)} host key(s) in {known_hosts}.")
+    return results
+
+
+_NOTES = {"added": "(new, pinned)", "unchanged": "(already pinned)",
+          "replaced": "(CHANGED, replaced)", "changed": "(CHANGED: refused)"}
+
+
+def _fetch(host: Host, timeout: float, prefer: tuple[str, ...]) -> ServerKey:
+    try:
+        return fetch_host_key(host.ssh_host, host.ssh_port, timeout=timeout, prefer=prefer)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise SshConnectError(
+            f"{describe(host)}: could not read its SSH host key: {exc or type(exc).__name__}; "
+            "check the host is up and sshd listens on that port. Nothing was written") from None
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    host: Host
+    ok: bool
+    detail: str  # the MP-SPDZ version found, or what is wrong
+
+
+def check_hosts(inventory_path: str | os.PathLike[str], *,
+                echo: Callable[[str], None] = print,
+                options: ConnectOptions | None = None) -> list[HostCheck]:
+    """Log in to every host (keys verified) and look for its MP-SPDZ."""
+    inventory = load_inventory(inventory_path)
+    checks = []
+    for host in inventory.hosts:
+        check = _check(host, inventory.known_hosts, Path(inventory_path),
+                       options or ConnectOptions())
+        checks.append(check)
+        echo(f"{describe(check.host)}: {'ok' if check.ok else 'FAILED'}: {check.detail}")
+    return checks
+
+
+def _check(host: Host, known_hosts: Path, inventory_path: Path,
+           options: ConnectOptions) -> HostCheck:
+    binary = f"{host.mp_spdz.rstrip('/')}/semi2k-party.x"
+    try:
+        client = connect(host, known_hosts, options=options, inventory_path=inventory_path)
+    except LtmError as exc:
+        return HostCheck(host, False, str(exc).removeprefix(f"{describe(host)}: "))
+    try:
+        _, stdout, _ = client.exec_command(
+            f"test -x {shell_path(binary)} && echo found; "
+            f"head -c 4096 {shell_path(host.mp_spdz.rstrip('/') + '/CHANGELOG.md')} "
+            "2>/dev/null", timeout=options.timeout)
+        out = stdout.read().decode(errors="replace")
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        return HostCheck(host, False, f"lost the connection: {exc}")
+    finally:
+        client.close()
+    if not out.startswith("found"):
+        return HostCheck(host, False, f"{binary} is missing or not executable; run `ltm mpspdz "
+                                      "install` there, or fix 'mp_spdz' in the inventory")
+    version = _VERSION.search(out)
+    return HostCheck(host, True, f"MP-SPDZ {version.group(1) if version else '(unknown version)'}"
+                                 f" at {host.mp_spdz}")
