@@ -171,6 +171,21 @@ def test_masks_look_uniform():
     assert abs(top_bits.mean() - 0.5) < 0.01
 
 
+def test_mask_stream_spans_pieces_without_repeats():
+    # Three and a half 1 MiB keystream pieces: a buffer or counter reused across
+    # pieces would repeat 16-byte blocks, which a real keystream never does.
+    from harness.clients.sharing import random_ring
+
+    words = random_ring((7, 1 << 16))
+    blocks = words.reshape(-1, 2)
+    assert len(np.unique(blocks, axis=0)) == len(blocks)
+    counts = np.bincount(words.view(np.uint8).ravel(), minlength=256)
+    expected = words.nbytes / 256
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 400  # 255 degrees of freedom: p < 1e-7 beyond this
+    assert not np.array_equal(random_ring((4,)), random_ring((4,)))
+
+
 def test_share_file_format(tmp_path):
     path = tmp_path / "Transactions-P0.data"
     write_share_file(path, np.array([1, 2**64 - 1], dtype=np.uint64))
