@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -17,12 +18,15 @@ def mp_spdz(pytestconfig: pytest.Config):
     capture = pytestconfig.pluginmanager.getplugin("capturemanager")
     try:
         # The download's notice and progress bar reach the terminal, not the capture.
-        with capture.global_and_fixture_disabled():
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             mp = ensure_mpspdz(out=sys.stderr)
         mp.binary("semi2k-party.x")
     except MpSpdzError as exc:
-        pytest.fail(f"MP-SPDZ is required for the integration tests: {exc}", pytrace=False)
-    return mp
+        problem = str(exc)
+    else:
+        return mp
+    # Outside the except block, so the report is this one line, not an exception chain.
+    pytest.fail(f"MP-SPDZ is required for the integration tests: {problem}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
