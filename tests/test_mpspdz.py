@@ -629,3 +629,59 @@ def test_cli_archive_and_url_are_exclusive(capsys: pytest.CaptureFixture[str]) -
 def test_cli_mpspdz_without_subcommand_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["mpspdz"]) == 1
     assert "install" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("only_mpspdz_commands")
+def test_cli_install_downloads_from_the_url_variable(
+    http_dir: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served, base = http_dir
+    make_release(served / "mirror.tar.xz")
+    url = f"{base}/mirror.tar.xz"
+    monkeypatch.setenv("LTM_MPSPDZ_URL", url)
+    assert cli.main(["mpspdz", "install"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    home = mpspdz.default_home()
+    assert first.startswith(f"Downloading {url} (the MP-SPDZ v0.4.2 release, ")
+    assert first.endswith(f" MB) into {home}")
+    assert json.loads((home / ".ltm-install.json").read_text())["source"] == url
+
+
+@pytest.mark.usefixtures("only_mpspdz_commands", "healthy_env")
+def test_cli_doctor_fix_installs_on_first_use(
+    http_dir: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    served, base = http_dir
+    make_release(served / "r.tar.xz")
+    monkeypatch.setenv("LTM_MPSPDZ_URL", f"{base}/r.tar.xz")
+
+    monkeypatch.setenv("LTM_NO_INSTALL", "1")
+    assert cli.main(["doctor", "--fix"]) == 1
+    assert "MP-SPDZ not found" in capsys.readouterr().out
+    assert not mpspdz.default_home().exists()
+
+    monkeypatch.delenv("LTM_NO_INSTALL")
+    assert cli.main(["doctor", "--fix"]) == 0
+    out = capsys.readouterr().out
+    assert f"first use installs it: downloading {base}/r.tar.xz" in out
+    assert "All required components found." in out
+    assert run_binary(mpspdz.default_home() / "semi2k-party.x") == "semi2k-party.x amd64"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "log"])
+def test_download_progress(terminal: bool) -> None:
+    out = _Terminal() if terminal else io.StringIO()
+    progress = mpspdz._Progress(out, 2_000_000)
+    for done in range(0, 2_000_001, 100_000):
+        progress.update(done)
+    progress.close()
+    text = out.getvalue()
+    if terminal:
+        assert text.count("\r") == 21 and text.endswith(f"[{'#' * 30}] 100% of 2.0 MB\n")
+    else:
+        assert text.splitlines() == [f"  {p}% of 2.0 MB" for p in range(10, 100, 10)]

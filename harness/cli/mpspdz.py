@@ -7,14 +7,16 @@ import argparse
 
 from harness.engine.mpspdz import (
     ENV_VAR,
-    RELEASE_URL,
+    NO_INSTALL_ENV_VAR,
     SUPPORTED_VERSION,
+    URL_ENV_VAR,
     default_home,
     doctor,
     install,
+    release_url,
 )
 
-__all__ = ["add_commands", "add_mpspdz_argument"]
+__all__ = ["add_commands", "add_install_argument", "add_mpspdz_argument"]
 
 
 def add_mpspdz_argument(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +31,17 @@ def add_mpspdz_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_install_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-install``, for the commands that install MP-SPDZ on first use."""
+    parser.add_argument(
+        "--no-install",
+        dest="install_mpspdz",
+        action="store_false",
+        help="when no MP-SPDZ is configured, fail instead of downloading the release into "
+        f"the default location (also {NO_INSTALL_ENV_VAR}=1)",
+    )
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p_doctor = subparsers.add_parser(
         "doctor",
@@ -37,6 +50,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "exit 1 if something required is missing.",
     )
     add_mpspdz_argument(p_doctor)
+    p_doctor.add_argument(
+        "--fix",
+        action="store_true",
+        help="when no MP-SPDZ is configured, install the release into the default location "
+        f"first (not with {NO_INSTALL_ENV_VAR}=1)",
+    )
     p_doctor.set_defaults(func=_cmd_doctor)
 
     p_mpspdz = subparsers.add_parser("mpspdz", help="manage the MP-SPDZ installation")
@@ -52,7 +71,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument(
         "--archive", metavar="FILE", help="install from a release tarball already on disk"
     )
-    source.add_argument("--url", metavar="URL", help=f"download from URL (default {RELEASE_URL})")
+    source.add_argument(
+        "--url",
+        metavar="URL",
+        help=f"download from URL (default ${URL_ENV_VAR} or {release_url()})".replace("%", "%%"),
+    )
     p_install.add_argument(
         "--prefix",
         metavar="DIR",
@@ -70,14 +93,14 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    return 0 if doctor(args.mp_spdz) else 1
+    return 0 if doctor(args.mp_spdz, fix=args.fix) else 1
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
     install(
         prefix=args.prefix,
         archive=args.archive,
-        url=args.url or RELEASE_URL,
+        url=args.url,
         force=args.force,
     )
     return 0

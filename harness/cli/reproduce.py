@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli.mpspdz import add_mpspdz_argument
+from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.clients.noise import NOISE_KINDS
 from harness.experiments.run import PROGRAMS
 
@@ -45,6 +45,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="with --estimate: the clients' upload bandwidth (default 0.512, "
                         "t3.large's baseline)")
     add_mpspdz_argument(p)
+    add_install_argument(p)
     p.set_defaults(func=_handle)
 
 
@@ -68,6 +69,7 @@ def _handle(args: argparse.Namespace) -> int:
     cfg = ReproduceConfig(tables=args.tables, out=args.out, repeat=args.repeat,
                           scale=args.scale, program=args.program, hosts=args.hosts,
                           network=args.network, noise=args.noise, seed=args.seed,
-                          timeout=args.timeout, mp_spdz=args.mp_spdz, progress=args.progress)
+                          timeout=args.timeout, mp_spdz=args.mp_spdz, progress=args.progress,
+                          install_mpspdz=args.install_mpspdz)
     reproduce(cfg, echo=print)
     return 0

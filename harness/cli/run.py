@@ -6,7 +6,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from harness.cli.mpspdz import add_mpspdz_argument
+from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.clients.noise import NOISE_KINDS
 from harness.experiments.run import INPUT_MODES, PROGRAMS, RunConfig, run
 
@@ -54,6 +54,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-work", action="store_true",
                    help="keep the parties' working directories in --out/work")
     add_mpspdz_argument(p)
+    add_install_argument(p)
     p.set_defaults(func=_handle)
 
 
@@ -66,6 +67,7 @@ def _handle(args: argparse.Namespace) -> int:
         corrupt_clients=args.corrupt_clients, program=args.program,
         input_mode=args.input_mode, frac_bits=args.frac_bits, seed=args.seed,
         mp_spdz=args.mp_spdz, port=args.port, timeout=args.timeout, force=args.force,
-        keep_work=args.keep_work, hosts=args.hosts, network=args.network)
+        keep_work=args.keep_work, hosts=args.hosts, network=args.network,
+        install_mpspdz=args.install_mpspdz)
     run(cfg, echo=print)
     return 0

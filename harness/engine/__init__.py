@@ -12,7 +12,14 @@ share-file format and layout the programs read).
 """
 
 from harness.engine.cluster import LocalCluster, PartyRun
-from harness.engine.mpspdz import MpSpdz, default_home, doctor, find_mpspdz, install
+from harness.engine.mpspdz import (
+    MpSpdz,
+    default_home,
+    doctor,
+    ensure_mpspdz,
+    find_mpspdz,
+    install,
+)
 from harness.engine.process import Command, Completed, check_call, run_group
 from harness.engine.programs import CompiledProgram, compile_program
 
@@ -27,6 +34,7 @@ __all__ = [
     "compile_program",
     "default_home",
     "doctor",
+    "ensure_mpspdz",
     "find_mpspdz",
     "install",
     "run_group",

@@ -1,15 +1,18 @@
 """Finding, checking and installing MP-SPDZ.
 
-Every command that compiles or runs a program goes through :func:`find_mpspdz`,
-so there is one place that decides which MP-SPDZ is used (``--mp-spdz`` >
-``$MP_SPDZ_HOME`` > the default location) and one error message that says how
-to get it. :func:`doctor` reports what is there; :func:`install` sets up
-the official binary release without running its shell scripts, so that a
-failure half-way never leaves a broken installation behind.
+Every command that compiles or runs a program goes through :func:`find_mpspdz`
+(or :func:`ensure_mpspdz`, which installs the release on first use), so there is
+one place that decides which MP-SPDZ is used (``--mp-spdz`` > ``$MP_SPDZ_HOME`` >
+the default location) and one error message that says how to get it.
+:func:`doctor` reports what is there; :func:`install` sets up the official
+binary release without running its shell scripts, so that a failure half-way
+never leaves a broken installation behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -26,6 +29,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,8 +44,11 @@ __all__ = [
     "MpSpdz",
     "default_home",
     "doctor",
+    "ensure_mpspdz",
     "find_mpspdz",
     "install",
+    "install_disabled",
+    "release_url",
 ]
 
 SUPPORTED_VERSION = "0.4.2"
@@ -50,6 +57,8 @@ RELEASE_URL = (
     f"mp-spdz-{SUPPORTED_VERSION}.tar.xz"
 )
 ENV_VAR = "MP_SPDZ_HOME"
+URL_ENV_VAR = "LTM_MPSPDZ_URL"  # a mirror of the release (and the tests' local server)
+NO_INSTALL_ENV_VAR = "LTM_NO_INSTALL"
 INSTALL_RECORD = ".ltm-install.json"
 
 REQUIRED_BINARIES = ("semi2k-party.x",)
@@ -175,6 +184,50 @@ def find_mpspdz(explicit: str | os.PathLike[str] | None = None) -> MpSpdz:
     return MpSpdz(root.absolute())
 
 
+def release_url() -> str:
+    """The release to download: ``$LTM_MPSPDZ_URL`` (a mirror) or the official one."""
+    return os.environ.get(URL_ENV_VAR) or RELEASE_URL
+
+
+def install_disabled() -> bool:
+    """Whether ``$LTM_NO_INSTALL`` forbids installing on first use."""
+    return os.environ.get(NO_INSTALL_ENV_VAR, "").strip().lower() not in ("", "0", "no", "false")
+
+
+def _occupied(root: Path) -> bool:
+    """Something (even half a source build) is at ``root``: never install over it."""
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        return True
+    return root.is_dir() and any(root.iterdir())
+
+
+def ensure_mpspdz(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    auto_install: bool = True,
+    out: IO[str] | None = None,
+) -> MpSpdz:
+    """Like :func:`find_mpspdz`, but installs the release when nothing is configured.
+
+    Only the default location is ever installed into: an explicit ``--mp-spdz``
+    or ``$MP_SPDZ_HOME`` that points at nothing is the user's mistake, and
+    anything already at the default location (a source build under way) is
+    left alone. ``auto_install=False`` or ``$LTM_NO_INSTALL`` give
+    :func:`find_mpspdz`'s error instead. ``out`` (default ``sys.stderr``, so a
+    command's own output stays clean) gets the one-line notice and progress.
+    """
+    root, source = _locate(explicit)
+    if source != "default location" or not auto_install or install_disabled():
+        return find_mpspdz(explicit)
+    if _occupied(root):
+        return find_mpspdz(explicit)
+    out = out or sys.stderr
+    with _install_lock(root, out):
+        if _occupied(root):  # another process installed it while this one waited
+            return find_mpspdz(explicit)
+        return _install(root.absolute(), None, release_url(), False, out, first_use=True)
+
+
 # --------------------------------------------------------------------------- doctor
 
 
@@ -197,18 +250,23 @@ def _line(out: IO[str], ok: bool, what: str, detail: str = "") -> None:
     print(f"  {status:<8} {what}{'  ' + detail if detail else ''}", file=out)
 
 
-def doctor(explicit: str | os.PathLike[str] | None = None, out: IO[str] | None = None) -> bool:
+def doctor(
+    explicit: str | os.PathLike[str] | None = None,
+    out: IO[str] | None = None,
+    fix: bool = False,
+) -> bool:
     """Print what is installed and how to fix what is not; True if all required is there.
 
-    ``out`` defaults to the *current* ``sys.stdout`` (looked up per call, so
-    redirected or captured output works).
+    ``fix`` installs the release first when nothing is configured, as
+    :func:`ensure_mpspdz` does. ``out`` defaults to the *current* ``sys.stdout``
+    (looked up per call, so redirected or captured output works).
     """
     out = out or sys.stdout
     healthy = True
     root, source = _locate(explicit)
     print(f"MP-SPDZ: {root} (from {source})", file=out)
     try:
-        mp = find_mpspdz(explicit)
+        mp = ensure_mpspdz(explicit, auto_install=fix, out=out)
     except MpSpdzError as exc:
         healthy = False
         print(f"  MISSING  {exc}", file=out)
@@ -316,36 +374,92 @@ def _check_prefix(prefix: Path, force: bool) -> None:
         )
 
 
-def _download(url: str, dest: Path, out: IO[str]) -> str:
+def _offline_hint(target: Path) -> str:
+    """The ways to MP-SPDZ without this download, for the one-line error."""
+    name = posixpath.basename(RELEASE_URL)
+    return (
+        f"instead, download {name} elsewhere and run `ltm mpspdz install --archive FILE`, "
+        f"build MP-SPDZ v{SUPPORTED_VERSION} from source into {target} per its README "
+        f"(https://github.com/data61/MP-SPDZ#tldr-source-distribution), or set {ENV_VAR} "
+        "to an existing MP-SPDZ directory"
+    )
+
+
+class _Progress:
+    """A progress bar on a terminal; a line per tenth elsewhere (logs stay short)."""
+
+    WIDTH = 30
+
+    def __init__(self, out: IO[str], total: int) -> None:
+        self.out, self.total, self.shown = out, total, -1
+        isatty = getattr(out, "isatty", None)
+        self.bar = bool(isatty and isatty())
+
+    def update(self, done: int) -> None:
+        if not self.total:
+            return
+        if self.bar:
+            percent = done * 100 // self.total
+            if percent != self.shown:
+                self.shown = percent
+                filled = self.WIDTH * done // self.total
+                print(
+                    f"\r  [{'#' * filled}{'.' * (self.WIDTH - filled)}] {percent:3d}% of "
+                    f"{self.total / 1e6:.1f} MB",
+                    end="",
+                    file=self.out,
+                    flush=True,
+                )
+        else:
+            tenth = done * 10 // self.total
+            if max(self.shown, 0) < tenth < 10:
+                self.shown = tenth
+                print(f"  {tenth * 10}% of {self.total / 1e6:.1f} MB", file=self.out)
+
+    def close(self) -> None:
+        if self.bar and self.shown >= 0:
+            print(file=self.out, flush=True)
+
+
+def _download(url: str, dest: Path, target: Path, out: IO[str], first_use: bool) -> str:
     """Stream ``url`` to ``dest``; return its sha256."""
-    print(f"Downloading {url}", file=out)
-    offline = "or download the release elsewhere and use `ltm mpspdz install --archive FILE`"
+    offline = _offline_hint(target)
     digest = hashlib.sha256()
     done = 0
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
             total = int(response.headers.get("Content-Length") or 0)
-            reported = 0  # last tenth reported, so a big download prints ~10 lines
-            with dest.open("wb") as fh:
-                while chunk := response.read(_CHUNK):
-                    fh.write(chunk)
-                    digest.update(chunk)
-                    done += len(chunk)
-                    tenth = done * 10 // total if total else 0
-                    if reported < tenth < 10:
-                        reported = tenth
-                        print(f"  {tenth * 10}% of {total / 1e6:.1f} MB", file=out)
+            # One line that says everything before the bar: what, from where, how big, where to.
+            size = f"{total / 1e6:.1f} MB" if total else "size unknown"
+            what = f"{url} (the MP-SPDZ v{SUPPORTED_VERSION} release, {size}) into {target}"
+            line = (
+                f"MP-SPDZ is not installed, so this first use installs it: downloading {what} "
+                f"(--no-install or {NO_INSTALL_ENV_VAR}=1 turns this off)"
+                if first_use
+                else f"Downloading {what}"
+            )
+            print(line, file=out, flush=True)
+            progress = _Progress(out, total)
+            try:
+                with dest.open("wb") as fh:
+                    while chunk := response.read(_CHUNK):
+                        fh.write(chunk)
+                        digest.update(chunk)
+                        done += len(chunk)
+                        progress.update(done)
+            finally:
+                progress.close()
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the open connection; unclosed it leaks a socket
         raise MpSpdzError(
-            f"download of {url} failed: HTTP {exc.code} {exc.reason}; check the URL, {offline}"
+            f"download of {url} failed: HTTP {exc.code} {exc.reason}; check the URL, or {offline}"
         ) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise MpSpdzError(f"download of {url} failed: {reason}; {offline}") from exc
     if total and done != total:
         raise MpSpdzError(
-            f"download of {url} was cut short ({done} of {total} bytes); retry, {offline}"
+            f"download of {url} was cut short ({done} of {total} bytes); retry, or {offline}"
         )
     print(f"  downloaded {done / 1e6:.1f} MB", file=out)
     return digest.hexdigest()
@@ -492,33 +606,65 @@ def _move_into_place(tree: Path, prefix: Path, scratch: Path) -> None:
         os.replace(tree, prefix)
 
 
+@contextlib.contextmanager
+def _install_lock(target: Path, out: IO[str]) -> Iterator[None]:
+    """Hold the lock of ``target``'s installation; concurrent installers wait here."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # The lock is on the parent directory itself: no lock file is ever left behind,
+    # and the parent outlives every swap of the target.
+    fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"Waiting for another process installing MP-SPDZ into {target}", file=out,
+                  flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def install(
     prefix: str | os.PathLike[str] | None = None,
     archive: str | os.PathLike[str] | None = None,
-    url: str = RELEASE_URL,
+    url: str | None = None,
     force: bool = False,
     out: IO[str] | None = None,
 ) -> MpSpdz:
     """Download (or take ``archive``), unpack, set up and verify a release at ``prefix``.
 
-    All work happens in a scratch directory next to ``prefix`` (same file system,
-    so the final rename is atomic); on any failure it is removed and an existing
-    installation is left as it was. ``out`` defaults to the current ``sys.stdout``.
+    ``url`` defaults to :func:`release_url`. All work happens in a scratch
+    directory next to ``prefix`` (same file system, so the final rename is
+    atomic); on any failure it is removed and an existing installation is left
+    as it was. Concurrent installs into one prefix run one after the other.
+    ``out`` defaults to the current ``sys.stdout``.
     """
     out = out or sys.stdout
     target = Path(prefix).expanduser().absolute() if prefix else default_home().absolute()
     source_path = Path(archive).expanduser().absolute() if archive else None
     if source_path is not None and not source_path.is_file():
         raise MpSpdzError(f"archive {source_path} does not exist or is not a file")
+    # Checked before the lock too, so a refused --prefix creates no parent directory.
+    _check_host()
+    _check_prefix(target, force)
+    with _install_lock(target, out):
+        return _install(target, source_path, url or release_url(), force, out)
+
+
+def _install(
+    target: Path, source_path: Path | None, url: str, force: bool, out: IO[str],
+    first_use: bool = False,
+) -> MpSpdz:
+    """:func:`install` under its lock (``ensure_mpspdz`` holds it already)."""
     _check_host()
     _check_prefix(target, force)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.install-", dir=target.parent))
     try:
         if source_path is None:
             archive_file = scratch / "download.tar"
-            sha256 = _download(url, archive_file, out)
+            sha256 = _download(url, archive_file, target, out, first_use)
             source, label = url, url
         else:
             archive_file = source_path

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from harness.engine.mpspdz import MpSpdz, find_mpspdz
+from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
 from harness.errors import InputError, VerificationError
 from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
@@ -62,6 +62,7 @@ class ReproduceConfig:
     mp_spdz: Path | None = None
     cache_dir: Path | None = None
     progress: bool = True
+    install_mpspdz: bool = False  # install the release on first use (the CLI's default)
 
     def identity(self) -> dict:
         return {"program": self.program, "scale": self.scale, "network": self.network or "none",
@@ -91,7 +92,7 @@ class _Task:
 def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None) -> Path:
     """Run (or resume) the sweeps, then write the tables, plots and report."""
     tables = cfg.validate()
-    mp = find_mpspdz(cfg.mp_spdz)
+    mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
     mp.binary("semi2k-party.x")
     plan = []
     for table in tables:

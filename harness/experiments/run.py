@@ -25,7 +25,7 @@ from harness.clients.prepare import Prepared, ShareSink, TextSink, format_intege
 from harness.clients.sketch import Sketch, check_dimensions
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.cluster import PROTOCOL, LocalCluster
-from harness.engine.mpspdz import MpSpdz, find_mpspdz
+from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
 from harness.engine.parse import parse_output
 from harness.engine.programs import CompiledProgram, compile_program
 from harness.errors import InputError, VerificationError
@@ -75,6 +75,7 @@ class RunConfig:
     cache_dir: Path | None = None
     hosts: Path | None = None  # inventory: run each party on its own host over SSH
     network: str | None = None  # emulated network profile for local parties
+    install_mpspdz: bool = False  # install the release on first use (the CLI's default)
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -195,7 +196,7 @@ def aggregate_locally(cluster: LocalCluster, work: Workload) -> list[float]:
 
 def run(cfg: RunConfig, *, echo=None) -> dict:
     cfg.validate()
-    mp = find_mpspdz(cfg.mp_spdz)
+    mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
     mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
     check_placement(cfg)
     work = build_workload(cfg)
