@@ -558,7 +558,7 @@ def _style(mechanism: str, p) -> dict:
 
     # p < 1 between the LTM (orange) and the local model (grey): a colour map no
     # fixed curve uses, darker as p falls towards the local model.
-    return {"color": colormaps["PuBuGn"](0.35 + 0.6 * (1.0 - p)), "linewidth": 1.0,
+    return {"color": colormaps["RdPu"](0.35 + 0.6 * (1.0 - p)), "linewidth": 1.0,
             "linestyle": "--"}
 
 
@@ -568,8 +568,13 @@ def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
     from matplotlib.figure import Figure
 
     rows, cols = spec.grid
-    fig = Figure(figsize=(4.2 * cols, 3.2 * rows + 0.9), layout="constrained")
+    height = 3.2 * rows + 1.2
+    fig = Figure(figsize=(4.2 * cols, height))
     FigureCanvasAgg(fig)
+    # Fixed margins: constrained layout measures every log-axis tick label and takes
+    # seconds per panel.
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.55 / height, bottom=1.15 / height,
+                        hspace=0.45, wspace=0.28)
     axes = fig.subplots(rows, cols, squeeze=False)
     handles = {}
     for panel in spec.panels:
@@ -592,8 +597,8 @@ def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
     fig.suptitle(f"{spec.name}: {spec.metric} against n, calibration={spec.calibration} "
                  f"(d={spec.d}, m={spec.m}, s={spec.s}, delta={spec.delta:g}, "
                  f"{spec.runs} runs)", fontsize="medium")
-    fig.legend(list(handles.values()), list(handles.keys()), loc="outside lower center",
-               ncol=min(5, len(handles)), fontsize="small")
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
+               ncol=min(5, len(handles)), fontsize="small", frameon=False)
     fig.savefig(path, dpi=110)
 
 
