@@ -26,6 +26,7 @@ assume holds (the paper does not say how it scaled the data).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -113,12 +114,15 @@ def _find(dataset: Dataset, directory: Path) -> Path | tuple[Path, str]:
     raise _missing(dataset, directory)
 
 
+@contextlib.contextmanager
 def _open_text(where: Path | tuple[Path, str]):
     if isinstance(where, Path):
-        return open(where, encoding="utf-8", errors="replace")
+        with open(where, encoding="utf-8", errors="replace") as fh:
+            yield fh
+        return
     archive, member = where
-    zf = zipfile.ZipFile(archive)
-    return io.TextIOWrapper(zf.open(member), encoding="utf-8", errors="replace")
+    with zipfile.ZipFile(archive) as zf, zf.open(member) as raw:
+        yield io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
 
 def _read(dataset: Dataset, where) -> tuple[np.ndarray, np.ndarray]:
