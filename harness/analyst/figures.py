@@ -238,9 +238,13 @@ def _gram_factor(gram: np.ndarray) -> np.ndarray:
 
 
 def stats_from_matrix(Z: np.ndarray, m: int, rng: np.random.Generator,
-                      gram: np.ndarray | None = None,
-                      factor: np.ndarray | None = None) -> Stats:
-    """Draw both sketches for a given matrix (the real datasets) and sketch it."""
+                      gram: np.ndarray | None = None, factor: np.ndarray | None = None,
+                      dense: bool = True) -> Stats:
+    """Draw both sketches for a given matrix (the real datasets) and sketch it.
+
+    ``dense=False`` leaves out the dense sketch (O(n m d), the costly part), for
+    callers without a Laplace LTM; its product is then zeros.
+    """
     Z = np.asarray(Z, dtype=np.float64)
     n, c = Z.shape
     if m > n:
@@ -253,7 +257,7 @@ def stats_from_matrix(Z: np.ndarray, m: int, rng: np.random.Generator,
     sparse = np.bincount(index.ravel(), weights=(Z * signs[:, None]).ravel(),
                          minlength=m * c).reshape(m, c)
     return Stats(n, gram, factor, np.bincount(rows, minlength=m), sparse,
-                 _dense_product(Z, m, rng))
+                 _dense_product(Z, m, rng) if dense else np.zeros((m, c)))
 
 
 def _popcount(words: np.ndarray) -> np.ndarray:
@@ -732,7 +736,7 @@ def compare_baselines(data: np.ndarray, problem: str, *, m: int, params: dict | 
     errors: dict[str, list[float]] = {"local": [], "central": [], "ltm-simulated": []}
     with _one_blas_thread():
         for _ in range(runs):
-            stats = stats_from_matrix(Z, m, rng, gram, factor)
+            stats = stats_from_matrix(Z, m, rng, gram, factor, dense=False)
             for name in errors:
                 mechanism = "ltm-gaussian" if name == "ltm-simulated" else name
                 errors[name].append(mechanism_error(
