@@ -577,7 +577,7 @@ def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
     FigureCanvasAgg(fig)
     # Fixed margins: constrained layout measures every log-axis tick label and takes
     # seconds per panel.
-    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.55 / height, bottom=1.15 / height,
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=1.15 / height,
                         hspace=0.45, wspace=0.28)
     axes = fig.subplots(rows, cols, squeeze=False)
     handles = {}
@@ -600,7 +600,7 @@ def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"{spec.name}: {spec.metric} against n, calibration={spec.calibration} "
                  f"(d={spec.d}, m={spec.m}, s={spec.s}, delta={spec.delta:g}, "
-                 f"{spec.runs} runs)", fontsize="medium")
+                 f"{spec.runs} runs)", fontsize="medium", y=1 - 0.15 / height)
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
                ncol=min(5, len(handles)), fontsize="small", frameon=False)
     fig.savefig(path, dpi=110)
