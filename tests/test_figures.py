@@ -208,7 +208,7 @@ def test_p0_has_the_local_models_error(problem: str) -> None:
         F, b, _ = datasets.regression_data(n, d - 1, 1.0, rng)
         Z, what, eps = np.column_stack([F, b]), {"lam": 10.0}, 20.0
     gram = Z.T @ Z
-    stats = figures.Stats(n, gram, figures._gram_factor(gram), np.ones(n, dtype=int),
+    stats = figures.Stats(n, gram, figures.gram_factor(gram), np.ones(n, dtype=int),
                           Z.copy(), np.zeros((n, d)))
     privacy = baselines.Privacy(eps, 1e-6, row_norm=1.0)
     errors = {}

@@ -34,10 +34,11 @@ for the Laplace LTM.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -47,10 +48,12 @@ from harness.analyst import baselines
 from harness.analyst.analysis import ridge_from_gram
 from harness.clients.noise import NoiseSpec
 from harness.errors import InputError
+from harness.fileio import write_atomic
 
 __all__ = [
     "CSV_COLUMNS",
     "FIGURES",
+    "check_writable",
     "explicit_synthetic_stats",
     "FigureSpec",
     "Panel",
@@ -58,8 +61,10 @@ __all__ = [
     "check_figure_outputs",
     "compare_baselines",
     "figure_spec",
+    "gram_factor",
     "mechanism_error",
     "n_values",
+    "one_blas_thread",
     "plot_figure",
     "reproduce_figure",
     "run_figure",
@@ -231,7 +236,7 @@ def _dense_product(X: np.ndarray, m: int, rng: np.random.Generator,
     return out
 
 
-def _gram_factor(gram: np.ndarray) -> np.ndarray:
+def gram_factor(gram: np.ndarray) -> np.ndarray:
     """F with F^T F = gram (symmetric square root; tolerates a singular Gram)."""
     values, vectors = np.linalg.eigh(gram)
     return np.sqrt(np.clip(values, 0.0, None))[:, None] * vectors.T
@@ -250,7 +255,7 @@ def stats_from_matrix(Z: np.ndarray, m: int, rng: np.random.Generator,
     if m > n:
         raise InputError(f"the sketch has more rows than there are clients: m={m} > n={n}")
     gram = Z.T @ Z if gram is None else gram
-    factor = _gram_factor(gram) if factor is None else factor
+    factor = gram_factor(gram) if factor is None else factor
     rows = rng.integers(0, m, size=n)
     signs = rng.integers(0, 2, size=n).astype(np.float64) * 2 - 1
     index = rows[:, None] * c + np.arange(c)
@@ -487,7 +492,7 @@ def _mechanisms(p_values: Sequence[float]) -> list[tuple[str, float | None]]:
 # --- one figure ---------------------------------------------------------------------
 
 
-def _one_blas_thread():
+def one_blas_thread():
     """BLAS on one thread: the work is thousands of 50 x 50 decompositions, for which
     threads cost more than they give (and the machine is shared)."""
     try:
@@ -497,8 +502,7 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def run_figure(spec: FigureSpec, *, progress: bool = True,
-               on_point: Callable[[int, int], None] | None = None):
+def run_figure(spec: FigureSpec, *, progress: bool = True):
     """Every panel, mechanism, n and run of a figure; one row per run (a DataFrame)."""
     import pandas as pd
     from tqdm import tqdm
@@ -506,7 +510,7 @@ def run_figure(spec: FigureSpec, *, progress: bool = True,
     rows: list[dict] = []
     mechanisms = _mechanisms(spec.p_values)
     total = len(spec.n) * spec.runs
-    with _one_blas_thread(), tqdm(total=total, disable=not progress,
+    with one_blas_thread(), tqdm(total=total, disable=not progress,
                                   desc=f"figure {spec.name}", unit="run") as bar:
         for n in spec.n:
             for run in range(spec.runs):
@@ -534,8 +538,6 @@ def run_figure(spec: FigureSpec, *, progress: bool = True,
                                      "lambda": panel.lam, "mechanism": mechanism, "p": p,
                                      "n": n, "run": run, "error": error})
                 bar.update()
-                if on_point:
-                    on_point(n, run)
     return pd.DataFrame(rows)
 
 
@@ -566,7 +568,7 @@ def _style(mechanism: str, p) -> dict:
             "linestyle": "--"}
 
 
-def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
+def plot_figure(summary, spec: FigureSpec, path) -> None:
     """One subplot per panel in the paper's layout, log-x, mean with std bars, one legend."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -603,7 +605,7 @@ def plot_figure(summary, spec: FigureSpec, path: str | os.PathLike) -> None:
                  f"{spec.runs} runs)", fontsize="medium", y=1 - 0.15 / height)
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
                ncol=min(5, len(handles)), fontsize="small", frameon=False)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
 
 
 def figure_paths(out_dir: str | os.PathLike, spec: FigureSpec) -> dict[str, Path]:
@@ -621,11 +623,11 @@ def check_figure_outputs(out_dir: str | os.PathLike, spec: FigureSpec,
     if existing and not force:
         raise InputError(f"{', '.join(existing)} already exist(s); choose another --out or "
                          "pass --force to overwrite")
-    _check_writable(Path(out_dir))
+    check_writable(Path(out_dir))
     return paths
 
 
-def _check_writable(out: Path) -> None:
+def check_writable(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".ltm-write-test-{os.getpid()}"
@@ -634,12 +636,6 @@ def _check_writable(out: Path) -> None:
     except OSError as exc:
         raise InputError(f"cannot write to --out {out}: {exc.strerror or exc}; "
                          "choose a writable directory") from None
-
-
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + ".part" + path.suffix)
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def _fmt(value: float) -> str:
@@ -683,9 +679,11 @@ def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds
     """The long CSV (CSV_COLUMNS), the multi-panel PNG and the report, each written whole."""
     paths = check_figure_outputs(out_dir, spec, force)
     summary = summarize_runs(frame)
-    _atomic(paths["csv"], lambda p: summary.to_csv(p, index=False))
-    _atomic(paths["plot"], lambda p: plot_figure(summary, spec, p))
-    _atomic(paths["report"], lambda p: p.write_text(figure_report(summary, spec, seconds)))
+    png = io.BytesIO()
+    plot_figure(summary, spec, png)
+    write_atomic(paths["csv"], summary.to_csv(index=False))
+    write_atomic(paths["plot"], png.getvalue())
+    write_atomic(paths["report"], figure_report(summary, spec, seconds))
     return paths
 
 
@@ -731,10 +729,10 @@ def compare_baselines(data: np.ndarray, problem: str, *, m: int, params: dict | 
     else:
         Z = np.column_stack(split_target(data, target_column))
     gram = Z.T @ Z
-    factor = _gram_factor(gram)
+    factor = gram_factor(gram)
     rng = np.random.default_rng(seed)
     errors: dict[str, list[float]] = {"local": [], "central": [], "ltm-simulated": []}
-    with _one_blas_thread():
+    with one_blas_thread():
         for _ in range(runs):
             stats = stats_from_matrix(Z, m, rng, gram, factor, dense=False)
             for name in errors:

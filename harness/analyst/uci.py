@@ -38,6 +38,7 @@ import numpy as np
 
 from harness.analyst import baselines, figures
 from harness.errors import InputError
+from harness.fileio import write_atomic
 
 __all__ = ["DATASETS", "PAPER_TABLE6", "PAPER_TABLE7", "TABLES", "Dataset", "load_dataset",
            "reproduce_table", "run_table"]
@@ -214,13 +215,13 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
         _find(dataset, directory)
     eps, lam, problem = setup["epsilon"], setup["lam"], setup["problem"]
     rows = []
-    with figures._one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
+    with figures.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
                                           desc=table, unit="run") as bar:
         for index, dataset in enumerate(DATASETS):
             features, target = load_dataset(dataset.name, directory)
             Z = features if problem == "lowrank" else np.column_stack([features, target])
             gram = Z.T @ Z
-            factor = figures._gram_factor(gram)
+            factor = figures.gram_factor(gram)
             k = min(dataset.k, Z.shape[1] - 1) if problem == "lowrank" else None
             privacy = baselines.Privacy(eps, figures.DEFAULT_DELTA)
             rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
@@ -295,15 +296,15 @@ def reproduce_table(table: str, data_dir: str | os.PathLike, out_dir: str | os.P
     if existing and not force:
         raise InputError(f"{', '.join(existing)} already exist(s); choose another --out or "
                          "pass --force to overwrite")
-    figures._check_writable(Path(out_dir))
+    figures.check_writable(Path(out_dir))
     start = time.perf_counter()
     frame = run_table(table, data_dir, runs=20 if runs is None else runs,
                       calibration=calibration, m=m or DEFAULT_TABLE_M, seed=seed,
                       progress=progress)
     seconds = time.perf_counter() - start
     text = table_markdown(frame, table, seconds)
-    figures._atomic(paths["csv"], lambda p: frame.to_csv(p, index=False))
-    figures._atomic(paths["report"], lambda p: p.write_text(text))
+    write_atomic(paths["csv"], frame.to_csv(index=False))
+    write_atomic(paths["report"], text)
     differs = (frame["n"] != frame["n_paper"]) | (frame["d"] != frame["d_paper"])
     return {"frame": frame, "text": text, "seconds": seconds,
             "differs": bool(differs.any())}, paths
