@@ -227,7 +227,8 @@ def test_p0_has_the_local_models_error(problem: str) -> None:
 
 
 def test_p0_and_local_meet_on_the_papers_grid() -> None:
-    """In the figure's own setting the p = 0 curve lies on the local one."""
+    """In the figure's own setting the p = 0 curve lies on the local one (there both
+    are near their worst case, so this alone would not catch a wrong anchor)."""
     spec = figures.figure_spec("lowrank", quick=True, runs=12, calibration="experiments")
     spec = figures.FigureSpec(**{**spec.__dict__, "n": (25_650,),
                                  "panels": spec.panels[2:3], "p_values": (0.0,)})

@@ -40,8 +40,8 @@ from harness.analyst import baselines, figures
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
-__all__ = ["DATASETS", "PAPER_TABLE6", "PAPER_TABLE7", "TABLES", "Dataset", "load_dataset",
-           "reproduce_table", "run_table"]
+__all__ = ["DATASETS", "PAPER_TABLE6", "PAPER_TABLE7", "TABLES", "Dataset", "check_data_dir",
+           "load_dataset", "reproduce_table", "run_table"]
 
 TABLES = {"table6": {"problem": "lowrank", "epsilon": 0.05, "lam": None, "metric": "psi",
                      "mechanisms": ("local", "ltm-laplace", "ltm-gaussian", "central")},
@@ -190,6 +190,17 @@ def _dataset(name: str) -> Dataset:
     raise InputError(f"unknown dataset {name!r}; choose {', '.join(d.name for d in DATASETS)}")
 
 
+def check_data_dir(data_dir: str | os.PathLike) -> Path:
+    """The directory, once every dataset's file is found in it (before any work)."""
+    directory = Path(data_dir)
+    if not directory.is_dir():
+        raise InputError(f"--data-dir {directory} is not a directory; create it and put the "
+                         "UCI files there (see README)")
+    for dataset in DATASETS:
+        _find(dataset, directory)
+    return directory
+
+
 def _check_table(table: str) -> dict:
     if table not in TABLES:
         raise InputError(f"unknown table {table!r}; choose table6 or table7")
@@ -207,12 +218,7 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
     baselines.check_calibration(calibration)
     if int(runs) != runs or runs < 2:
         raise InputError(f"--runs must be an integer >= 2, got {runs}")
-    directory = Path(data_dir)
-    if not directory.is_dir():
-        raise InputError(f"--data-dir {directory} is not a directory; create it and put the "
-                         "UCI files there (see README)")
-    for dataset in DATASETS:  # every file is there before minutes of work start
-        _find(dataset, directory)
+    directory = check_data_dir(data_dir)
     eps, lam, problem = setup["epsilon"], setup["lam"], setup["problem"]
     rows = []
     with figures.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
@@ -256,7 +262,7 @@ def _cell(mean: float, std: float) -> str:
 def table_markdown(frame, table: str, seconds: float) -> str:
     setup = TABLES[table]
     first = frame.iloc[0]
-    lines = [f"# {table.title()}: {setup['metric']} on the UCI datasets, calibration "
+    lines = [f"# Table {table[-1]}: {setup['metric']} on the UCI datasets, calibration "
              f"`{first['calibration']}`", "",
              f"epsilon = {setup['epsilon']:g}" + (f", lambda = {setup['lam']:g}"
                                                  if setup["lam"] else "")
@@ -291,6 +297,7 @@ def reproduce_table(table: str, data_dir: str | os.PathLike, out_dir: str | os.P
     """Check inputs and outputs, run the table, write its CSV and markdown."""
     _check_table(table)
     baselines.check_calibration(calibration)
+    check_data_dir(data_dir)
     paths = table_paths(out_dir, table, calibration)
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing and not force:

@@ -231,7 +231,7 @@ def _add_tables(grids: argparse._SubParsersAction) -> None:
     for name, what in (("table6", "psi of low rank at epsilon = 0.05"),
                        ("table7", "phi of ridge regression at epsilon = 0.03, lambda = 10")):
         parser = grids.add_parser(
-            name, help=f"the paper's {name.title()}: {what}, four UCI datasets",
+            name, help=f"the paper's Table {name[-1]}: {what}, four UCI datasets",
             description=f"{what} on Power, Elevation, Ethylene and Songs, read from the "
                         "files their UCI pages distribute, with the paper's preprocessing; "
                         "the paper's values beside the measured ones.")
