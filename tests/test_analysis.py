@@ -103,8 +103,20 @@ def test_gaussian_calibrations_hand_computed() -> None:
 
 def test_interpolation_endpoints() -> None:
     spec = baselines.ltm_noise("gaussian", 5000, 8, 3, 2, PRIV)
-    assert baselines.interpolated_sigma2(spec, 1.0) == pytest.approx(spec.sigma2)
-    assert baselines.interpolated_sigma2(spec, 0.0) == pytest.approx(spec.sigma2 * (5000 - 2))
+    local = baselines.local_sigma2(3, PRIV)
+    for calibration in baselines.CALIBRATIONS:
+        # p = 0 is the local model and p = 1 the LTM, in both calibrations
+        assert baselines.interpolated_sigma2(spec, 0.0, PRIV, calibration) == pytest.approx(local)
+    assert baselines.interpolated_sigma2(spec, 1.0, PRIV) == pytest.approx(spec.sigma2)
+    assert baselines.interpolated_sigma2(spec, 1.0, PRIV, "experiments") == pytest.approx(
+        local / 5000)
+    # experiments: sigma_local^2 n^-p exactly; corollary: geometric between the two ends
+    assert baselines.interpolated_sigma2(spec, 0.6, PRIV, "experiments") == pytest.approx(
+        local * 5000**-0.6)
+    assert baselines.interpolated_sigma2(spec, 0.5, PRIV) == pytest.approx(
+        math.sqrt(local * spec.sigma2))
+    with pytest.raises(InputError, match="calibration"):
+        baselines.interpolated_sigma2(spec, 0.5, PRIV, "paper")
     assert baselines.P_VALUES == (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
     with pytest.raises(InputError, match="p must lie"):
         baselines.interpolated_sigma2(spec, 1.5)

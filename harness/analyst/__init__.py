@@ -2,8 +2,10 @@
 
 Owns the analyses on a sketch (:mod:`.analysis`: low-rank projection and ridge
 regression), the baselines and mechanisms they are compared with
-(:mod:`.baselines`), the plaintext utility sweeps (:mod:`.utility`) and the
-synthetic data and run outputs they read (:mod:`.datasets`).
+(:mod:`.baselines`), the plaintext utility sweeps (:mod:`.utility`), the
+paper's own figures from exact sufficient statistics (:mod:`.figures`), its
+Tables 6-7 on the UCI datasets (:mod:`.uci`) and the synthetic data and run
+outputs they read (:mod:`.datasets`).
 
 May import: the top-level shared modules and :mod:`harness.clients` (the
 sketch, the noise calibrations and the matrix loader). It runs no MPC.
@@ -11,6 +13,9 @@ sketch, the noise calibrations and the matrix loader). It runs no MPC.
 
 from harness.analyst.analysis import analyze_lowrank, analyze_ridge
 from harness.analyst.datasets import RunOutput, load_run
+from harness.analyst.figures import FigureSpec, figure_spec, reproduce_figure
+from harness.analyst.uci import reproduce_table
 from harness.analyst.utility import SweepConfig, sweep
 
-__all__ = ["RunOutput", "SweepConfig", "analyze_lowrank", "analyze_ridge", "load_run", "sweep"]
+__all__ = ["FigureSpec", "RunOutput", "SweepConfig", "analyze_lowrank", "analyze_ridge",
+           "figure_spec", "load_run", "reproduce_figure", "reproduce_table", "sweep"]

@@ -14,10 +14,19 @@ functions as the LTM (``harness.analyst.analysis``):
   sparse sketch T_S (eq. Ts);
 - LTM, Laplace: randomizer R_D^dense (eq. Rdense) with the Gamma-difference
   noise of Corollary "privlap", dense sketch s = m;
-- interpolation: the LTM Gaussian with variance proportional to n^-p,
-  sigma_p^2 = sigma^2 * (n - s - t')^(1 - p), so p = 1 is Corollary "privacynew"
-  (whose sigma^2 ~ 1/(n - s - t')) and p = 0 a per-client variance that does not
-  shrink with n, as in the local model.
+- interpolation: the LTM Gaussian with variance proportional to n^-p, anchored so
+  that p = 0 is the local model and p = 1 the LTM (the paper, line ~1175):
+  sigma_p^2 = sigma_local^2 (sigma_ltm^2 / sigma_local^2)^p.
+
+Two calibrations (``CALIBRATIONS``) say what "the LTM" is:
+
+- ``corollary``: the DP guarantee as proven. sigma_ltm^2 is Corollary
+  "privacynew"'s (about 1/n, so sigma_p^2 ~ n^-p), R_D sends zeros below its
+  threshold, and the Laplace mechanism is Corollary "privlap"'s on the dense sketch.
+- ``experiments``: the recipe of the paper's experiments section (lines
+  ~1171-1177). sigma_ltm^2 = sigma_local^2 / n, so sigma_p^2 = sigma_local^2 n^-p
+  exactly; the Laplace mechanism adds the sum of m Lap(0, 1/epsilon) samples to
+  every entry of the dense sketch S A (variance 2 m / epsilon^2).
 
 The plaintext LTM computes T = (1/sqrt s) sum_i S_i (M + N_i) by scatter-adds,
 never forming an m x n matrix. By default the noise is summed per bucket in
@@ -42,10 +51,14 @@ from harness.clients.sketch import Sketch
 from harness.errors import InputError
 
 __all__ = [
+    "CALIBRATIONS",
     "P_VALUES",
     "Privacy",
+    "check_calibration",
+    "experiments_laplace_noise",
     "gaussian_sigma2",
     "interpolated_sigma2",
+    "ltm_gaussian_sigma2",
     "local_lowrank",
     "local_release",
     "local_ridge",
@@ -63,16 +76,29 @@ __all__ = [
 
 # The paper's interpolation exponents; p = 1 is the LTM's own calibration.
 P_VALUES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
+CALIBRATIONS = ("corollary", "experiments")
+
+
+def check_calibration(calibration: str) -> str:
+    if calibration not in CALIBRATIONS:
+        raise InputError(f"unknown calibration {calibration!r}; choose "
+                         f"{' or '.join(CALIBRATIONS)} (--calibration)")
+    return calibration
 
 
 @dataclass(frozen=True)
 class Privacy:
-    """(epsilon, delta) per release, entry bound eta, corrupt clients t' (LTM only)."""
+    """(epsilon, delta) per release, entry bound eta, corrupt clients t' (LTM only).
+
+    ``row_norm`` is the l2 bound R on one row that the local and central
+    calibrations assume; None means eta sqrt(columns), what the entry bound implies.
+    """
 
     epsilon: float = 1.0
     delta: float = 1e-6
     eta: float = 1.0
     t_prime: int = 0
+    row_norm: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -83,6 +109,14 @@ class Privacy:
             raise InputError(f"--eta must be positive, got {self.eta}")
         if self.t_prime < 0:
             raise InputError(f"t' must be >= 0, got {self.t_prime}")
+        if self.row_norm is not None and not self.row_norm > 0:
+            raise InputError(f"the row-norm bound must be positive, got {self.row_norm}")
+
+    def bound(self, columns: int) -> float:
+        """R: the l2 bound on one row of ``columns`` entries."""
+        if self.row_norm is not None:
+            return float(self.row_norm)
+        return self.eta * math.sqrt(columns)
 
 
 def gaussian_sigma2(l2_sensitivity: float, epsilon: float, delta: float) -> float:
@@ -96,10 +130,10 @@ def gaussian_sigma2(l2_sensitivity: float, epsilon: float, delta: float) -> floa
 def local_sigma2(d: int, privacy: Privacy) -> float:
     """Per-entry variance for a client releasing its own row in local DP.
 
-    Replacing a row with entries in [-eta, eta] moves it by at most 2 eta sqrt(d)
-    in l2, so Lemma "gaussian_mech" gives 8 eta^2 d ln(1.25/delta) / epsilon^2.
+    Replacing a row of l2 norm <= R moves it by at most 2R (R = eta sqrt(d) for
+    entries in [-eta, eta]), so Lemma "gaussian_mech" gives 8 R^2 ln(1.25/delta) / eps^2.
     """
-    return gaussian_sigma2(2.0 * privacy.eta * math.sqrt(d), privacy.epsilon, privacy.delta)
+    return gaussian_sigma2(2.0 * privacy.bound(d), privacy.epsilon, privacy.delta)
 
 
 def local_release(matrix: np.ndarray, privacy: Privacy, rng: np.random.Generator) -> np.ndarray:
@@ -149,10 +183,16 @@ def mod_sulq_projection(data: np.ndarray, k: int, privacy: Privacy, rng: np.rand
     <= R = eta sqrt(d), so the data are scaled by 1/R (``row_norm`` overrides R).
     """
     A = np.asarray(data, dtype=np.float64)
-    n, d = A.shape
-    R = privacy.eta * math.sqrt(d) if row_norm is None else float(row_norm)
+    return mod_sulq_from_gram(A.T @ A, A.shape[0], k, privacy, rng, row_norm)
+
+
+def mod_sulq_from_gram(gram: np.ndarray, n: int, k: int, privacy: Privacy,
+                       rng: np.random.Generator, row_norm: float | None = None) -> np.ndarray:
+    """MOD-SULQ given A^T A: it needs nothing else of A."""
+    d = gram.shape[0]
+    R = privacy.bound(d) if row_norm is None else float(row_norm)
     beta = mod_sulq_beta(n, d, privacy.epsilon, privacy.delta)
-    noisy = A.T @ A / (n * R * R) + _symmetric_gaussian(d, beta, rng)
+    noisy = gram / (n * R * R) + _symmetric_gaussian(d, beta, rng)
     _, vectors = np.linalg.eigh(noisy)
     return np.ascontiguousarray(vectors[:, ::-1][:, :k])
 
@@ -163,7 +203,7 @@ def ssp_sigma2(columns: int, privacy: Privacy, row_norm: float | None = None) ->
     Replacing a row z changes Z^T Z by z z^T - z' z'^T, of Frobenius norm <= 2 R^2;
     Lemma "gaussian_mech" on its upper triangle gives 8 R^4 ln(1.25/delta) / eps^2.
     """
-    R = privacy.eta * math.sqrt(columns) if row_norm is None else float(row_norm)
+    R = privacy.bound(columns) if row_norm is None else float(row_norm)
     return gaussian_sigma2(2.0 * R * R, privacy.epsilon, privacy.delta)
 
 
@@ -176,9 +216,15 @@ def ssp_ridge(features: np.ndarray, target: np.ndarray, lam: float, privacy: Pri
     (A^T A + E_AA + lambda I) x = A^T b + E_Ab.
     """
     Z = np.column_stack([features, target]).astype(np.float64)
-    sigma = math.sqrt(ssp_sigma2(Z.shape[1], privacy, row_norm))
-    gram = Z.T @ Z + _symmetric_gaussian(Z.shape[1], sigma, rng)
-    return ridge_from_gram(gram[:-1, :-1], gram[:-1, -1], lam)
+    return ssp_from_gram(Z.T @ Z, lam, privacy, rng, row_norm)
+
+
+def ssp_from_gram(gram: np.ndarray, lam: float, privacy: Privacy, rng: np.random.Generator,
+                  row_norm: float | None = None) -> np.ndarray:
+    """SSP given the Gram of [A | b] (target last)."""
+    c = gram.shape[0]
+    noisy = gram + _symmetric_gaussian(c, math.sqrt(ssp_sigma2(c, privacy, row_norm)), rng)
+    return ridge_from_gram(noisy[:-1, :-1], noisy[:-1, -1], lam)
 
 
 # --- the LTM, in plaintext ----------------------------------------------------
@@ -190,14 +236,46 @@ def ltm_noise(kind: str, n: int, m: int, d: int, s: int, privacy: Privacy) -> No
                      eta=privacy.eta, t_prime=privacy.t_prime)
 
 
-def interpolated_sigma2(spec: NoiseSpec, p: float) -> float:
-    """sigma_p^2 = sigma^2 (n - s - t')^(1 - p): Corollary "privacynew" at p = 1."""
+def ltm_gaussian_sigma2(spec: NoiseSpec, privacy: Privacy, calibration: str) -> float:
+    """The LTM's per-copy Gaussian variance (p = 1) under ``calibration``.
+
+    corollary: Corollary "privacynew". experiments: sigma_local^2 / n, so that
+    the aggregate noise of a bucket, about (n/m) sigma^2, no longer grows with n.
+    """
+    check_calibration(calibration)
+    if calibration == "experiments":
+        return local_sigma2(spec.d, privacy) / spec.n
+    return spec.sigma2
+
+
+def interpolated_sigma2(spec: NoiseSpec, p: float, privacy: Privacy | None = None,
+                        calibration: str = "corollary") -> float:
+    """sigma_p^2 = sigma_local^2 (sigma_ltm^2 / sigma_local^2)^p.
+
+    p = 0 is the local model's variance and p = 1 the LTM's; in between the
+    variance falls like n^-p because sigma_ltm^2 does like 1/n. ``privacy`` gives
+    the local model's calibration (default: the spec's epsilon, delta and eta).
+    """
     if not 0.0 <= p <= 1.0:
         raise InputError(f"the interpolation exponent p must lie in [0, 1], got {p}")
     if spec.kind != "gaussian":
         raise InputError("the n^-p interpolation is defined for Gaussian noise only")
-    honest = spec.n - spec.s - spec.t_prime
-    return spec.sigma2 * float(honest) ** (1.0 - p)
+    if privacy is None:
+        privacy = Privacy(spec.epsilon, spec.delta, spec.eta, spec.t_prime)
+    local = local_sigma2(spec.d, privacy)
+    ltm = ltm_gaussian_sigma2(spec, privacy, calibration)
+    return ltm if p == 1.0 else local * (ltm / local) ** p
+
+
+def experiments_laplace_noise(shape: tuple[int, ...], m: int, epsilon: float,
+                              rng: np.random.Generator) -> np.ndarray:
+    """The sum of m Lap(0, 1/epsilon) per entry: a difference of two Gamma(m, 1/epsilon).
+
+    A Laplace variable is a difference of two exponentials, and m exponentials
+    of one scale add up to a Gamma(m) variable, so this is exact, not approximate.
+    """
+    scale = 1.0 / epsilon
+    return rng.gamma(m, scale, size=shape) - rng.gamma(m, scale, size=shape)
 
 
 def _scatter(rows: np.ndarray, signs: np.ndarray, M: np.ndarray, m: int) -> np.ndarray:
@@ -263,31 +341,45 @@ def _check_shapes(M: np.ndarray, sketch: Sketch, spec: NoiseSpec) -> None:
 
 
 def simulate_ltm(matrix: np.ndarray, sketch: Sketch, spec: NoiseSpec, rng: np.random.Generator,
-                 *, p: float = 1.0, per_client: bool = False) -> np.ndarray:
+                 *, p: float = 1.0, per_client: bool = False, calibration: str = "corollary",
+                 privacy: Privacy | None = None) -> np.ndarray:
     """T = (1/sqrt s) sum_i S_i (M + N_i), the revealed sketch of eq. Ts, without MPC.
 
-    Gaussian noise uses ``interpolated_sigma2(spec, p)``. When R_D outputs zeros
-    (n <= 8 m ln(dm/delta) + s + t', see NoiseSpec.zero_output) every client sends zeros and T = 0.
+    Gaussian noise uses ``interpolated_sigma2(spec, p, privacy, calibration)``.
+    Under ``corollary``, when R_D outputs zeros (n <= 8 m ln(dm/delta) + s + t',
+    see NoiseSpec.zero_output) every client sends zeros and T = 0; the
+    experiments never did that. Under ``experiments`` Laplace noise is the sum of
+    m Lap(0, 1/epsilon) per entry of the scaled sketch.
     """
     M = np.asarray(matrix, dtype=np.float64)
     _check_shapes(M, sketch, spec)
-    if spec.zero_output:
-        return np.zeros((sketch.m, M.shape[1]))
-    sigma2 = interpolated_sigma2(spec, p) if spec.kind == "gaussian" else 0.0
+    check_calibration(calibration)
     if spec.kind != "gaussian" and p != 1.0:
         raise InputError("the n^-p interpolation is defined for Gaussian noise only")
+    experiments = calibration == "experiments"
+    if spec.zero_output and not experiments:
+        return np.zeros((sketch.m, M.shape[1]))
+    if experiments and spec.kind == "laplace":
+        return (sketch_product(sketch, M) / math.sqrt(sketch.s)
+                + experiments_laplace_noise((sketch.m, M.shape[1]), sketch.m, spec.epsilon, rng))
+    sigma2 = (interpolated_sigma2(spec, p, privacy, calibration) if spec.kind == "gaussian"
+              else 0.0)
     noise = (_client_noise if per_client else _bucket_noise)(spec, sketch, M.shape[1], sigma2, rng)
     return (sketch_product(sketch, M) + noise) / math.sqrt(sketch.s)
 
 
 def ltm_lowrank(data: np.ndarray, k: int, sketch: Sketch, spec: NoiseSpec,
-                rng: np.random.Generator, p: float = 1.0) -> np.ndarray:
-    """LTM low rank (Theorem "utilitykrank"): A_k on the simulated revealed sketch."""
-    return lowrank_projection(simulate_ltm(data, sketch, spec, rng, p=p), k)
+                rng: np.random.Generator, p: float = 1.0, **calibrated) -> np.ndarray:
+    """LTM low rank (Theorem "utilitykrank"): A_k on the simulated revealed sketch.
+
+    ``calibrated`` passes ``calibration`` and ``privacy`` on to :func:`simulate_ltm`.
+    """
+    return lowrank_projection(simulate_ltm(data, sketch, spec, rng, p=p, **calibrated), k)
 
 
 def ltm_ridge(features: np.ndarray, target: np.ndarray, lam: float, sketch: Sketch,
-              spec: NoiseSpec, rng: np.random.Generator, p: float = 1.0) -> np.ndarray:
+              spec: NoiseSpec, rng: np.random.Generator, p: float = 1.0,
+              **calibrated) -> np.ndarray:
     """LTM ridge (Theorem "linreg"): sketch [A | b] as one matrix, solve on the sketch."""
-    T = simulate_ltm(np.column_stack([features, target]), sketch, spec, rng, p=p)
+    T = simulate_ltm(np.column_stack([features, target]), sketch, spec, rng, p=p, **calibrated)
     return ridge_solve(*split_target(T, -1), lam)

@@ -64,8 +64,10 @@ class SweepConfig:
     eta: float = 1.0
     seed: int = 0
     p_values: tuple[float, ...] = field(default=DEFAULT_P_VALUES)
+    calibration: str = "corollary"
 
     def __post_init__(self) -> None:
+        baselines.check_calibration(self.calibration)
         if self.problem not in PROBLEMS:
             raise InputError(f"unknown problem {self.problem!r}; choose {' or '.join(PROBLEMS)}")
         for name, value in (("--points", self.points), ("--repeat", self.repeat),
@@ -167,11 +169,17 @@ class _Trial:
         p = 1.0 if kind == "laplace" else _exponent(method)
         spec = self.noise(kind)
         sketch = self.dense if kind == "laplace" else self.sparse
-        info = {"sigma2": (baselines.interpolated_sigma2(spec, p) if kind == "gaussian"
-                           else spec.variance), "zero_output": spec.zero_output}
+        calibrated = {"calibration": c.calibration, "privacy": privacy}
+        experiments = c.calibration == "experiments"
+        if kind == "gaussian":
+            sigma2 = baselines.interpolated_sigma2(spec, p, **calibrated)
+        else:  # per client entry, or per sketch entry for the experiments' recipe
+            sigma2 = 2 * c.m / c.epsilon**2 if experiments else spec.variance
+        info = {"sigma2": sigma2, "zero_output": spec.zero_output and not experiments}
         if lowrank:
-            return baselines.ltm_lowrank(self.data, c.k, sketch, spec, rng, p), info
-        return baselines.ltm_ridge(self.data, self.target, c.lam, sketch, spec, rng, p), info
+            return baselines.ltm_lowrank(self.data, c.k, sketch, spec, rng, p, **calibrated), info
+        return baselines.ltm_ridge(self.data, self.target, c.lam, sketch, spec, rng, p,
+                                   **calibrated), info
 
 
 def _trial(config: SweepConfig, n: int, rep: int) -> _Trial:
@@ -209,7 +217,7 @@ def _row(config: SweepConfig, trial: _Trial, rep: int, method: str) -> dict:
             "lambda": config.lam if config.problem == "ridge" else math.nan,
             "mu2": config.mu2 if config.problem == "ridge" else "", "m": config.m,
             "s": config.s, "epsilon": config.epsilon, "delta": config.delta,
-            "eta": config.eta, "seed": config.seed}
+            "eta": config.eta, "seed": config.seed, "calibration": config.calibration}
 
 
 def sweep(config: SweepConfig, *, progress: bool = True,
@@ -329,4 +337,4 @@ def _title(config: SweepConfig) -> str:
     what = (f"low-rank approximation, k={config.k}" if config.problem == "lowrank"
             else f"ridge regression, lambda={config.lam:g}, mu^2={config.mu2}")
     return (f"{what}\nd={config.d}, m={config.m}, s={config.s}, "
-            f"eps={config.epsilon:g}, delta={config.delta:g}")
+            f"eps={config.epsilon:g}, delta={config.delta:g}, calibration={config.calibration}")

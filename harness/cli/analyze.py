@@ -1,5 +1,6 @@
-"""``ltm analyze`` (the analyst's A on a run's revealed sketch) and ``ltm utility``
-(error-against-n sweeps on the plaintext simulation)."""
+"""``ltm analyze`` (the analyst's A on a run's revealed sketch, beside the local and
+central baselines) and ``ltm utility`` (error-against-n sweeps on the plaintext
+simulation; ``ltm utility figure|table6|table7`` for the paper's own grids)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import math
 import sys
 
-from harness.analyst import analysis, datasets, utility
+from harness.analyst import analysis, baselines, datasets, figures, uci, utility
 
 __all__ = ["add_commands"]
 
@@ -50,16 +51,36 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     ridge.set_defaults(func=cmd_analyze_ridge)
 
 
+def _calibration_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calibration", choices=baselines.CALIBRATIONS, default="corollary",
+                        help="noise calibration of the simulated mechanisms: the corollaries' "
+                             "DP guarantee, or the paper's experiments section (default: "
+                             "corollary)")
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="output directory of `ltm run`")
     parser.add_argument("--data", metavar="FILE",
                         help="the run's input matrix (.npy or .csv) if DIR has no data.npy")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    _calibration_option(parser)
+    parser.add_argument("--epsilon", type=float, default=None,
+                        help="epsilon of the baselines (default: the run's)")
+    parser.add_argument("--baseline-runs", type=int, default=5, metavar="K",
+                        help="runs of each simulated baseline (default: 5)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the baselines' noise")
+
+
+def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
+    return figures.compare_baselines(
+        run.data, problem, m=run.sketch.shape[0], params=run.params, epsilon=args.epsilon,
+        calibration=args.calibration, runs=args.baseline_runs, seed=args.seed, **what)
 
 
 def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
     run = datasets.load_run(args.directory, args.data)
     result = analysis.analyze_lowrank(run.sketch, run.data, args.k)
+    result["baselines"] = _baselines(args, run, "lowrank", k=args.k)
     _report(result, args.json, "psi", f"low-rank approximation, k={args.k}")
     return 0
 
@@ -67,6 +88,8 @@ def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
 def cmd_analyze_ridge(args: argparse.Namespace) -> int:
     run = datasets.load_run(args.directory, args.data)
     result = analysis.analyze_ridge(run.sketch, run.data, args.lam, args.target_column)
+    result["baselines"] = _baselines(args, run, "ridge", lam=args.lam,
+                                     target_column=args.target_column)
     _report(result, args.json, "phi", f"ridge regression, lambda={args.lam:g}")
     return 0
 
@@ -80,6 +103,13 @@ def _report(result: dict, as_json: bool, metric: str, what: str) -> None:
     print(f"  cost = {result['cost']:.6g}   optimal cost = {result['optimal_cost']:.6g}")
     if "coefficients" in result:
         print("  x' = " + " ".join(f"{v:.4g}" for v in result["coefficients"]))
+    base = result.get("baselines")
+    if base:
+        print(f"  on the same data, epsilon={base['epsilon']:g}, delta={base['delta']:g} "
+              f"(calibration={base['calibration']}, mean +- std of {base['runs']} runs):")
+        for name in ("local", "central", "ltm-simulated"):
+            entry = base[name]
+            print(f"    {name:<14} {metric} = {entry['mean']:.6g} +- {entry['std']:.2g}")
 
 
 # --- ltm utility ----------------------------------------------------------------------
@@ -116,10 +146,16 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     add("--p-values", type=_p_values, default=d.p_values,
         help="comma-separated exponents p of the n^-p interpolation")
     add("--seed", type=int, default=d.seed, help="seed for data, sketches and noise")
+    add("--calibration", choices=baselines.CALIBRATIONS, default=d.calibration,
+        help="the corollaries' DP guarantee, or the paper's experiments section")
     add("--out", default=".", metavar="DIR", help="output directory (default: .)")
     add("--force", action="store_true", help="overwrite existing output files")
     add("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=cmd_utility)
+    # `ltm utility` alone keeps its options; the paper's own grids are subcommands.
+    grids = parser.add_subparsers(dest="grid", metavar="{figure,table6,table7}")
+    _add_figure(grids)
+    _add_tables(grids)
 
 
 def _p_values(text: str) -> tuple[float, ...]:
@@ -136,7 +172,7 @@ def cmd_utility(args: argparse.Namespace) -> int:
         problem=args.problem, n_min=args.n_min, n_max=args.n_max, points=args.points,
         d=args.d, k=args.k, lam=args.lam, mu2=args.mu2, m=args.m, s=args.s,
         repeat=args.repeat, epsilon=args.epsilon, delta=args.delta, eta=args.eta,
-        seed=args.seed, p_values=args.p_values)
+        seed=args.seed, p_values=args.p_values, calibration=args.calibration)
     # Refuse before the sweep, not after minutes of work.
     utility.check_outputs(args.out, config.problem, args.force)
     frame = utility.sweep(config, progress=not args.no_progress)
@@ -151,8 +187,86 @@ def _print_summary(frame) -> None:
     summary = utility.summarize(frame)
     largest = summary["n"].max()
     metric = frame["metric"].iloc[0]
-    print(f"{metric} at n={largest} (mean +- std over repetitions):")
+    calibration = frame["calibration"].iloc[0]
+    print(f"{metric} at n={largest} (mean +- std over repetitions, calibration={calibration}):")
     for row in summary[summary["n"] == largest].itertuples():
         std = 0.0 if math.isnan(row.std) else row.std
         print(f"  {row.method:<13} {row.mean:.4g} +- {std:.2g}")
     sys.stdout.flush()
+
+
+# --- ltm utility figure | table6 | table7 --------------------------------------------------
+
+
+def _grid_options(parser: argparse.ArgumentParser, runs_default: str) -> None:
+    parser.add_argument("--runs", type=int, default=None, metavar="K",
+                        help=f"runs per point ({runs_default})")
+    _calibration_option(parser)
+    parser.add_argument("--m", type=int, default=None,
+                        help=f"sketch rows, which the paper does not state (default: "
+                             f"{figures.DEFAULT_M} for figures, {uci.DEFAULT_TABLE_M} for tables)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for data, sketches and noise")
+    parser.add_argument("--force", action="store_true", help="overwrite existing output files")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _add_figure(grids: argparse._SubParsersAction) -> None:
+    parser = grids.add_parser(
+        "figure", help="one of the paper's utility figures, its whole grid",
+        description="lowrank: psi, eps in {0.1, 0.5} x k in {5, 10}, d = 50. ridge: phi, "
+                    "eps in {0.01, 0.03, 0.05, 0.1}, d = 10, lambda = 10, mu^2 = n. "
+                    "ridge-lambda: the same for lambda in {1, 10, 100}. n = 1000 * 1.5^i, "
+                    "i = 0..16; local, central, LTM Laplace and the Gaussian LTM for p in "
+                    "{1, 0.9, ..., 0.5, 0}. Writes FIGURE-CALIBRATION.csv|png|md to --out.")
+    parser.add_argument("name", choices=figures.FIGURES, metavar="FIGURE",
+                        help="lowrank, ridge or ridge-lambda")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--quick", action="store_true",
+                        help="a reduced grid for CI: three values of n, three runs")
+    _grid_options(parser, "default: 20, --quick: 3")
+    parser.set_defaults(func=cmd_figure)
+
+
+def _add_tables(grids: argparse._SubParsersAction) -> None:
+    for name, what in (("table6", "psi of low rank at epsilon = 0.05"),
+                       ("table7", "phi of ridge regression at epsilon = 0.03, lambda = 10")):
+        parser = grids.add_parser(
+            name, help=f"the paper's Table {name[-1]}: {what}, four UCI datasets",
+            description=f"{what} on Power, Elevation, Ethylene and Songs, read from the "
+                        "files their UCI pages distribute, with the paper's preprocessing; "
+                        "the paper's values beside the measured ones.")
+        parser.add_argument("--data-dir", required=True, metavar="DIR",
+                            help="directory holding the UCI files (see README)")
+        parser.add_argument("--out", default=".", metavar="DIR",
+                            help="output directory (default: .)")
+        _grid_options(parser, "default: 20")
+        parser.set_defaults(func=cmd_table, table=name)
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    spec = figures.figure_spec(args.name, quick=args.quick, runs=args.runs,
+                               calibration=args.calibration, seed=args.seed,
+                               m=figures.DEFAULT_M if args.m is None else args.m)
+    summary, paths, seconds = figures.reproduce_figure(spec, args.out, force=args.force,
+                                                       progress=not args.no_progress)
+    largest = max(spec.n)
+    print(f"figure {spec.name} ({spec.metric}, calibration={spec.calibration}, m={spec.m}, "
+          f"s={spec.s}, delta={spec.delta:g}) at n={largest}, mean +- std of "
+          f"{spec.runs} runs, {seconds:.0f} s:")
+    at = summary[summary["n"] == largest]
+    for row in at.itertuples():
+        label = row.mechanism + ("" if row.mechanism != "ltm-gaussian" else f" p={row.p:g}")
+        print(f"  {row.panel:<22} {label:<20} {row.error_mean:.4g} +- {row.error_std:.2g}")
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    result, paths = uci.reproduce_table(
+        args.table, args.data_dir, args.out, runs=args.runs, calibration=args.calibration,
+        m=args.m, seed=args.seed, force=args.force, progress=not args.no_progress)
+    print(result["text"])
+    for path in paths.values():
+        print(f"wrote {path}")
+    return 0
