@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import PartyError
+from harness.fileio import PRIVATE_UMASK, open_private, private_dir
 
 __all__ = ["Command", "Completed", "run_group", "check_call"]
 
@@ -47,16 +48,19 @@ class _Running:
     def __init__(self, cmd: Command) -> None:
         self.cmd = cmd
         log_dir = cmd.log_dir or cmd.cwd
-        log_dir.mkdir(parents=True, exist_ok=True)
+        if not log_dir.is_dir():
+            private_dir(log_dir)
         self.out_path = log_dir / f"{cmd.name}.stdout"
         self.err_path = log_dir / f"{cmd.name}.stderr"
         # Files, not pipes: a party that prints a lot can never block on a full pipe.
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+        with open_private(self.out_path) as out, open_private(self.err_path) as err:
             self.started = time.monotonic()
             try:
                 self.proc = subprocess.Popen(
                     list(cmd.argv), cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, start_new_session=True)
+                    stdout=out, stderr=err, start_new_session=True,
+                    # what a party writes (outputs, persistence) is as private as its inputs
+                    umask=PRIVATE_UMASK)
             except OSError as exc:
                 raise PartyError(f"{cmd.name}: cannot start {cmd.argv[0]}: {exc}",
                                  party=cmd.name) from exc

@@ -35,6 +35,7 @@ from harness.experiments.results import (
     output_directory,
     write_json_atomic,
 )
+from harness.fileio import open_private, output_lock
 from harness.remote.hosts import Inventory, load_inventory
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "RunConfig", "run", "default_input_mode"]
@@ -195,6 +196,12 @@ def aggregate_locally(cluster: LocalCluster, work: Workload) -> list[float]:
 
 def run(cfg: RunConfig, *, echo=None) -> dict:
     cfg.validate()
+    # Held to the end: a second run on this --out would replace this one's results.
+    with output_lock(cfg.out):
+        return _run_locked(cfg, echo)
+
+
+def _run_locked(cfg: RunConfig, echo) -> dict:
     mp = find_mpspdz(cfg.mp_spdz)
     mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
     check_placement(cfg)
@@ -255,7 +262,8 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
     write_json_atomic(staging / "result.json", result)
     work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
-    np.save(staging / "data.npy", work.data)
+    with open_private(staging / "data.npy") as fh:  # the clients' own rows
+        np.save(fh, work.data)
     return result
 
 
