@@ -23,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from harness.engine.mpspdz import MpSpdz, find_mpspdz
-from harness.errors import InputError, LtmError, VerificationError
+from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
 from harness.experiments.run import (
@@ -31,6 +31,7 @@ from harness.experiments.run import (
     RunConfig,
     build_workload,
     check_placement,
+    check_workload_size,
     execute,
     program_for,
     public_input_for,
@@ -41,6 +42,8 @@ from harness.fileio import output_lock, write_atomic
 __all__ = ["ReproduceConfig", "reproduce", "load_raw", "RAW_FILE", "SWEEP_FILE"]
 
 RAW_FILE = "raw.jsonl"
+MAX_REPEAT = 100_000
+MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
@@ -76,6 +79,12 @@ class ReproduceConfig:
             raise InputError(f"--repeat must be at least 1, got {self.repeat}")
         if not self.scale > 0:
             raise InputError(f"--scale must be positive, got {self.scale}")
+        if self.repeat is not None:
+            check_number("--repeat", self.repeat, low=1, high=MAX_REPEAT, integer=True)
+        check_number("--scale", self.scale, low=0, high=MAX_SCALE, open_low=True)
+        if self.seed is not None:
+            check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
+        check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
         # the same rules as one run's
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
                   parties=2).validate()
@@ -106,6 +115,8 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
         repeat = cfg.repeat or spec.repeat
         plan += [_Task(cell, r) for cell in expand(spec, cfg.scale) for r in range(repeat)]
     needed = max(t.cell.servers for t in plan)
+    for cell in {t.cell for t in plan}:  # before sweep.json is written
+        check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
     check_placement(_run_config(cfg, plan[0].cell, Path(cfg.out), parties=needed))
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)
