@@ -19,8 +19,9 @@ from pathlib import Path
 
 from harness.errors import InputError
 
-__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "copy_private",
-           "open_private", "output_lock", "private_dir", "write_atomic", "write_private"]
+__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "check_output_dir",
+           "copy_private", "open_private", "output_lock", "private_dir", "write_atomic",
+           "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -115,7 +116,7 @@ def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterat
     Creating the parent directories here also turns an ``out`` under a file or in a
     read-only directory into one line, before any work.
     """
-    out = Path(out)
+    out = check_output_dir(out, option=option)
     lock = out.parent / f".{out.name}.lock"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,3 +163,23 @@ def _same_file(fd: int, path: Path) -> bool:
         return os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         return False
+
+
+def check_output_dir(out: str | os.PathLike[str], *, option: str = "--out") -> Path:
+    """Refuse, before any work, an output directory that could not be created or written.
+
+    Looks at ``out`` or its nearest existing ancestor: a file there, or a directory
+    this process cannot write, is one line now rather than a traceback after the work.
+    """
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is" if probe == out else f"lies under {probe}, which is"
+        raise InputError(f"{option} {out} {where} a file, not a directory; choose another "
+                         f"{option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {out}: the directory {probe} is not writable; choose "
+                         f"another {option}")
+    return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import InputError
+from harness.errors import InputError, check_memory
 
 __all__ = ["SUFFIXES", "check_matrix", "load_matrix", "synthetic_matrix"]
 
@@ -65,6 +65,9 @@ def _read_npy(path: Path) -> np.ndarray:
         raise InputError(f"data file {path} has shape {mapped.shape}; it must be an n x d "
                          "matrix")
     matrix = mapped[:, None] if mapped.ndim == 1 else mapped
+    # A sparse file can hold what its header claims and still not fit in memory.
+    check_memory(8.0 * matrix.size, f"data file {path} (shape {matrix.shape})",
+                 "use a smaller matrix, or a machine with more memory")
     return np.array(matrix, dtype=np.float64, order="C")
 
 

@@ -125,6 +125,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
                          "for the format) or create machines with `ltm aws up`") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); a hosts inventory is "
+                         "TOML, which must be saved as UTF-8") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the hosts inventory: {exc.strerror}") from None
 
