@@ -165,7 +165,8 @@ def _run_data(directory: Path, params: dict, data: str | os.PathLike | None) -> 
     path = directory / "data.npy"
     if path.is_file():
         return _load_npy(path, "input matrix")
-    named = params.get("data")
+    recorded = params.get("parameters")
+    named = recorded.get("data") if isinstance(recorded, dict) else params.get("data")
     if isinstance(named, str) and named and Path(named).is_file():
         return load_matrix(named)[0]
     raise InputError(f"{directory} has no data.npy, which the error measure needs (it "
