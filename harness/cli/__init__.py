@@ -14,6 +14,7 @@ import argparse
 import importlib
 import signal
 import sys
+from typing import NoReturn
 
 from harness._version import __version__
 from harness.errors import LtmError
@@ -35,8 +36,15 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the harness's error format: one line, exit 1 (subcommands inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"ltm: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ltm",
         description="Differentially private secure sketching on MP-SPDZ (the LTM).",
     )
