@@ -222,3 +222,23 @@ def test_analyze_refuses_an_empty_output(tmp_path, capsys):
     directory = _run_dir(tmp_path / "run", np.ones((5, 3)), np.ones((40, 3)))
     (directory / "output.npy").write_bytes(b"")
     one_line_error(capsys, ["analyze", "lowrank", "--k", "1", str(directory)], "0 bytes")
+
+
+@pytest.mark.mpspdz
+@pytest.mark.root
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, mp_spdz, program_cache,
+                                                    monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(program_cache))
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        # 8 MB of shares per server cannot fit on a 2 MB file system.
+        one_line_error(capsys, ["run", "--clients", "100000", "--rows", "10", "--dim", "10",
+                                "--noise", "none", "--out", str(disk / "out")],
+                       "the disk is full")
+        nothing_in(disk)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

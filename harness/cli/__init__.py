@@ -11,6 +11,7 @@ parsing and printing lives here.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import signal
 import sys
@@ -92,6 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.
         _say(f"ltm: error: {exc}")
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Every cleanup ran on the way here: no partial directory is left behind.
+        where = f" writing {exc.filename}" if exc.filename else ""
+        _say(f"ltm: error: the disk is full{where}; nothing was kept: free some space, "
+             "or choose an --out (or TMPDIR) on another file system")
         return 1
     except MemoryError:
         _say("ltm: error: out of memory; use a smaller input or parameters (fewer clients, "
