@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -72,8 +73,9 @@ def inputs_appear(root: Path) -> Callable[[], bool]:
     return lambda: any(p.name in names for p in tree(root))
 
 
-def signal_in_phase(proc: subprocess.Popen, reached: Callable[[], bool], sig: int) -> str:
-    """Send ``sig`` once ``reached()``; return what the process printed until it exited."""
+def signal_in_phase(proc: subprocess.Popen, reached: Callable[[], bool], sig: int,
+                    before: Callable[[], None] | None = None) -> str:
+    """Send ``sig`` once ``reached()`` (and ``before()``); return what the process printed."""
     deadline = time.monotonic() + _PHASE_SECONDS
     while not reached():
         if proc.poll() is not None:
@@ -81,6 +83,8 @@ def signal_in_phase(proc: subprocess.Popen, reached: Callable[[], bool], sig: in
             pytest.fail(f"ltm ended (status {proc.returncode}) before the phase:\n{out}{err}")
         assert time.monotonic() < deadline, "the phase was never reached"
         time.sleep(0.005)
+    if before is not None:
+        before()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, out + err
@@ -176,7 +180,19 @@ def test_run_over_ssh_stops_every_host(tmp_path, warm_cache, mp_spdz, sig):
         out = tmp_path / "out"
         proc = ltm(["run", *LONG_RUN, "--program", "reference", "--hosts", str(inventory),
                     "--out", str(out)], {"XDG_CACHE_HOME": str(warm_cache)})
-        signal_in_phase(proc, running(farm.root, "semi2k-party.x"), sig)
+        remote_private = []
+
+        def remote_modes() -> None:
+            # SSH staging on the hosts: the working directory private, secrets 0600.
+            for fake in fakes:
+                for d in fake.workdir.iterdir():
+                    remote_private.append(stat.S_IMODE(d.stat().st_mode) == 0o700)
+                    remote_private.extend(
+                        stat.S_IMODE(f.stat().st_mode) == 0o600 for f in d.rglob("*")
+                        if f.name.endswith((".key", ".data")) or f.name.startswith("Input-P"))
+
+        signal_in_phase(proc, running(farm.root, "semi2k-party.x"), sig, remote_modes)
+        assert len(remote_private) >= 5 and all(remote_private)  # 2 dirs, 2 keys, the input
         assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []
         assert not out.exists()
         assert_nothing_left(tmp_path / "out", farm.root / "p0" / "remote",
