@@ -242,3 +242,18 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, mp_spdz, p
         nothing_in(disk)
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_files_that_are_not_regular_or_far_too_large(tmp_path, capsys, no_drawing):
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(2 << 20)
+    out = str(tmp_path / "out")
+    for argv, needle in ((["run", "--hosts", "/dev/zero", "--out", out], "not a regular file"),
+                         (["hosts", "check", str(tmp_path)], "not a regular file"),
+                         (["run", "--hosts", str(big), "--out", out], "too large"),
+                         (["run", "--data", str(tmp_path), "--out", out], "not a regular file"),
+                         (["analyze", "lowrank", "--k", "1", "--data", "/dev/zero",
+                           str(tmp_path)], "no output.npy")):
+        one_line_error(capsys, argv, needle)
+    nothing_in(tmp_path, "big.toml")
