@@ -75,17 +75,17 @@ def test_a_torn_repetition_is_dropped_whole_and_run_once(sweep, program_cache, m
 
 
 @pytest.mark.parametrize(("line", "needle"), [
-    ("not json at all\n", "line 3 is not JSON"),
-    ("[1, 2]\n", "line 3 is JSON but not a raw row"),
-    ('{"cell": 5}\n', "line 3 has no valid 'table'"),
-    (b"\xff\xfe\n", "line 3 is not JSON"),
+    ("not json at all\n", "line 9 is not JSON"),
+    ("[1, 2]\n", "line 9 is JSON but not a raw row"),
+    ('{"cell": 5}\n', "line 9 has no valid 'table'"),
+    (b"\xff\xfe\n", "line 9 is not JSON"),
 ])
 def test_a_damaged_line_is_named_before_anything_is_appended(sweep, monkeypatch, capsys, line,
                                                              needle):
     lines = _lines(sweep)
-    del lines[-2:]  # a repetition is missing, so a resume would append
-    data = "".join(lines[:2]).encode() + (line if isinstance(line, bytes) else line.encode()) \
-        + "".join(lines[3:]).encode()
+    del lines[-2:]  # a repetition is missing, so a resume would append after the damage
+    # Damaged, yet ending in a newline: not the torn write of a kill.
+    data = "".join(lines).encode() + (line if isinstance(line, bytes) else line.encode())
     (sweep / RAW_FILE).write_bytes(data)
     monkeypatch.setenv("XDG_CACHE_HOME", str(sweep.parent / "cache"))
     code = main(["reproduce", "table4", "--scale", "0.005", "--repeat", "1", "--no-progress",
