@@ -24,7 +24,7 @@ from harness.analyst import utility
 from harness.cli import main
 from harness.errors import InputError
 
-EXAMPLES = int(os.environ.get("LTM_HYPOTHESIS_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("LTM_HYPOTHESIS_EXAMPLES", "40"))
 BUDGET = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                   suppress_health_check=[HealthCheck.function_scoped_fixture,
                                          HealthCheck.too_slow])
