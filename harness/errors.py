@@ -72,14 +72,19 @@ def check_number(option: str, value: object, *, low: float | None = None,
         raise InputError(f"{option} must be {kind}, got {value!r}")
     if not math.isfinite(value):
         raise InputError(f"{option} must be a finite number, got {value}")
+
     def show(x: float) -> str:
         return str(x) if isinstance(x, int) else f"{x:g}"
 
-    bounds = (f"{'(' if open_low else '['}{'-inf' if low is None else show(low)}, "
-              f"{'inf' if high is None else show(high)}]")
     too_low = low is not None and (value <= low if open_low else value < low)
     if too_low or (high is not None and value > high):
-        raise InputError(f"{option} must lie in {bounds}, got {show(value)}")
+        if low is None:
+            bounds = f"be at most {show(high)}"
+        elif high is None:
+            bounds = f"be {'greater than' if open_low else 'at least'} {show(low)}"
+        else:
+            bounds = f"lie in {'(' if open_low else '['}{show(low)}, {show(high)}]"
+        raise InputError(f"{option} must {bounds}, got {show(value)}")
 
 
 def available_memory() -> int:

@@ -116,14 +116,17 @@ MAX_PARTIES = 256
 
 def check_numbers(cfg: RunConfig) -> None:
     """Every numeric option finite and in range, before anything is read or drawn."""
+    # Lower bounds of the dimensions and parties: checked (and worded) by the sketch and
+    # validate(), still before any data is drawn.
     for option, value, low, high in (
-            ("--clients", cfg.clients, 1, MAX_CLIENTS), ("--dim", cfg.dim, 1, MAX_DIM),
-            ("--rows", cfg.rows, 1, MAX_CLIENTS), ("--sparsity", cfg.sparsity, 1, MAX_CLIENTS),
+            ("--clients", cfg.clients, None, MAX_CLIENTS), ("--dim", cfg.dim, None, MAX_DIM),
+            ("--rows", cfg.rows, None, MAX_CLIENTS),
+            ("--sparsity", cfg.sparsity, None, MAX_CLIENTS),
             ("--corrupt-clients", cfg.corrupt_clients, 0, MAX_CLIENTS),
             ("--frac-bits", cfg.frac_bits, 0, 52)):
         check_number(option, value, low=low, high=high, integer=True)
     for option, value, low, high in (
-            ("--parties", cfg.parties, 2, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
+            ("--parties", cfg.parties, None, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
             ("--port", cfg.port, 1024, 65535)):
         if value is not None:
             check_number(option, value, low=low, high=high, integer=True)
