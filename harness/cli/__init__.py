@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # Every cleanup ran on the way here: no partial directory is left behind.
         where = f" writing {exc.filename}" if exc.filename else ""
-        _say(f"ltm: error: the disk is full{where}; nothing was kept: free some space, "
-             "or choose an --out (or TMPDIR) on another file system")
+        _say(f"ltm: error: the disk is full{where}; partial files were removed: free some "
+             "space, or choose an --out on another file system")
         return 1
     except MemoryError:
         _say("ltm: error: out of memory; use a smaller input or parameters (fewer clients, "
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signum
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if handler is not None:  # None: set outside Python, cannot be restored
+                signal.signal(sig, handler)
 
 
 def _say(line: str) -> None:
