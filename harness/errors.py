@@ -1,10 +1,15 @@
 """Error types. Every error a user can cause is an :class:`LtmError`.
 
 The CLI prints an ``LtmError`` as one line and exits with status 1; anything
-else is a bug and keeps its traceback.
+else is a bug and keeps its traceback. The checks every user-supplied number
+and size goes through (:func:`check_number`, :func:`check_memory`) live here too,
+so that every layer words them the same way.
 """
 
 from __future__ import annotations
+
+import math
+import os
 
 
 class LtmError(Exception):
@@ -51,3 +56,52 @@ def stderr_tail(text: str, lines: int = 8) -> str:
     """The last non-empty lines of a party's stderr, indented for display."""
     kept = [line for line in text.splitlines() if line.strip()][-lines:]
     return "\n".join("    " + line for line in kept)
+
+
+def check_number(option: str, value: object, *, low: float | None = None,
+                 high: float | None = None, integer: bool = False,
+                 open_low: bool = False) -> None:
+    """Refuse a user-supplied number that is not finite or not in [low, high].
+
+    ``open_low`` excludes ``low`` itself (a positive epsilon). Every numeric
+    option goes through here before any data is drawn, so a bad one is one line.
+    """
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or (integer and not isinstance(value, int)):
+        raise InputError(f"{option} must be {kind}, got {value!r}")
+    if not math.isfinite(value):
+        raise InputError(f"{option} must be a finite number, got {value}")
+
+    def show(x: float) -> str:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+
+    too_low = low is not None and (value <= low if open_low else value < low)
+    if too_low or (high is not None and value > high):
+        if low is None:
+            bounds = f"be at most {show(high)}"
+        elif high is None:
+            bounds = f"be {'greater than' if open_low else 'at least'} {show(low)}"
+        else:
+            bounds = f"lie in {'(' if open_low else '['}{show(low)}, {show(high)}]"
+        raise InputError(f"{option} must {bounds}, got {show(value)}")
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give a process (MemAvailable), or its total memory."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(needed: float, what: str, fix: str) -> None:
+    """Refuse, before allocating, work whose arrays cannot fit in memory."""
+    have = available_memory()
+    if needed > have:
+        raise InputError(f"{what} needs about {needed / 1e9:.3g} GB of memory, but only "
+                         f"{have / 1e9:.3g} GB are available; {fix}")

@@ -1,12 +1,32 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Atomic file writes, and private files for secrets.
+
+Atomic: a reader sees the old file or the new one, never half of one.
+Private: files holding shares, keys or inputs are created 0600 inside 0700
+directories, with the mode given to ``open(2)`` itself, so no other user can
+read them at any moment, not even between creating and chmod-ing.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+from harness.errors import InputError
+
+__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "check_output_dir",
+           "copy_private", "open_private", "output_lock", "private_dir", "write_atomic",
+           "write_private"]
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+# For child processes (parties, openssl) that create files of their own in our directories.
+PRIVATE_UMASK = 0o077
 
 
 def _default_mode() -> int:
@@ -36,3 +56,130 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *,
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a directory only its owner can enter; missing parents are made 0700 too.
+
+    An existing ``path`` is narrowed to 0700 (it is ours: a working directory);
+    existing parents are left as they are.
+    """
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            pass
+    os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def open_private(path: str | os.PathLike[str], mode: str = "wb"):
+    """``open(path, mode)`` for writing, the file 0600 from its creation (and if it existed)."""
+    if mode not in ("wb", "ab", "w", "a"):
+        raise ValueError(f"open_private opens for writing only, not {mode!r}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+    flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
+    fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_private(path: str | os.PathLike[str], data: str | bytes) -> Path:
+    with open_private(path, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
+
+
+def copy_private(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    with open(source, "rb") as src, open_private(dest, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return Path(dest)
+
+
+@contextmanager
+def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterator[Path]:
+    """Hold an exclusive advisory lock on the output directory ``out`` for a whole command.
+
+    The lock is a file beside ``out`` (``.NAME.lock``), so ``out`` itself can
+    appear atomically or be a sweep that is resumed; it records who holds it. A
+    second command on the same ``out`` is refused at once, naming the holder.
+    Creating the parent directories here also turns an ``out`` under a file or in a
+    read-only directory into one line, before any work.
+    """
+    out = check_output_dir(out, option=option)
+    lock = out.parent / f".{out.name}.lock"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise InputError(f"{option} {out} is in use by another command ({holder}); "
+                                 f"wait for it to finish, or choose another {option}") from None
+            # The previous holder may have removed the file between our open and flock.
+            if _same_file(fd, lock):
+                break
+            os.close(fd)
+    except OSError as exc:
+        raise InputError(f"cannot create {option} {out}: {exc.strerror or exc} "
+                         f"({exc.filename or out.parent}); choose another {option}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}: ltm {' '.join(sys.argv[1:])}\n".encode())
+        yield out
+    finally:
+        # Unlinked while still held: a waiter that opened it re-checks with _same_file.
+        try:
+            if _same_file(fd, lock):
+                lock.unlink()
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "a process that is just starting"
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def check_output_dir(out: str | os.PathLike[str], *, option: str = "--out") -> Path:
+    """Refuse, before any work, an output directory that could not be created or written.
+
+    Looks at ``out`` or its nearest existing ancestor: a file there, or a directory
+    this process cannot write, is one line now rather than a traceback after the work.
+    """
+    out = Path(out)
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is" if probe == out else f"lies under {probe}, which is"
+        raise InputError(f"{option} {out} {where} a file, not a directory; choose another "
+                         f"{option}")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {out}: the directory {probe} is not writable; choose "
+                         f"another {option}")
+    return out

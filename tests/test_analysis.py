@@ -324,8 +324,9 @@ def _run_dir(tmp_path, with_data: bool = True, params: dict | None = None):
     np.save(tmp_path / "output.npy", T)
     if with_data:
         np.save(tmp_path / "data.npy", M)
-    base = {"n": 400, "d": 4, "m": 20, "s": 2, "noise": {"kind": "none"}}
-    (tmp_path / "result.json").write_text(json.dumps(base | (params or {})))
+    # result.json as `ltm run` writes it
+    base = {"clients": 400, "dim": 4, "rows": 20, "sparsity": 2, "noise": {"kind": "none"}}
+    (tmp_path / "result.json").write_text(json.dumps({"parameters": base | (params or {})}))
     return M
 
 
@@ -333,7 +334,7 @@ def test_load_run(tmp_path) -> None:
     M = _run_dir(tmp_path)
     run = datasets.load_run(tmp_path)
     assert run.sketch.shape == (20, 4) and (run.data == M).all()
-    assert run.params["m"] == 20
+    assert run.params["parameters"]["rows"] == 20
 
 
 def test_load_run_without_data_names_the_fix(tmp_path) -> None:
@@ -349,9 +350,10 @@ def test_load_run_without_data_names_the_fix(tmp_path) -> None:
 
 
 def test_load_run_rejects_mixed_files(tmp_path) -> None:
-    _run_dir(tmp_path, params={"n": 999})
-    with pytest.raises(InputError, match="n=999"):
-        datasets.load_run(tmp_path)
+    for key in ("clients", "dim", "rows"):
+        _run_dir(tmp_path, params={key: 999})
+        with pytest.raises(InputError, match=f"result.json says {key}=999 but the files give"):
+            datasets.load_run(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(InputError, match="no output.npy"):

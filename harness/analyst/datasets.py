@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients.matrices import load_matrix
-from harness.errors import InputError
+from harness.errors import InputError, check_memory
 
 __all__ = [
     "RunOutput",
@@ -136,13 +136,27 @@ def _read_params(directory: Path) -> dict:
 
 
 def _load_npy(path: Path, what: str) -> np.ndarray:
+    if path.stat().st_size == 0:
+        raise InputError(f"{what} {path} is empty (0 bytes); the run that wrote it did not "
+                         "finish: rerun `ltm run`")
     try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        # Mapped: a header that claims more than the file holds is refused unallocated.
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
         raise InputError(f"cannot read {what} {path}: {exc}") from exc
     if arr.ndim != 2:
         raise InputError(f"{what} {path} must be a 2-D array, got shape {arr.shape}")
-    return arr.astype(np.float64)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"{what} {path} holds {arr.dtype} values; a run writes real "
+                         "numbers: the file is not an `ltm run` output")
+    check_memory(8.0 * arr.size, f"{what} {path} (shape {arr.shape})",
+                 "analyse it on a machine with more memory")
+    values = np.array(arr, dtype=np.float64)
+    if not np.isfinite(values).all():
+        r, c = np.argwhere(~np.isfinite(values))[0]
+        raise InputError(f"{what} {path} holds a non-finite value at row {r}, column {c}; "
+                         "the file is damaged or not an `ltm run` output: rerun `ltm run`")
+    return values
 
 
 def _run_data(directory: Path, params: dict, data: str | os.PathLike | None) -> np.ndarray:
@@ -151,7 +165,8 @@ def _run_data(directory: Path, params: dict, data: str | os.PathLike | None) -> 
     path = directory / "data.npy"
     if path.is_file():
         return _load_npy(path, "input matrix")
-    named = params.get("data")
+    recorded = params.get("parameters")
+    named = recorded.get("data") if isinstance(recorded, dict) else params.get("data")
     if isinstance(named, str) and named and Path(named).is_file():
         return load_matrix(named)[0]
     raise InputError(f"{directory} has no data.npy, which the error measure needs (it "
@@ -180,8 +195,12 @@ def _check_run_shapes(sketch: np.ndarray, matrix: np.ndarray, params: dict) -> N
     if sketch.shape[1] != matrix.shape[1]:
         raise InputError(f"output.npy has {sketch.shape[1]} columns but the input matrix has "
                          f"{matrix.shape[1]}; pass the run's own input with --data")
-    for key, value in (("n", matrix.shape[0]), ("d", matrix.shape[1]), ("m", sketch.shape[0])):
-        expected = params.get(key)
+    recorded = params.get("parameters")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    for key, value in (("clients", matrix.shape[0]), ("dim", matrix.shape[1]),
+                       ("rows", sketch.shape[0])):
+        expected = recorded.get(key)
         if isinstance(expected, int) and expected != value:
             raise InputError(f"result.json says {key}={expected} but the files give {value}; "
-                             "the directory mixes files from different runs")
+                             "the directory mixes files from different runs: pass the run's "
+                             "own input with --data, or rerun `ltm run`")

@@ -24,6 +24,7 @@ from harness.analyst import analysis, baselines, datasets
 from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.fileio import check_output_dir
 
 __all__ = [
     "DEFAULT_P_VALUES",
@@ -308,6 +309,7 @@ def output_paths(out_dir: str | os.PathLike, problem: str) -> dict[str, Path]:
 
 def check_outputs(out_dir: str | os.PathLike, problem: str, force: bool) -> dict[str, Path]:
     """The output paths, refusing (before any work) to overwrite files unless ``force``."""
+    check_output_dir(out_dir)
     paths = output_paths(out_dir, problem)
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing and not force:

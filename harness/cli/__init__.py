@@ -11,13 +11,21 @@ parsing and printing lives here.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import signal
 import sys
+from typing import NoReturn
 
 from harness._version import __version__
 from harness.errors import LtmError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Interrupted", "build_parser", "main"]
+
+# SIGTERM (kill, systemd, a batch scheduler) and SIGHUP (a closed terminal) stop a
+# command the way Ctrl-C does, through the same cleanup: parties stopped, partial
+# directories and remote working directories removed.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _COMMAND_MODULES = (
     "harness.cli.run",
@@ -29,8 +37,15 @@ _COMMAND_MODULES = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the harness's error format: one line, exit 1 (subcommands inherit it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"ltm: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ltm",
         description="Differentially private secure sketching on MP-SPDZ (the LTM).",
     )
@@ -41,21 +56,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop signal, raised where the main thread is, so every cleanup path runs."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    # Once: a second signal must not cut the cleanup the first one started short.
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _install_stop_handlers() -> dict:
+    previous = {}
+    for sig in _STOP_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, _on_stop_signal)
+        except ValueError:  # not the main thread (main() called from a worker): leave them
+            break
+    return previous
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    previous = _install_stop_handlers()
     try:
         return int(args.func(args) or 0)
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.
-        print(f"ltm: error: {exc}", file=sys.stderr)
+        _say(f"ltm: error: {exc}")
         return 1
-    except KeyboardInterrupt:
-        print("ltm: interrupted", file=sys.stderr)
-        return 130
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Every cleanup ran on the way here: no partial directory is left behind.
+        where = f" writing {exc.filename}" if exc.filename else ""
+        _say(f"ltm: error: the disk is full{where}; partial files were removed: free some "
+             "space, or choose an --out on another file system")
+        return 1
+    except MemoryError:
+        _say("ltm: error: out of memory; use a smaller input or parameters (fewer clients, "
+             "rows or columns)")
+        return 1
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        _say(f"ltm: interrupted by {signal.Signals(signum).name}")
+        return 128 + signum
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be restored
+                signal.signal(sig, handler)
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except OSError:  # stderr went with the terminal (SIGHUP)
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import InputError
+from harness.errors import InputError, check_memory
 
 __all__ = ["SUFFIXES", "check_matrix", "load_matrix", "synthetic_matrix"]
 
@@ -32,6 +32,8 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
     Rows with missing or non-finite values are an error unless ``drop_missing``.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise InputError(f"data file {path} is not a regular file; pass {_FORMATS}")
     if not path.is_file():
         raise InputError(f"data file {path} does not exist; pass an existing {_FORMATS}")
     suffix = path.suffix.lower()
@@ -43,6 +45,9 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
         matrix = _read_npy(path)
         names = [str(i) for i in range(matrix.shape[1])]
     else:
+        # Parsed text takes at most about 4 bytes per byte of the file (8 per 2-byte "1,").
+        check_memory(4.0 * path.stat().st_size, f"data file {path}",
+                     "save it as .npy, or use a machine with more memory")
         matrix, names = _frame_to_matrix(_read_table(path, header), path)
     if matrix.shape[0] == 0 or matrix.shape[1] == 0:
         raise InputError(f"data file {path} has shape {matrix.shape}; it must be an n x d "
@@ -65,6 +70,9 @@ def _read_npy(path: Path) -> np.ndarray:
         raise InputError(f"data file {path} has shape {mapped.shape}; it must be an n x d "
                          "matrix")
     matrix = mapped[:, None] if mapped.ndim == 1 else mapped
+    # A sparse file can hold what its header claims and still not fit in memory.
+    check_memory(8.0 * matrix.size, f"data file {path} (shape {matrix.shape})",
+                 "use a smaller matrix, or a machine with more memory")
     return np.array(matrix, dtype=np.float64, order="C")
 
 

@@ -26,6 +26,7 @@ from harness.clients.layout import Layout, accumulator_index
 from harness.clients.noise import NoiseSpec
 from harness.clients.sharing import random_ring, share
 from harness.clients.sketch import Sketch
+from harness.fileio import open_private, private_dir
 
 __all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "TextSink", "prepare_inputs",
            "read_share_file", "write_share_file"]
@@ -37,7 +38,7 @@ _STREAM_ROWS = 1 << 18
 
 
 def write_share_file(path: Path, shares: np.ndarray) -> None:
-    with open(path, "wb") as fh:
+    with open_private(path) as fh:
         fh.write(SHARE_HEADER)
         fh.write(np.ascontiguousarray(shares, dtype="<u8").tobytes())
 
@@ -64,8 +65,8 @@ class ShareSink:
         self._ahead: tuple[tuple[int, ...], Future] | None = None
         try:
             for p in paths:
-                p.parent.mkdir(parents=True, exist_ok=True)
-                fh = open(p, "wb")  # noqa: SIM115 - closed in close()
+                private_dir(p.parent)
+                fh = open_private(p)
                 fh.write(SHARE_HEADER)
                 self.files.append(fh)
         except BaseException:
@@ -127,8 +128,8 @@ class TextSink:
     """Party 0's MP-SPDZ input file: the data owner holds every noisy row."""
 
     def __init__(self, path: Path, parties: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(path, "wb")  # noqa: SIM115 - closed in close()
+        private_dir(path.parent)
+        self.fh = open_private(path)
         self.upload_bytes = [0] * parties
 
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:

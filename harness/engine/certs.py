@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from harness.errors import LtmError
+from harness.fileio import PRIVATE_UMASK, copy_private, private_dir
 
 __all__ = ["make_certificates", "install_certificates"]
 
@@ -20,7 +21,9 @@ def _openssl(*args: str) -> str:
     exe = shutil.which("openssl")
     if exe is None:
         raise LtmError("the openssl command is missing; install it (apt-get install openssl)")
-    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+    # The key file is written by openssl itself: private from its creation.
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60,
+                          umask=PRIVATE_UMASK)
     if proc.returncode:
         raise LtmError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -28,7 +31,7 @@ def _openssl(*args: str) -> str:
 
 def make_certificates(parties: int, directory: Path) -> list[tuple[Path, Path, str]]:
     """Create P<i>.key / P<i>.pem in ``directory``; return (key, cert, hash) per party."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     out = []
     for i in range(parties):
         key, pem = directory / f"P{i}.key", directory / f"P{i}.pem"
@@ -44,10 +47,9 @@ def make_certificates(parties: int, directory: Path) -> list[tuple[Path, Path, s
 def install_certificates(certs: list[tuple[Path, Path, str]], party: int,
                          player_data: Path) -> None:
     """Give a party its own key and everyone's certificate (with hash names)."""
-    player_data.mkdir(parents=True, exist_ok=True)
+    private_dir(player_data)
     for i, (key, pem, digest) in enumerate(certs):
         shutil.copyfile(pem, player_data / pem.name)
         shutil.copyfile(pem, player_data / f"{digest}.0")
         if i == party:
-            shutil.copyfile(key, player_data / key.name)
-            (player_data / key.name).chmod(0o600)
+            copy_private(key, player_data / key.name)

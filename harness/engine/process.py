@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import PartyError
+from harness.fileio import PRIVATE_UMASK, open_private, private_dir
 
 __all__ = ["Command", "Completed", "run_group", "check_call"]
 
@@ -43,24 +46,54 @@ class Completed:
     extra: dict = field(default_factory=dict)
 
 
+# Stop signals (the CLI turns them into KeyboardInterrupt) wait while a child is being
+# started: one arriving inside Popen would lose the new child's pid, and with it the
+# only way to stop a party that runs in its own session.
+_DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are only ever handled in the main thread
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in _DEFERRED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if caught:
+            os.kill(os.getpid(), caught[0])  # delivered now, to the handler it was meant for
+
+
 class _Running:
-    def __init__(self, cmd: Command) -> None:
+    def __init__(self, cmd: Command, running: list[_Running]) -> None:
+        """Start ``cmd`` and add it to ``running`` before any stop signal can intervene."""
         self.cmd = cmd
         log_dir = cmd.log_dir or cmd.cwd
-        log_dir.mkdir(parents=True, exist_ok=True)
+        if not log_dir.is_dir():
+            private_dir(log_dir)
         self.out_path = log_dir / f"{cmd.name}.stdout"
         self.err_path = log_dir / f"{cmd.name}.stderr"
         # Files, not pipes: a party that prints a lot can never block on a full pipe.
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+        with open_private(self.out_path) as out, open_private(self.err_path) as err:
             self.started = time.monotonic()
+            self.ended: float | None = None
             try:
-                self.proc = subprocess.Popen(
-                    list(cmd.argv), cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=err, start_new_session=True)
+                with _signals_deferred():
+                    self.proc = subprocess.Popen(
+                        list(cmd.argv), cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
+                        stdout=out, stderr=err, start_new_session=True,
+                        # what a party writes (outputs, persistence) is as private as its
+                        # inputs
+                        umask=PRIVATE_UMASK)
+                    running.append(self)  # from here on, the caller's finally stops it
             except OSError as exc:
                 raise PartyError(f"{cmd.name}: cannot start {cmd.argv[0]}: {exc}",
                                  party=cmd.name) from exc
-        self.ended: float | None = None
 
     def poll(self) -> int | None:
         rc = self.proc.poll()
@@ -124,7 +157,7 @@ def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
     running: list[_Running] = []
     try:
         for cmd in commands:
-            running.append(_Running(cmd))
+            _Running(cmd, running)
         deadline = time.monotonic() + timeout
         while True:
             codes = [r.poll() for r in running]

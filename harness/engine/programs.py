@@ -95,9 +95,19 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
                     f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}"
                 ) from exc
             elapsed = time.perf_counter() - started
+            schedule = staging / "Programs" / "Schedules" / f"{template}.sch"
+            bytecode = staging / "Programs" / "Bytecode"
+            if not schedule.is_file() or not any(bytecode.glob(f"{template}-*.bc")):
+                raise MpSpdzError(
+                    f"MP-SPDZ's compiler ({mp.compiler}) exited successfully but wrote no "
+                    f"schedule or bytecode for the {template!r} program; the installation is "
+                    "broken: check it with `ltm mpspdz doctor` or reinstall it")
+            # A broken entry from an older harness (no schedule) would block the rename.
+            shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
         except BaseException:
-            if not isinstance(sys.exc_info()[1], MpSpdzError):
+            # A program the compiler rejected is kept for inspection; nothing else is.
+            if not isinstance(sys.exc_info()[1].__cause__, PartyError):
                 shutil.rmtree(staging, ignore_errors=True)
             raise
     return CompiledProgram(template, final, key, elapsed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.engine.certs import install_certificates, make_certificates
+from harness.fileio import private_dir
 
 __all__ = ["PartyStaging"]
 
@@ -20,11 +21,12 @@ class PartyStaging:
 
     def __init__(self, parties: int, workdir: Path) -> None:
         self.parties = parties
-        self.workdir = workdir
+        self.workdir = private_dir(workdir)
         certs = make_certificates(parties, workdir / "certs")
         for i in range(parties):
             install_certificates(certs, i, self.party_dir(i) / "Player-Data")
-            (self.party_dir(i) / "Persistence").mkdir(parents=True, exist_ok=True)
+            private_dir(self.party_dir(i))
+            private_dir(self.party_dir(i) / "Persistence")
 
     def party_dir(self, i: int) -> Path:
         return self.workdir / f"P{i}"

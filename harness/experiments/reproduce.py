@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
-from harness.errors import InputError, VerificationError
+from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
 from harness.experiments.run import (
@@ -32,15 +31,19 @@ from harness.experiments.run import (
     RunConfig,
     build_workload,
     check_placement,
+    check_workload_size,
     execute,
     program_for,
     public_input_for,
 )
 from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
+from harness.fileio import output_lock, write_atomic
 
 __all__ = ["ReproduceConfig", "reproduce", "load_raw", "RAW_FILE", "SWEEP_FILE"]
 
 RAW_FILE = "raw.jsonl"
+MAX_REPEAT = 100_000
+MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
@@ -77,6 +80,12 @@ class ReproduceConfig:
             raise InputError(f"--repeat must be at least 1, got {self.repeat}")
         if not self.scale > 0:
             raise InputError(f"--scale must be positive, got {self.scale}")
+        if self.repeat is not None:
+            check_number("--repeat", self.repeat, low=1, high=MAX_REPEAT, integer=True)
+        check_number("--scale", self.scale, low=0, high=MAX_SCALE, open_low=True)
+        if self.seed is not None:
+            check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
+        check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
         # the same rules as one run's
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
                   parties=2).validate()
@@ -92,6 +101,13 @@ class _Task:
 def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None) -> Path:
     """Run (or resume) the sweeps, then write the tables, plots and report."""
     tables = cfg.validate()
+    # Held for the whole sweep: two sweeps appending to one raw.jsonl corrupt it for good.
+    with output_lock(cfg.out):
+        return _reproduce_locked(cfg, tables, echo)
+
+
+def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
+                      echo: Callable[[str], None] | None) -> Path:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
     mp.binary("semi2k-party.x")
     plan = []
@@ -100,12 +116,13 @@ def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None
         repeat = cfg.repeat or spec.repeat
         plan += [_Task(cell, r) for cell in expand(spec, cfg.scale) for r in range(repeat)]
     needed = max(t.cell.servers for t in plan)
+    for cell in {t.cell for t in plan}:  # before sweep.json is written
+        check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
     check_placement(_run_config(cfg, plan[0].cell, Path(cfg.out), parties=needed))
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)
     raw_path = out / RAW_FILE
-    _drop_torn_tail(raw_path)
-    done = _completed(raw_path)
+    done = _heal(raw_path)
     todo = [t for t in plan if (t.cell.key, t.repetition) not in done]
     if echo and len(todo) < len(plan):
         echo(f"ltm reproduce: resuming in {out}: {len(plan) - len(todo)} of {len(plan)} "
@@ -117,6 +134,13 @@ def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None
             echo(f"ltm reproduce: interrupted; finished repetitions are kept in {raw_path}. "
                  "Run the same command again to resume.")
         raise
+    finished = _completed(raw_path)
+    missing = [t for t in plan if (t.cell.key, t.repetition) not in finished]
+    if missing:
+        # Success means every cell complete, never a table with holes in it.
+        raise LtmError(f"{len(missing)} of {len(plan)} repetitions are missing from {raw_path} "
+                       f"(the first: {missing[0].cell.key} repetition "
+                       f"{missing[0].repetition + 1}); run the same command again to finish")
     settings = {**cfg.identity(), "repeat": cfg.repeat or "the spec's", "tables": tables}
     written = report.write_all(load_raw(raw_path), tables, out, machine=machine_info(),
                                settings=settings)
@@ -205,42 +229,86 @@ def _append(raw_path: Path, rows: list[dict]) -> None:
         os.fsync(fh.fileno())
 
 
-def _drop_torn_tail(raw_path: Path) -> None:
-    """Cut a last line without its newline (the write a kill interrupted) before appending."""
-    if not raw_path.exists():
-        return
-    with open(raw_path, "rb+") as fh:
-        data = fh.read()
-        if data and not data.endswith(b"\n"):
-            fh.truncate(data.rfind(b"\n") + 1)
+# What every raw row must hold, and of which type, for resuming and the tables to work.
+_ROW_FIELDS: dict[str, tuple[type, ...]] = {
+    "table": (str,), "cell": (str,), "repetition": (int,), "servers": (int,),
+    "party": (int,), "t_mpc_s": (int, float), "c_mpc_mb": (int, float), "verified": (bool,),
+}
+
+
+def _damaged(raw_path: Path, number: int, what: str) -> InputError:
+    return InputError(f"{raw_path}: line {number} {what}; the raw results are damaged: "
+                      "restore the file, delete that line, or start a new sweep with another "
+                      "--out")
+
+
+def _check_row(raw_path: Path, number: int, row: object) -> dict:
+    if not isinstance(row, dict):
+        raise _damaged(raw_path, number, f"is JSON but not a raw row (a {type(row).__name__})")
+    for key, kinds in _ROW_FIELDS.items():
+        value = row.get(key)
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            raise _damaged(raw_path, number, f"has no valid {key!r} (got {value!r})")
+    if row["servers"] < 2 or not 0 <= row["party"] < row["servers"] or row["repetition"] < 0:
+        raise _damaged(raw_path, number, f"has party {row['party']} of {row['servers']} "
+                       f"servers, repetition {row['repetition']}")
+    return row
+
+
+def _read_lines(raw_path: Path) -> tuple[list[tuple[dict, str]], bool]:
+    """Every row with its line, validated; and whether a torn last line was left out.
+
+    Only a last line without its newline is the write a kill interrupted; any other
+    line that is not a raw row is damage, reported with its number before anything
+    is appended.
+    """
+    try:
+        data = raw_path.read_bytes()
+    except FileNotFoundError:
+        return [], False
+    except OSError as exc:
+        raise InputError(f"cannot read {raw_path}: {exc.strerror}; check its permissions") \
+            from None
+    lines = data.split(b"\n")
+    torn = lines.pop() != b""  # the piece after the last newline
+    rows = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+            row = json.loads(text)
+        except (UnicodeDecodeError, ValueError):
+            raise _damaged(raw_path, number, "is not JSON") from None
+        rows.append((_check_row(raw_path, number, row), text))
+    return rows, torn
+
+
+def _whole(rows: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+    """The rows of complete repetitions: exactly one row for each of the cell's servers."""
+    parties: dict[tuple[str, int], list[int]] = {}
+    for row, _ in rows:
+        parties.setdefault((row["cell"], row["repetition"]), []).append(row["party"])
+    return [(row, text) for row, text in rows
+            if sorted(parties[(row["cell"], row["repetition"])]) == list(range(row["servers"]))]
+
+
+def _heal(raw_path: Path) -> set[tuple[str, int]]:
+    """Drop a torn tail and every incomplete repetition before appending; return what is done.
+
+    A kill during a repetition's write can leave some of its parties' rows: they
+    are dropped whole, so the repetition is run again and counted once.
+    """
+    rows, torn = _read_lines(raw_path)
+    whole = _whole(rows)
+    if torn or len(whole) != len(rows):
+        write_atomic(raw_path, "".join(text + "\n" for _, text in whole))
+    return {(row["cell"], row["repetition"]) for row, _ in whole}
 
 
 def load_raw(raw_path: Path) -> pd.DataFrame:
     """Complete repetitions from ``raw.jsonl``, skipping a torn trailing line."""
-    rows = _read_rows(raw_path)
-    counts = Counter((r["cell"], r["repetition"]) for r in rows)
-    whole = [r for r in rows if counts[(r["cell"], r["repetition"])] == r["servers"]]
-    return pd.DataFrame(whole)
-
-
-def _read_rows(raw_path: Path) -> list[dict]:
-    if not raw_path.exists():
-        return []
-    rows = []
-    with open(raw_path) as fh:
-        lines = fh.read().split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number >= len(lines) - 1:
-                continue  # the write in flight when the sweep was killed
-            raise InputError(f"{raw_path}: line {number} is not JSON; the raw results are "
-                             "damaged: restore the file or start a new sweep with another --out"
-                             ) from None
-    return rows
+    return pd.DataFrame([row for row, _ in _whole(_read_lines(raw_path)[0])])
 
 
 def _completed(raw_path: Path) -> set[tuple[str, int]]:
@@ -257,9 +325,13 @@ def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
         raise InputError(f"--out {out} exists and is not a directory; choose another --out")
     if sweep.exists():
         try:
-            recorded = json.loads(sweep.read_text())["settings"]
-        except (ValueError, KeyError) as exc:
+            recorded = json.loads(sweep.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as exc:
             raise InputError(f"{sweep} is damaged ({exc}); choose another --out") from None
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("settings"), dict):
+            raise InputError(f"{sweep} is damaged (it is JSON but has no 'settings' object); "
+                             "restore it or choose another --out")
+        recorded = recorded["settings"]
         differs = {k: (recorded.get(k), v) for k, v in cfg.identity().items()
                    if recorded.get(k) != v}
         if differs:

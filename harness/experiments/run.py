@@ -28,13 +28,14 @@ from harness.engine.cluster import PROTOCOL, LocalCluster
 from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
 from harness.engine.parse import parse_output
 from harness.engine.programs import CompiledProgram, compile_program
-from harness.errors import InputError, VerificationError
+from harness.errors import InputError, VerificationError, check_memory, check_number
 from harness.experiments.results import (
     FORMAT_VERSION,
     metadata,
     output_directory,
     write_json_atomic,
 )
+from harness.fileio import open_private, output_lock
 from harness.remote.hosts import Inventory, load_inventory
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "RunConfig", "run", "default_input_mode"]
@@ -79,6 +80,7 @@ class RunConfig:
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
+        check_numbers(self)
         if self.program not in PROGRAMS:
             raise InputError(f"unknown --program {self.program!r}; choose {', '.join(PROGRAMS)}")
         if self.input_mode is None:
@@ -107,6 +109,58 @@ class RunConfig:
                              "fast or reference with --hosts")
 
 
+# Far beyond any run this harness can do, yet small enough to fail cleanly.
+MAX_CLIENTS = 1 << 40
+MAX_DIM = 1 << 24
+MAX_PARTIES = 256
+
+
+def check_numbers(cfg: RunConfig) -> None:
+    """Every numeric option finite and in range, before anything is read or drawn."""
+    # Lower bounds of the dimensions and parties: checked (and worded) by the sketch and
+    # validate(), still before any data is drawn.
+    for option, value, low, high in (
+            ("--clients", cfg.clients, None, MAX_CLIENTS), ("--dim", cfg.dim, None, MAX_DIM),
+            ("--rows", cfg.rows, None, MAX_CLIENTS),
+            ("--sparsity", cfg.sparsity, None, MAX_CLIENTS),
+            ("--corrupt-clients", cfg.corrupt_clients, 0, MAX_CLIENTS),
+            ("--frac-bits", cfg.frac_bits, 0, 52)):
+        check_number(option, value, low=low, high=high, integer=True)
+    for option, value, low, high in (
+            ("--parties", cfg.parties, None, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
+            ("--port", cfg.port, 1024, 65535)):
+        if value is not None:
+            check_number(option, value, low=low, high=high, integer=True)
+    check_number("--epsilon", cfg.epsilon, low=0, open_low=True)
+    check_number("--delta", cfg.delta, low=0, high=1, open_low=True)
+    check_number("--eta", cfg.eta, low=0, open_low=True)
+    check_number("--timeout", cfg.timeout, low=0, high=10**7, open_low=True)
+
+
+def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
+    """Refuse parameters whose noisy entries cannot be encoded, before drawing any.
+
+    Ten standard deviations past eta: no draw of a run ever reaches that, so a
+    run this lets through does not fail on an entry later.
+    """
+    try:
+        spread = math.sqrt(noise.variance)
+    except (ZeroDivisionError, OverflowError, ValueError):
+        spread = math.inf
+    worst = (eta + 10 * spread) * fp.scale
+    if not worst < 2.0**63:
+        size = f"2^{math.log2(worst):.1f}" if math.isfinite(worst) else "infinity"
+        raise InputError(f"fixed-point overflow: entries up to eta + 10 noise standard "
+                         f"deviations encode to {size}, beyond the ring's bound 2^63; raise "
+                         f"--epsilon, or lower --eta or --frac-bits (now {fp.frac_bits})")
+
+
+def check_workload_size(n: int, d: int, m: int, s: int) -> None:
+    """The data, the sketch and the accumulators must fit in memory (checked, not tried)."""
+    check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
+                 "lower --clients, --dim or --sparsity (or --scale)")
+
+
 @dataclass
 class Workload:
     """Everything public and private that one run computes on."""
@@ -127,20 +181,25 @@ class Workload:
 
 
 def build_workload(cfg: RunConfig) -> Workload:
+    data = None
     if cfg.data is not None:
         data, _ = load_matrix(cfg.data)
+        n, d = data.shape
     else:
         check_dimensions(cfg.clients, cfg.rows, cfg.sparsity if not cfg.dense else cfg.rows)
         if cfg.dim < 1:
             raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
-        data = synthetic_matrix(cfg.clients, cfg.dim, cfg.eta, cfg.seed)
-    n, d = data.shape
+        n, d = cfg.clients, cfg.dim
     s = cfg.rows if cfg.dense else cfg.sparsity
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
-    check_matrix(data, cfg.eta)
+    check_workload_size(n, d, cfg.rows, s)
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients)
     fp = FixedPoint(cfg.frac_bits)
+    check_encodable(noise, fp, cfg.eta)
+    if data is None:
+        data = synthetic_matrix(n, d, cfg.eta, cfg.seed)
+    check_matrix(data, cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=cfg.seed, dense=cfg.dense)
     blocked = cfg.program != "reference"
     layout = Layout.blocked(sketch, d) if blocked else Layout.plain(sketch, d)
@@ -196,6 +255,12 @@ def aggregate_locally(cluster: LocalCluster, work: Workload) -> list[float]:
 
 def run(cfg: RunConfig, *, echo=None) -> dict:
     cfg.validate()
+    # Held to the end: a second run on this --out would replace this one's results.
+    with output_lock(cfg.out):
+        return _run_locked(cfg, echo)
+
+
+def _run_locked(cfg: RunConfig, echo) -> dict:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
     mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
     check_placement(cfg)
@@ -256,7 +321,8 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
     write_json_atomic(staging / "result.json", result)
     work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
-    np.save(staging / "data.npy", work.data)
+    with open_private(staging / "data.npy") as fh:  # the clients' own rows
+        np.save(fh, work.data)
     return result
 
 

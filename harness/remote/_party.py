@@ -19,6 +19,7 @@ import paramiko
 
 from harness.engine.process import Completed
 from harness.errors import LtmError, MpSpdzError
+from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote.hosts import Host
 
@@ -114,8 +115,8 @@ class RemoteParty:
         workdir = shell_path(self.host.workdir.rstrip("/") or "/")
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
                   f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; "
-                  f'mkdir -p {workdir} && d=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
-                  "&& pwd -P")
+                  f"umask 077 && mkdir -p {workdir} && "
+                  f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" && pwd -P')
         with self._lock:
             rc, out, err = _exec(self.client, script)
             if rc == 0 and out.strip():
@@ -166,7 +167,7 @@ class RemoteParty:
 
     def start(self, args: list[str]) -> None:
         assert self.client is not None and self.remote_dir is not None
-        command = (f"cd {shlex.quote(self.remote_dir)} && exec setsid -w /bin/sh -c "
+        command = (f"umask 077 && cd {shlex.quote(self.remote_dir)} && exec setsid -w /bin/sh -c "
                    f"'echo $$ > {PGID_FILE} && exec \"$0\" \"$@\"' {shell_path(self.binary)} "
                    f"{shlex.join(args)} </dev/null")
         transport = self.client.get_transport()
@@ -182,10 +183,11 @@ class RemoteParty:
         """Stream the party's output into its log files until it ends."""
         channel = self._channel
         assert channel is not None
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        if not self.log_dir.is_dir():
+            private_dir(self.log_dir)
         out_path = self.log_dir / f"{self.name}.stdout"
         err_path = self.log_dir / f"{self.name}.stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        with open_private(out_path) as out, open_private(err_path) as err:
             while True:
                 busy = _drain(channel, out, err)
                 if channel.closed or (channel.exit_status_ready() and channel.eof_received):

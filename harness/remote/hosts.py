@@ -116,8 +116,16 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     )
 
 
+_MAX_INVENTORY_BYTES = 1 << 20  # thousands of hosts; a bigger file is not an inventory
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path}: not a regular file; pass the hosts inventory's TOML file")
     try:
+        if path.stat().st_size > _MAX_INVENTORY_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size} bytes is too large for a hosts "
+                             "inventory (at most 1 MiB); pass the inventory's TOML file")
         with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
@@ -125,6 +133,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
                          "for the format) or create machines with `ltm aws up`") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start}); a hosts inventory is "
+                         "TOML, which must be saved as UTF-8") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read the hosts inventory: {exc.strerror}") from None
 
