@@ -88,8 +88,13 @@ def test_data_file_sets_n_and_d(tmp_path, mp_spdz, program_cache):
 @pytest.mark.parametrize("noise", ["gaussian", "laplace"])
 def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cache, noise):
     """The revealed sketch minus the noiseless sketch is the summed noise: its
-    per-entry variance must match count * sigma^2 / s from the corollaries."""
-    n, m, d = 4000, 10, 5
+    per-entry variance must match count * sigma^2 / s from the corollaries.
+
+    Tolerances are five standard errors, from each distribution's kurtosis: the
+    Laplace mechanism's Gamma(1/(n/m)) differences are so heavy-tailed (excess
+    kurtosis 3 (n/m)) that a fixed 15% bound on their sample variance failed
+    about one run in twenty."""
+    n, m, d = 4000, 20, 20
     kw = {"dense": True} if noise == "laplace" else {"sparsity": 2}
     # delta large enough that R_D does not zero the output at this small n
     result, out = _run(tmp_path, program_cache, noise=noise, clients=n, rows=m, dim=d,
@@ -97,11 +102,13 @@ def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cach
     assert result["verification"]["ok"]
     info = result["parameters"]["noise"]
     assert info["zero_output"] is False
+    excess = 3 / info["gamma_shape"] if noise == "laplace" else 0.0
     observed = result["noise_observed"]
     # entry-level sampler check over s*n*d draws
     draws = result["parameters"]["sparsity"] * n * d
     assert abs(observed["noise_mean"]) < 5 * math.sqrt(info["variance"] / draws)
-    assert observed["noise_var"] == pytest.approx(info["variance"], rel=0.15)
+    rel = 5 * math.sqrt((2 + excess) / draws)
+    assert observed["noise_var"] == pytest.approx(info["variance"], rel=rel)
     # output-level check: T - T_0 has variance (bucket count) * variance / s
     data = np.load(out / "data.npy")
     diff = np.load(out / "output.npy") - _plain_sketch(out, data)
@@ -109,8 +116,9 @@ def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cach
     s = sk["rows"].shape[0]
     counts = np.bincount(sk["rows"].ravel(), minlength=m)
     z2 = diff**2 / (counts[:, None] * info["variance"] / s)
-    assert 0.5 < z2.mean() < 1.6
-    assert abs(diff.mean()) < 4 * math.sqrt(counts.mean() * info["variance"] / s / (m * d))
+    spread = 5 * math.sqrt((2 + excess / counts.min()) / (m * d))
+    assert 1 - spread < z2.mean() < 1 + spread
+    assert abs(diff.mean()) < 5 * math.sqrt(counts.mean() * info["variance"] / s / (m * d))
 
 
 def test_zero_output_when_too_few_clients(tmp_path, mp_spdz, program_cache):
