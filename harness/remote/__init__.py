@@ -1,8 +1,8 @@
 """Remote hosts: the hosts inventory and parties run on other machines over SSH.
 
-Owns the inventory format (:mod:`.hosts`) and the SSH cluster (:mod:`.ssh`),
+Owns the inventory format (:mod:`.hosts`), the SSH cluster (:mod:`.ssh`),
 with host-key pinning, connections, remote parties and trust/check behind it in
-private modules.
+private modules, and preparing hosts (:mod:`.setup`: the harness and MP-SPDZ).
 
 May import: the top-level shared modules, :mod:`harness.clients` and
 :mod:`harness.engine` (a remote party is an engine party started over SSH).

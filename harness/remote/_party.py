@@ -166,7 +166,11 @@ class RemoteParty:
 
     def start(self, args: list[str]) -> None:
         assert self.client is not None and self.remote_dir is not None
-        command = (f"cd {shlex.quote(self.remote_dir)} && exec setsid -w /bin/sh -c "
+        # An MP-SPDZ built elsewhere finds its libSPDZ.so by an absolute RUNPATH of
+        # the machine it was built on; `ltm hosts setup` puts it beside the binary.
+        mp_dir = shell_path(self.host.mp_spdz.rstrip("/"))
+        command = (f"cd {shlex.quote(self.remote_dir)} && export LD_LIBRARY_PATH={mp_dir}"
+                   "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} && exec setsid -w /bin/sh -c "
                    f"'echo $$ > {PGID_FILE} && exec \"$0\" \"$@\"' {shell_path(self.binary)} "
                    f"{shlex.join(args)} </dev/null")
         transport = self.client.get_transport()
