@@ -31,7 +31,7 @@ from harness.fileio import write_atomic
 from harness.remote.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
 from infra._pricing import cost_estimate
 from infra._ssh import scan_host_key, wait_for_ssh
-from infra._userdata import DEFAULT_HARNESS_SPEC, LOGIN_USER, REMOTE_MP_SPDZ, render_user_data
+from infra._userdata import LOGIN_USER, READY_MARKER, REMOTE_MP_SPDZ, render_user_data
 
 __all__ = [
     "CANONICAL_OWNER",
@@ -145,7 +145,9 @@ class UpOptions:
     instance_type: str = DEFAULT_INSTANCE_TYPE
     ami: str | None = None  # None: look up the newest Ubuntu 24.04 image
     ssh_cidr: str | None = None  # None: ask checkip.amazonaws.com for the caller's address
-    harness_spec: str = DEFAULT_HARNESS_SPEC
+    harness_spec: str | None = None  # a published harness the instances pip-install
+    # `ltm hosts setup --mp-spdz` once SSH answers: "release", "local", or None (skip it)
+    setup: str | None = "release"
     state_dir: Path | None = None  # None: default_state_dir()
     inventory: Path | None = None  # None: <state_dir>/<cluster>.toml
     base_port: int = DEFAULT_BASE_PORT
@@ -166,6 +168,7 @@ class UpResult:
     known_hosts: Path
     placement_strategy: str
     host_keys_recorded: bool
+    set_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -581,7 +584,8 @@ def _validate(options: UpOptions) -> None:
     if not 1024 <= options.base_port <= 65535 - MPC_PORT_SPAN + 1:
         raise InputError(f"--base-port must be between 1024 and {65535 - MPC_PORT_SPAN + 1}, "
                          f"got {options.base_port}")
-    if not options.harness_spec.strip() or "\n" in options.harness_spec:
+    if options.harness_spec is not None and (not options.harness_spec.strip()
+                                             or "\n" in options.harness_spec):
         raise InputError("--harness-spec must be one pip requirement (a name, pin or URL)")
     if options.volume_gb < 8:
         raise InputError(f"--volume-size must be at least 8 GiB, got {options.volume_gb}")
@@ -643,6 +647,7 @@ def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
     inventory = _inventory(plan, instances)
     write_inventory(inventory, plan.inventory)
     log(f"Wrote the hosts inventory {plan.inventory}")
+    set_up = _setup_hosts(plan, recorded, log)
     return UpResult(
         cluster=plan.options.cluster,
         region=plan.region,
@@ -652,7 +657,26 @@ def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
         known_hosts=plan.known_hosts,
         placement_strategy=plan.strategy,
         host_keys_recorded=recorded,
+        set_up=set_up,
     )
+
+
+def _setup_hosts(plan: _Plan, recorded: bool, log: Log) -> bool:
+    """`ltm hosts setup` on the new instances, once their OS packages are in."""
+    mode = plan.options.setup
+    if mode is None:
+        return False
+    if not recorded:
+        log(f"Not set up (--no-wait-ssh): once SSH answers, run `ltm hosts trust "
+            f"{plan.inventory}` and `ltm hosts setup {plan.inventory} --mp-spdz {mode}`")
+        return False
+    from harness.remote.setup import setup_hosts, wait_for_marker
+
+    log("Waiting for the instances' OS packages (cloud-init) ...")
+    wait_for_marker(plan.inventory, READY_MARKER, timeout=plan.options.ssh_timeout)
+    log(f"Setting up the instances (`ltm hosts setup --mp-spdz {mode}`) ...")
+    setup_hosts(plan.inventory, mode=mode, echo=log)
+    return True
 
 
 def _create_placement_group(ec2: Any, plan: _Plan, created: Created) -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "harness_digest",
     "local_mpspdz",
     "setup_hosts",
+    "wait_for_marker",
 ]
 
 MODES = ("local", "release")
@@ -674,3 +675,36 @@ def _machines(inventory: Inventory) -> list[Host]:
     check_distinct(inventory)
     client = inventory.client
     return list(inventory.hosts) + ([client] if client is not None else [])
+
+
+def wait_for_marker(inventory_path: str | os.PathLike[str], marker: str, *,
+                    timeout: float = 600.0, interval: float = 5.0,
+                    options: ConnectOptions | None = None) -> None:
+    """Wait until ``marker`` exists on every host (e.g. cloud-init's last step)."""
+    inventory = load_inventory(inventory_path)
+    hosts = _machines(inventory)
+    deadline = time.monotonic() + timeout
+    results = [HostResult(i, h) for i, h in enumerate(hosts)]
+
+    def one(i: int) -> None:
+        try:
+            client = connect(hosts[i], inventory.known_hosts, options=options or ConnectOptions(),
+                             inventory_path=Path(inventory_path))
+            try:
+                remote = _Remote(client, hosts[i])
+                while remote.run(f"test -f {shlex.quote(marker)}")[0] != 0:
+                    if time.monotonic() > deadline:
+                        raise LtmError(f"{describe(hosts[i])}: {marker} did not appear within "
+                                       f"{timeout:g} s; see /var/log/cloud-init-output.log "
+                                       "there")
+                    time.sleep(interval)
+            finally:
+                client.close()
+        except Exception as exc:
+            results[i].error = exc
+
+    with ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="ltm-wait") as pool:
+        list(pool.map(one, range(len(hosts))))
+    failed = [r for r in results if r.error is not None]
+    if failed:
+        raise HostGroupError("; ".join(_labelled(r) for r in failed), results)
