@@ -9,8 +9,9 @@ directions with a network profile (:mod:`harness.engine.netns`), and gives this
 machine (the "laptop") an address on the bridge to reach them over SSH.
 
 The hosts have no internet. Their pip installs from a wheelhouse of the
-harness's dependencies, built here once and named by the sshd's ``SetEnv``
-(the hosts' package configuration, as a mirror would be on a real network).
+harness's dependencies, built here once (kept in /var/tmp between runs) and
+named by the sshd's ``SetEnv`` (the hosts' package configuration, as a mirror
+would be on a real network).
 
 ``close`` kills every process of the users (found by uid in /proc), deletes the
 namespaces and the users with their homes.
@@ -60,19 +61,31 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in sh("ip", "netns", "list").splitlines() if line.strip()]
 
 
-def wheelhouse(root: Path) -> Path:
-    """The harness's dependencies as wheels, readable by every user (pip: --find-links)."""
+def wheelhouse() -> Path:
+    """The harness's dependencies as wheels, readable by every user (pip: --find-links).
+
+    Kept between runs (keyed by the requirements and this Python), as a mirror
+    would be: building it costs about as much as the rest of the rehearsal.
+    """
+    import hashlib
+
     import tomllib
 
     deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     requirements = [r for r in deps["project"]["dependencies"] if "python_version <" not in r]
-    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{sys.version_info[:2]} {requirements}".encode()).hexdigest()[:16]
+    root = Path("/var/tmp") / f"ltm-rehearsal-wheels-{key}"
+    if (root / "complete").exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     os.chmod(root, 0o755)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check",
-                    "-w", str(root), *requirements, "setuptools", "pip"], check=True,
-                   timeout=600, capture_output=True)
+                    "-w", str(root), *requirements], check=True, timeout=600,
+                   capture_output=True)
     for path in root.iterdir():
         os.chmod(path, 0o644)
+    (root / "complete").write_text("")
     return root
 
 

@@ -367,6 +367,21 @@ def test_up_writes_the_inventory_and_a_private_key(session: boto3.Session, ec2: 
         (22, 22), (15000, 15099)}
 
 
+def test_up_with_a_client_host_adds_one_instance_as_the_inventorys_client(
+        session: boto3.Session, ec2: Any, state_dir: Path) -> None:
+    log = Log()
+    result = aws.up(session, options(state_dir, parties=3, client=True), log=log)
+    assert len(result.instances) == 4 and result.client
+    inv = load_inventory(result.inventory)
+    assert [h.name for h in inv.hosts] == ["p0", "p1", "p2"]
+    assert inv.client is not None and inv.client.name == "client"
+    last = result.instances[3]
+    assert (inv.client.ssh_host, inv.client.mpc_host) == (last.public_ip, last.private_ip)
+    names = {t["Value"] for i in live_instances(ec2) for t in i["Tags"] if t["Key"] == "Name"}
+    assert names == {"c1-p0", "c1-p1", "c1-p2", "c1-client"}
+    assert "Estimated cost: 4 x t3.large" in log.text
+
+
 def test_up_records_host_keys_when_waiting_for_ssh(session: boto3.Session,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     state_dir: Path) -> None:
@@ -825,6 +840,7 @@ def test_cli_parser_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert args.wait_ssh and not args.yes and args.cluster == aws.DEFAULT_CLUSTER
     assert args.setup == "release"
     assert parser.parse_args(["aws", "up", "-S", "3", "--no-setup"]).setup is None
+    assert parser.parse_args(["aws", "up", "-S", "3", "--client"]).client
     assert parser.parse_args(["aws", "up", "-S", "3", "--mp-spdz", "local"]).setup == "local"
     with pytest.raises(SystemExit):
         parser.parse_args(["aws", "down", "--cluster", "a", "--all"])

@@ -64,6 +64,9 @@ def _add_up(commands: Any) -> None:
                    help="how `ltm hosts setup` (run once SSH answers) gives the instances "
                         "MP-SPDZ: release (each downloads the official one) or local (upload "
                         "this machine's) (default: release)")
+    p.add_argument("--client", action="store_true",
+                   help="one more instance as the inventory's [client] host, which prepares "
+                        "and sends the clients' shares inside the region")
     p.add_argument("--no-setup", dest="setup", action="store_const", const=None,
                    help="only launch and write the inventory; run `ltm hosts setup` later")
     p.add_argument("--harness-spec", default=None, metavar="SPEC",
@@ -115,6 +118,7 @@ def _up(args: argparse.Namespace) -> int:
     options = aws.UpOptions(
         parties=args.parties, cluster=args.cluster, instance_type=args.instance_type,
         ami=args.ami, ssh_cidr=args.ssh_cidr, harness_spec=args.harness_spec, setup=args.setup,
+        client=args.client,
         state_dir=args.state_dir, inventory=args.inventory, base_port=args.base_port,
         placement_strategy=args.placement_strategy, volume_gb=args.volume_size,
         wait_ssh=args.wait_ssh, ssh_timeout=args.ssh_timeout, yes=args.yes,
@@ -128,8 +132,11 @@ def _up(args: argparse.Namespace) -> int:
 
 def _print_up(result: aws.UpResult) -> None:
     print(f"Cluster {result.cluster!r} is up in {result.region}:")
-    for party, instance in enumerate(result.instances):
-        print(f"  p{party}  {instance.instance_id}  public {instance.public_ip}  "
+    names = [f"p{i}" for i in range(len(result.instances))]
+    if result.client:
+        names[-1] = "client"
+    for name, instance in zip(names, result.instances, strict=True):
+        print(f"  {name}  {instance.instance_id}  public {instance.public_ip}  "
               f"private {instance.private_ip}")
     print(f"Inventory: {result.inventory}")
     print(f"SSH key:   {result.key_file}")

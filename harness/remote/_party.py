@@ -9,6 +9,7 @@ the party's exit status as the SSH command's status.
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
 import time
@@ -20,15 +21,17 @@ import paramiko
 from harness.engine.process import Completed
 from harness.errors import LtmError, MpSpdzError
 from harness.remote._connect import ConnectOptions, connect, describe
-from harness.remote.hosts import Host
+from harness.remote.hosts import REMOTE_PYTHON, Host
 
-__all__ = ["Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
+__all__ = ["AGGREGATE_PLAN", "Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
 
 PGID_FILE = "party.pgid"
+AGGREGATE_PLAN = "aggregate-plan.npz"
+RECEIVER_PID = "receiver.pid"
 _EXEC_TIMEOUT = 60.0
 _POLL_SECONDS = 0.01
 _CHUNK = 1 << 16
-_NO_BINARY, _NO_SETSID = 3, 4
+_NO_BINARY, _NO_SETSID, _NO_HARNESS = 3, 4, 5
 
 
 class Abandoned(Exception):
@@ -89,6 +92,8 @@ class RemoteParty:
         self.remote_dir: str | None = None
         self.started = False
         self.upload_s = 0.0
+        self.aggregate_s: float | None = None
+        self._receiver: paramiko.Channel | None = None
         self._channel: paramiko.Channel | None = None
         self._began = 0.0
         self._lock = threading.Lock()  # remote_dir/started vs. a concurrent cleanup
@@ -162,6 +167,62 @@ class RemoteParty:
             sftp.close()
         self.upload_s = time.perf_counter() - started
 
+    def aggregate(self, timeout: float) -> None:
+        """Sum this server's own shares on its host, with the harness installed there."""
+        assert self.client is not None and self.remote_dir is not None
+        received = f"Persistence/Received-P{self.index}.data"
+        script = (f"cd {shlex.quote(self.remote_dir)} && "
+                  f"{{ [ -x {shell_path(REMOTE_PYTHON)} ] || exit {_NO_HARNESS}; }} && "
+                  f"{shell_path(REMOTE_PYTHON)} -m harness.engine.aggregate {received} "
+                  f"{AGGREGATE_PLAN} Persistence/Transactions-P{self.index}.data && "
+                  f"rm -f {received}")
+        rc, out, err = _exec(self.client, script, timeout=timeout)
+        if rc == _NO_HARNESS:
+            raise LtmError(f"{self.label}: the harness is not installed on that host, and the "
+                           "local program aggregates the shares there; run `ltm hosts setup` "
+                           "first")
+        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
+        if rc != 0 or found is None:
+            tail = " | ".join(err.strip().splitlines()[-3:])
+            raise LtmError(f"{self.label}: aggregating its shares there failed (status {rc}): "
+                           f"{tail or out.strip() or 'no output'}")
+        self.aggregate_s = float(found.group(1))
+
+    def start_receive(self, port: int, out: str, timeout: float) -> None:
+        """Listen (TLS, the client host's certificate pinned) for this server's shares."""
+        assert self.client is not None and self.remote_dir is not None
+        command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
+                   f"exec {shell_path(REMOTE_PYTHON)} -m "
+                   f"harness.remote.transfer receive 0.0.0.0 {port} Player-Data/P{self.index}"
+                   f".pem Player-Data/P{self.index}.key client.pem {shlex.quote(out)}")
+        transport = self.client.get_transport()
+        assert transport is not None
+        channel = transport.open_session(timeout=_EXEC_TIMEOUT)
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        self._receiver = channel
+        line = channel.makefile("r").readline().strip()
+        if line != "listening":
+            raise LtmError(f"{self.label}: cannot receive the client host's shares on port "
+                           f"{port}: {self._receiver_error()}")
+
+    def finish_receive(self) -> None:
+        channel = self._receiver
+        assert channel is not None
+        out = channel.makefile("r").read()
+        if isinstance(out, bytes):  # paramiko's read() gives bytes whatever the mode
+            out = out.decode(errors="replace")
+        if channel.recv_exit_status() != 0 or "received" not in out:
+            raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
+                           f"{self._receiver_error()}")
+
+    def _receiver_error(self) -> str:
+        assert self._receiver is not None
+        err = self._receiver.makefile_stderr("r").read()
+        if isinstance(err, bytes):
+            err = err.decode(errors="replace")
+        return " | ".join(err.strip().splitlines()[-3:]) or "no output"
+
     # --- the run -------------------------------------------------------------------
 
     def start(self, args: list[str]) -> None:
@@ -228,8 +289,11 @@ class RemoteParty:
         if directory is None:
             return
         # The subshell's exits end only the kill part; the removal always runs.
+        d = shlex.quote(directory)
+        # A receiver still waiting for the client host (whose send failed) goes too.
         script = (f"({_kill_script(directory, wait_for_pgid=started)}) >/dev/null; "
-                  f"rm -rf {shlex.quote(directory)}")
+                  f"[ -s {d}/{RECEIVER_PID} ] && kill $(cat {d}/{RECEIVER_PID}) 2>/dev/null; "
+                  f"rm -rf {d}")
         rc, _, err = self._exec_anyhow(script, options, known_hosts)
         if rc != 0:
             raise LtmError(f"{self.label}: could not remove {directory}: {err.strip()}")

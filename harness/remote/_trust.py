@@ -60,7 +60,7 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
     known_hosts = inventory.known_hosts
     results: list[TrustResult] = []
     seen: dict[str, TrustResult] = {}
-    for host in inventory.hosts:
+    for host in inventory.hosts + ((inventory.client,) if inventory.client else ()):
         target = known_target(host.ssh_host, host.ssh_port)
         if target in seen:  # several parties on one machine: one key
             results.append(TrustResult(host, target, seen[target].key, seen[target].status,

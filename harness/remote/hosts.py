@@ -53,6 +53,8 @@ __all__ = [
     "DEFAULT_BASE_PORT",
     "DEFAULT_SSH_PORT",
     "DEFAULT_WORKDIR",
+    "REMOTE_PYTHON",
+    "REMOTE_VENV",
     "Host",
     "Inventory",
     "check_distinct",
@@ -68,6 +70,9 @@ _REQUIRED_HOST_FIELDS = ("name", "ssh_host", "user", "mpc_host", "mp_spdz")
 _OPTIONAL_HOST_FIELDS = ("ssh_port", "key", "workdir")
 _TOP_LEVEL_FIELDS = ("known_hosts", "base_port", "cluster", "region", "party", "client")
 CLIENT_MP_SPDZ = "~/.local/share/ltm-harness/mp-spdz"  # the client host runs no party
+# Where `ltm hosts setup` installs the harness on every host.
+REMOTE_VENV = "~/.local/share/ltm-harness/venv"
+REMOTE_PYTHON = f"{REMOTE_VENV}/bin/python"
 _MAX_PORT = 65535
 
 

@@ -45,7 +45,7 @@ from harness.engine.process import Command, check_call
 from harness.errors import InputError, LtmError, MpSpdzError, PartyError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._trust import SETUP_RECORD
-from harness.remote.hosts import Host, Inventory, check_distinct, load_inventory
+from harness.remote.hosts import REMOTE_VENV, Host, Inventory, check_distinct, load_inventory
 from harness.remote.ssh import HostGroupError, HostResult
 
 __all__ = [
@@ -65,7 +65,7 @@ __all__ = [
 
 MODES = ("local", "release")
 HARNESS_HOME = "~/.local/share/ltm-harness"
-VENV = f"{HARNESS_HOME}/venv"
+VENV = REMOTE_VENV
 RECORD = SETUP_RECORD
 _WHEELS = f"{HARNESS_HOME}/wheels"
 # A fresh venv with the harness's dependencies takes ~300 MB; the rest is uploads.
