@@ -19,7 +19,7 @@ from pathlib import Path
 import paramiko
 
 from harness.engine.process import Completed
-from harness.errors import LtmError, MpSpdzError
+from harness.errors import InputError, LtmError, MpSpdzError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote.hosts import REMOTE_PYTHON, Host
 
@@ -93,6 +93,7 @@ class RemoteParty:
         self.started = False
         self.upload_s = 0.0
         self.aggregate_s: float | None = None
+        self.free_bytes: int | None = None  # under the remote working directory
         self._receiver: paramiko.Channel | None = None
         self._channel: paramiko.Channel | None = None
         self._began = 0.0
@@ -120,11 +121,13 @@ class RemoteParty:
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
                   f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; "
                   f'mkdir -p {workdir} && d=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
-                  "&& pwd -P")
+                  "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
         with self._lock:
             rc, out, err = _exec(self.client, script)
-            if rc == 0 and out.strip():
-                self.remote_dir = out.strip().splitlines()[-1]
+            lines = out.strip().splitlines()
+            if rc == 0 and len(lines) >= 2:
+                self.remote_dir = lines[-2]
+                self.free_bytes = int(lines[-1]) * 1024 if lines[-1].isdigit() else None
                 return
         if rc == _NO_BINARY:
             raise MpSpdzError(
@@ -137,6 +140,14 @@ class RemoteParty:
         raise LtmError(f"{self.label}: cannot create a working directory under "
                        f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
                        "for this party in the inventory")
+
+    def check_space(self, need: int) -> None:
+        """Refuse, before anything is uploaded, a host whose disk cannot hold its files."""
+        if self.free_bytes is not None and self.free_bytes < need:
+            raise InputError(f"{self.label}: only {self.free_bytes / 2**20:.1f} MiB free under "
+                             f"{self.host.workdir}, and its shares and inputs need "
+                             f"{need / 2**20:.1f} MiB; free some space there or set 'workdir' "
+                             "for this party to a larger disk")
 
     def upload(self, directories: list[str], uploads: list[Upload],
                abandon: threading.Event) -> None:

@@ -29,7 +29,7 @@ from typing import TypeVar
 import paramiko
 
 from harness.clients.layout import Layout
-from harness.clients.prepare import Prepared
+from harness.clients.prepare import SHARE_HEADER, Prepared
 from harness.engine.aggregate import save_plan
 from harness.engine.cluster import PROTOCOL, PartyRun
 from harness.engine.mpspdz import MpSpdz
@@ -143,6 +143,7 @@ class SshCluster(PartyStaging):
         self.connect_options = connect_options or ConnectOptions()
         self.aggregate_plan: Path | None = None
         self.shares_on_client = False
+        self.client_share_bytes: list[int] | None = None
         super().__init__(len(inventory.hosts), workdir)
         # With a [client] machine the shares are prepared and sent from there
         # (prepare_on_client); without one, here, as before.
@@ -156,11 +157,13 @@ class SshCluster(PartyStaging):
         assert self.client_host is not None
         self.shares_on_client = True
         try:
-            return self.client_host.prepare(data, sketch, layout, noise, frac_bits,
-                                            self.parties, timeout)
+            prepared = self.client_host.prepare(data, sketch, layout, noise, frac_bits,
+                                                self.parties, timeout)
         except BaseException:
             self.client_host.remove()
             raise
+        self.client_share_bytes = [b + len(SHARE_HEADER) for b in prepared.upload_bytes]
+        return prepared
 
     def aggregate_on_hosts(self, layout: Layout) -> None:
         """The ``local`` program: each server sums its own shares on its host before the run.
@@ -220,7 +223,8 @@ class SshCluster(PartyStaging):
         group = _Group(parties, self.inventory.known_hosts, self.inventory_path,
                        self.connect_options, aggregate=self.aggregate_plan is not None,
                        timeout=timeout, base_port=base,
-                       client_host=self.client_host if self.shares_on_client else None)
+                       client_host=self.client_host if self.shares_on_client else None,
+                       received_bytes=self.client_share_bytes)
         try:
             results = group.run(uploads, program.name, timeout)
         finally:
@@ -243,12 +247,15 @@ class _Group:
     def __init__(self, parties: list[RemoteParty], known_hosts: Path,
                  inventory_path: Path | None, options: ConnectOptions, *,
                  aggregate: bool = False, timeout: float = 900.0, base_port: int = 0,
-                 client_host: ClientHost | None = None) -> None:
+                 client_host: ClientHost | None = None,
+                 received_bytes: list[int] | None = None) -> None:
         self.parties = parties
         self.aggregate = aggregate
         self.timeout = timeout
         self.base_port = base_port
         self.client_host = client_host
+        # What each server receives apart from the uploads (from the client host).
+        self.received_bytes = list(received_bytes or [0] * len(parties))
         self.known_hosts = known_hosts
         self.inventory_path = inventory_path
         self.options = options
@@ -278,6 +285,8 @@ class _Group:
             if self.abandon.is_set():
                 raise Abandoned
             party.make_dir()
+            party.check_space(sum(_size(u) for u in uploads[party.index])
+                              + self.received_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
             if self.client_host is not None:
                 name = "Received" if self.aggregate else "Transactions"
@@ -441,6 +450,10 @@ def _parallel(fn: Callable[[RemoteParty], T],
     for thread in threads:
         thread.join()
     return out
+
+
+def _size(upload: Upload) -> int:
+    return upload.local.stat().st_size if upload.local is not None else len(upload.content or b"")
 
 
 def _describe_exit(completed: Completed) -> str:
