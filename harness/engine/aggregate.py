@@ -17,7 +17,8 @@ import numpy as np
 from harness.clients.layout import Layout
 from harness.clients.prepare import SHARE_HEADER, write_share_file
 
-__all__ = ["aggregate_share_file", "load_plan", "main", "read_and_sum", "save_plan"]
+__all__ = ["aggregate_file", "aggregate_share_file", "load_plan", "main", "read_and_sum",
+           "save_plan"]
 
 _BUFFER_SHARES = 1 << 21
 
@@ -73,6 +74,11 @@ def _aggregate(source: Path, dest: Path, plan: dict) -> float:
     return time.perf_counter() - started
 
 
+def aggregate_file(source: Path, plan: Path, dest: Path) -> float:
+    """:func:`aggregate_share_file` with the plan :func:`save_plan` wrote; seconds."""
+    return _aggregate(source, dest, load_plan(plan))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.engine.aggregate SOURCE PLAN DEST``: what a server runs on its
     host for the ``local`` program; prints the seconds it took."""
@@ -81,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m harness.engine.aggregate SOURCE PLAN.npz DEST", file=sys.stderr)
         return 2
     source, plan, dest = (Path(a) for a in args)
-    print(f"aggregate_s {_aggregate(source, dest, load_plan(plan)):.6f}")
+    print(f"aggregate_s {aggregate_file(source, plan, dest):.6f}")
     return 0
 
 

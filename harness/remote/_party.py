@@ -199,13 +199,17 @@ class RemoteParty:
                            f"{tail or out.strip() or 'no output'}")
         self.aggregate_s = float(found.group(1))
 
-    def start_receive(self, port: int, out: str, timeout: float) -> None:
-        """Listen (TLS, the client host's certificate pinned) for this server's shares."""
+    def start_receive(self, port: int, aggregate: bool, timeout: float) -> None:
+        """Listen (TLS, the client host's certificate pinned) for this server's shares;
+        with ``aggregate`` (the local program), sum them there as soon as they are in."""
         assert self.client is not None and self.remote_dir is not None
+        share = f"Persistence/Transactions-P{self.index}.data"
+        files = (f"Persistence/Received-P{self.index}.data {AGGREGATE_PLAN} {share}"
+                 if aggregate else share)
         command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
                    f"exec {shell_path(REMOTE_PYTHON)} -m "
                    f"harness.remote.transfer receive 0.0.0.0 {port} Player-Data/P{self.index}"
-                   f".pem Player-Data/P{self.index}.key client.pem {shlex.quote(out)}")
+                   f".pem Player-Data/P{self.index}.key client.pem {files}")
         transport = self.client.get_transport()
         assert transport is not None
         channel = transport.open_session(timeout=_EXEC_TIMEOUT)
@@ -226,6 +230,9 @@ class RemoteParty:
         if channel.recv_exit_status() != 0 or "received" not in out:
             raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
                            f"{self._receiver_error()}")
+        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
+        if found:
+            self.aggregate_s = float(found.group(1))
 
     def _receiver_error(self) -> str:
         assert self._receiver is not None

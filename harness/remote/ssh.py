@@ -289,14 +289,12 @@ class _Group:
                               + self.received_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
             if self.client_host is not None:
-                name = "Received" if self.aggregate else "Transactions"
-                party.start_receive(self.base_port + party.index,
-                                    f"Persistence/{name}-P{party.index}.data", self.timeout)
+                party.start_receive(self.base_port + party.index, self.aggregate, self.timeout)
 
         self._all(prepare)
         if self.client_host is not None:
-            self._send_from_client()
-        if self.aggregate:
+            self._send_from_client()  # a receiver aggregates what it received itself
+        elif self.aggregate:
             self._all(lambda party: party.aggregate(self.timeout))
 
     def _send_from_client(self) -> None:

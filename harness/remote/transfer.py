@@ -48,11 +48,19 @@ def _context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
     return ctx
 
 
-def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path) -> None:
+def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path,
+            aggregate: tuple[Path, Path] | None = None) -> None:
+    """Receive this server's shares; with ``aggregate`` (plan, dest), the ``local``
+    program's aggregation follows at once, its modules loaded while waiting."""
     ctx = _context(True, cert, key, peer)
+    loader = None
+    if aggregate is not None:
+        loader = threading.Thread(target=__import__, args=("harness.engine.aggregate",))
     with socket.create_server((bind, port), reuse_port=False) as listener:
         listener.settimeout(_TIMEOUT)
         print("listening", flush=True)
+        if loader is not None:
+            loader.start()
         conn, _ = listener.accept()
     conn.settimeout(_TIMEOUT)
     with ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False) as tls:
@@ -70,6 +78,14 @@ def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path) 
                 got += len(data)
         tls.sendall(b"ok")
     print(f"received {got} {time.perf_counter() - started:.6f}", flush=True)
+    if aggregate is not None:
+        assert loader is not None
+        loader.join()
+        from harness.engine.aggregate import aggregate_file
+
+        plan, dest = aggregate
+        print(f"aggregate_s {aggregate_file(out, plan, dest):.6f}", flush=True)
+        out.unlink()
 
 
 def _read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
@@ -123,6 +139,7 @@ def prepare(directory: Path) -> dict:
     from harness.clients.prepare import ShareSink, prepare_inputs
     from harness.clients.sketch import Sketch
 
+    os.umask(0o077)  # the share files are secret from creation
     params = json.loads((directory / "params.json").read_text())
     data = np.load(directory / "data.npy", allow_pickle=False)
     sketch = Sketch.load(directory / "sketch.npz")
@@ -148,15 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     command = args[0] if args else ""
     if command == "prepare" and len(args) == 2:
         print(json.dumps(prepare(Path(args[1]))))
-    elif command == "receive" and len(args) == 7:
-        bind, port, cert, key, peer, out = args[1:]
-        receive(bind, int(port), Path(cert), Path(key), Path(peer), Path(out))
+    elif command == "receive" and len(args) in (7, 9):
+        bind, port, cert, key, peer, out = args[1:7]
+        aggregate = (Path(args[7]), Path(args[8])) if len(args) == 9 else None
+        receive(bind, int(port), Path(cert), Path(key), Path(peer), Path(out), aggregate)
     elif command == "send" and len(args) == 4:
         targets = json.loads(Path(args[1]).read_text())
         print(json.dumps(send(targets, Path(args[2]), Path(args[3]))))
     else:
         print("usage: python -m harness.remote.transfer prepare DIR | receive BIND PORT CERT "
-              "KEY PEER OUT | send TARGETS.json CERT KEY", file=sys.stderr)
+              "KEY PEER OUT [PLAN DEST] | send TARGETS.json CERT KEY", file=sys.stderr)
         return 2
     return 0
 
