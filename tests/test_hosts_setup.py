@@ -8,6 +8,7 @@ need no pip install.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -118,6 +119,39 @@ def test_small_disk_and_foreign_cpu_fail_together_and_nothing_is_marked_ready(tm
     finally:
         if mounted is not None:
             subprocess.run(["umount", str(mounted)], check=False)
+        left = cluster.close()
+    assert left == []
+
+
+@pytest.mark.mpspdz
+def test_a_system_library_missing_on_the_host_is_named_with_its_package(tmp_path, capsys):
+    # A binary that needs libltmfake.so.7, which this machine has (in tmp_path, unreadable
+    # to the host's user: a system library the host lacks) but the host does not.
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "fake.c").write_text("int ltm_fake(void) { return 7; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libltmfake.so.7", "-o",
+                    str(libs / "libltmfake.so.7"), str(libs / "fake.c")], check=True)
+    mp = _fake_mpspdz(tmp_path / "mp", binary=None)
+    shutil.copy("/bin/true", mp / "semi2k-party.x")
+    subprocess.run(["patchelf", "--add-needed", "libltmfake.so.7", "--set-rpath", str(libs),
+                    str(mp / "semi2k-party.x")], check=True)
+    cluster = FreshCluster(tmp_path / "cluster")
+    try:
+        hosts = [cluster.add("a"), cluster.add("b")]
+        entries = [{"name": h.name, "ssh_host": h.address, "ssh_port": h.port, "user": h.user,
+                    "key": str(cluster.client_key), "mpc_host": h.address} for h in hosts]
+        inv = _inventory(tmp_path / "hosts.toml", entries)
+        assert main(["hosts", "trust", str(inv), "--yes"]) == 0
+        capsys.readouterr()
+        assert main(["hosts", "setup", str(inv), "--yes", "--mp-spdz-dir", str(mp)]) == 1
+        line = _one_error_line(capsys)
+        assert line.count("missing system libraries: libltmfake.so.7 (Debian package "
+                          "libltmfake7, needed by semi2k-party.x)") == 2
+        assert "apt-get install libltmfake7" in line
+        for host in hosts:
+            assert not (host.home / ".local/share/ltm-harness/setup.json").exists()
+    finally:
         left = cluster.close()
     assert left == []
 
