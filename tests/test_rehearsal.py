@@ -29,9 +29,11 @@ pytestmark = [pytest.mark.root, pytest.mark.mpspdz, pytest.mark.slow]
 PROGRAMS = ("fast", "local", "reference")
 
 
-def _inventory(path: Path, cluster: FreshCluster) -> Path:
+def _inventory(path: Path, cluster: FreshCluster, client: bool = True) -> Path:
     lines = ['known_hosts = "known_hosts"', "base_port = 15000"]
     for host in cluster.hosts:
+        if host.name == "client" and not client:
+            continue
         lines += ["", "[client]" if host.name == "client" else "[[party]]",
                   f'name = "{host.name}"', f'ssh_host = "{host.address}"',
                   f"ssh_port = {host.port}", f'user = "{host.user}"',
@@ -97,6 +99,14 @@ def test_rehearsal_on_fresh_hosts(tmp_path, capsys, mp_spdz, program_cache):
             assert (raw["upload_s"] > 0).all()
             if program == "local":
                 assert (raw["aggregate_s"] > 0).all()
+
+        # without [client], the shares go from here; the servers still aggregate on their hosts
+        servers_only = str(_inventory(tmp_path / "servers.toml", cluster, client=False))
+        _ltm(capsys, "run", "--hosts", servers_only, "--program", "local", "--clients", "5000",
+             "--out", str(tmp_path / "local-from-here"))
+        result = json.loads((tmp_path / "local-from-here" / "result.json").read_text())
+        assert result["verification"]["ok"] and len(result["parties"]) == 3
+        assert all(p["aggregate_s"] > 0 and p["upload_s"] > 0 for p in result["parties"])
 
         # a host whose harness differs from this one is flagged
         record_path = cluster.hosts[1].home / ".local/share/ltm-harness/setup.json"

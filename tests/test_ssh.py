@@ -434,6 +434,22 @@ def test_missing_remote_mp_spdz_is_named_with_the_fix(tmp_path, farm, mp_spdz, p
 
 
 @pytest.mark.mpspdz
+def test_local_program_on_a_host_without_the_harness_says_to_set_it_up(tmp_path, farm,
+                                                                       mp_spdz,
+                                                                       program_cache):
+    # The fake hosts log in as root, whose home has no venv of `ltm hosts setup`.
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=2, program="local", hosts=inventory)
+    with pytest.raises(HostGroupError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert f"p0 (root@127.0.0.1:{fakes[0].port}): the harness is not installed" in message
+    assert "run `ltm hosts setup` first" in message and "(no party was started)" in message
+    assert remote_dirs(fakes) == []
+
+
+@pytest.mark.mpspdz
 def test_a_host_without_room_for_its_shares_is_refused_before_any_upload(tmp_path, farm,
                                                                          mp_spdz,
                                                                          program_cache):
