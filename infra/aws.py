@@ -31,7 +31,7 @@ from harness.fileio import write_atomic
 from harness.remote.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
 from infra._pricing import cost_estimate
 from infra._ssh import scan_host_key, wait_for_ssh
-from infra._userdata import DEFAULT_HARNESS_SPEC, LOGIN_USER, REMOTE_MP_SPDZ, render_user_data
+from infra._userdata import LOGIN_USER, READY_MARKER, REMOTE_MP_SPDZ, render_user_data
 
 __all__ = [
     "CANONICAL_OWNER",
@@ -145,7 +145,10 @@ class UpOptions:
     instance_type: str = DEFAULT_INSTANCE_TYPE
     ami: str | None = None  # None: look up the newest Ubuntu 24.04 image
     ssh_cidr: str | None = None  # None: ask checkip.amazonaws.com for the caller's address
-    harness_spec: str = DEFAULT_HARNESS_SPEC
+    harness_spec: str | None = None  # a published harness the instances pip-install
+    # `ltm hosts setup --mp-spdz` once SSH answers: "release", "local", or None (skip it)
+    setup: str | None = "release"
+    client: bool = False  # one more instance, the inventory's [client] (the clients' host)
     state_dir: Path | None = None  # None: default_state_dir()
     inventory: Path | None = None  # None: <state_dir>/<cluster>.toml
     base_port: int = DEFAULT_BASE_PORT
@@ -166,6 +169,8 @@ class UpResult:
     known_hosts: Path
     placement_strategy: str
     host_keys_recorded: bool
+    set_up: bool = False
+    client: bool = False  # the last instance is the [client] host
 
 
 @dataclass(frozen=True)
@@ -559,7 +564,7 @@ def up(session: Any, options: UpOptions, *, log: Log = _say, ask: Ask = input,
     ec2 = session.client("ec2")
     plan = _make_plan(ec2, region, options)
     _print_plan(plan, log)
-    if not confirm(f"Launch {options.parties} x {options.instance_type} in {plan.region}?",
+    if not confirm(f"Launch {_count(options)} x {options.instance_type} in {plan.region}?",
                    assume_yes=options.yes, ask=ask, stdin=stdin):
         raise Aborted("not confirmed; nothing was launched")
     created = Created(options.cluster)
@@ -581,7 +586,8 @@ def _validate(options: UpOptions) -> None:
     if not 1024 <= options.base_port <= 65535 - MPC_PORT_SPAN + 1:
         raise InputError(f"--base-port must be between 1024 and {65535 - MPC_PORT_SPAN + 1}, "
                          f"got {options.base_port}")
-    if not options.harness_spec.strip() or "\n" in options.harness_spec:
+    if options.harness_spec is not None and (not options.harness_spec.strip()
+                                             or "\n" in options.harness_spec):
         raise InputError("--harness-spec must be one pip requirement (a name, pin or URL)")
     if options.volume_gb < 8:
         raise InputError(f"--volume-size must be at least 8 GiB, got {options.volume_gb}")
@@ -620,7 +626,7 @@ def _make_plan(ec2: Any, region: str, options: UpOptions) -> _Plan:
 
 def _print_plan(plan: _Plan, log: Log) -> None:
     o = plan.options
-    log(f"Cluster {o.cluster!r} in {plan.region} ({plan.subnet.zone}): {o.parties} x "
+    log(f"Cluster {o.cluster!r} in {plan.region} ({plan.subnet.zone}): {_count(o)} x "
         f"{o.instance_type}, placement group strategy {plan.strategy!r}")
     log(f"Image: {plan.image.image_id} ({plan.image.name or 'unnamed'})")
     log(f"SSH open to {plan.ssh_cidr}; MPC ports {o.base_port}-"
@@ -628,7 +634,9 @@ def _print_plan(plan: _Plan, log: Log) -> None:
     if o.placement_strategy == "auto" and plan.strategy != "cluster":
         log(f"  (EC2 keeps burstable types such as {o.instance_type} out of 'cluster' "
             "placement groups; choose e.g. --instance-type c5.large for the tightest packing)")
-    log(cost_estimate(o.instance_type, o.parties))
+    if o.client:
+        log(f"  ({o.parties} servers and one host for the clients)")
+    log(cost_estimate(o.instance_type, _count(o)))
 
 
 def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
@@ -643,6 +651,7 @@ def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
     inventory = _inventory(plan, instances)
     write_inventory(inventory, plan.inventory)
     log(f"Wrote the hosts inventory {plan.inventory}")
+    set_up = _setup_hosts(plan, recorded, log)
     return UpResult(
         cluster=plan.options.cluster,
         region=plan.region,
@@ -652,7 +661,27 @@ def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
         known_hosts=plan.known_hosts,
         placement_strategy=plan.strategy,
         host_keys_recorded=recorded,
+        set_up=set_up,
+        client=plan.options.client,
     )
+
+
+def _setup_hosts(plan: _Plan, recorded: bool, log: Log) -> bool:
+    """`ltm hosts setup` on the new instances, once their OS packages are in."""
+    mode = plan.options.setup
+    if mode is None:
+        return False
+    if not recorded:
+        log(f"Not set up (--no-wait-ssh): once SSH answers, run `ltm hosts trust "
+            f"{plan.inventory}` and `ltm hosts setup {plan.inventory} --mp-spdz {mode}`")
+        return False
+    from harness.remote.setup import setup_hosts, wait_for_marker
+
+    log("Waiting for the instances' OS packages (cloud-init) ...")
+    wait_for_marker(plan.inventory, READY_MARKER, timeout=plan.options.ssh_timeout)
+    log(f"Setting up the instances (`ltm hosts setup --mp-spdz {mode}`) ...")
+    setup_hosts(plan.inventory, mode=mode, echo=log)
+    return True
 
 
 def _create_placement_group(ec2: Any, plan: _Plan, created: Created) -> None:
@@ -706,8 +735,8 @@ def _launch(ec2: Any, plan: _Plan, group_id: str, created: Created) -> list[str]
         ImageId=plan.image.image_id,
         InstanceType=o.instance_type,
         # MinCount = MaxCount: a cluster with a missing party is useless.
-        MinCount=o.parties,
-        MaxCount=o.parties,
+        MinCount=_count(o),
+        MaxCount=_count(o),
         KeyName=plan.name,
         Placement={"GroupName": plan.name},
         NetworkInterfaces=[{
@@ -755,7 +784,8 @@ def wait_until_running(ec2: Any, ids: list[str], *, delay: int = 5,
 def _name_instances(ec2: Any, plan: _Plan, instances: tuple[InstanceInfo, ...]) -> None:
     for party, instance in enumerate(instances):
         ec2.create_tags(Resources=[instance.instance_id],
-                        Tags=[{"Key": "Name", "Value": f"{plan.options.cluster}-p{party}"}])
+                        Tags=[{"Key": "Name", "Value": f"{plan.options.cluster}-"
+                                                       f"{_instance_name(party, plan.options)}"}])
 
 
 def _record_host_keys(plan: _Plan, instances: tuple[InstanceInfo, ...], created: Created,
@@ -792,15 +822,26 @@ def _scan_host_key(host: str, attempts: int = 3, pause: float = 5.0) -> str:
     raise AssertionError("unreachable")
 
 
+def _count(options: UpOptions) -> int:
+    return options.parties + (1 if options.client else 0)
+
+
 def _inventory(plan: _Plan, instances: tuple[InstanceInfo, ...]) -> Inventory:
     hosts = tuple(
-        Host(name=f"p{party}", ssh_host=str(i.public_ip), user=LOGIN_USER,
-             key=str(plan.key_file), mpc_host=str(i.private_ip), mp_spdz=REMOTE_MP_SPDZ)
+        Host(name=_instance_name(party, plan.options), ssh_host=str(i.public_ip),
+             user=LOGIN_USER, key=str(plan.key_file), mpc_host=str(i.private_ip),
+             mp_spdz=REMOTE_MP_SPDZ)
         for party, i in enumerate(instances)
     )
-    return Inventory(hosts=hosts, known_hosts=plan.known_hosts,
+    # The last instance (launch order) is the clients' host with --client.
+    parties = plan.options.parties
+    return Inventory(hosts=hosts[:parties], known_hosts=plan.known_hosts,
                      base_port=plan.options.base_port, cluster=plan.options.cluster,
-                     region=plan.region)
+                     region=plan.region, client=hosts[parties] if plan.options.client else None)
+
+
+def _instance_name(index: int, options: UpOptions) -> str:
+    return "client" if options.client and index == options.parties else f"p{index}"
 
 
 # --- undoing -------------------------------------------------------------------------

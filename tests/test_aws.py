@@ -14,6 +14,7 @@ import io
 import os
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import urllib.request
@@ -326,8 +327,10 @@ def test_up_builds_a_locked_down_tagged_cluster(session: boto3.Session, ec2: Any
 
     user_data = base64.b64decode(ec2.describe_instance_attribute(
         InstanceId=instances[0]["InstanceId"], Attribute="userData")["UserData"]["Value"])
-    assert b"pip\" install ltm-harness" in user_data
-    assert b"ltm\" mpspdz install" in user_data
+    # Only OS packages: nothing is installed from a package index by name.
+    assert b"apt-get install -y python3-venv" in user_data
+    assert b"bin/pip" not in user_data and b"ltm-harness\n" not in user_data
+    assert b"mpspdz install" not in user_data
     assert "Estimated cost: 3 x t3.large at $0.0832/h = $0.2496/h" in log.text
     assert "out of 'cluster' placement groups" in log.text
 
@@ -364,6 +367,21 @@ def test_up_writes_the_inventory_and_a_private_key(session: boto3.Session, ec2: 
         (22, 22), (15000, 15099)}
 
 
+def test_up_with_a_client_host_adds_one_instance_as_the_inventorys_client(
+        session: boto3.Session, ec2: Any, state_dir: Path) -> None:
+    log = Log()
+    result = aws.up(session, options(state_dir, parties=3, client=True), log=log)
+    assert len(result.instances) == 4 and result.client
+    inv = load_inventory(result.inventory)
+    assert [h.name for h in inv.hosts] == ["p0", "p1", "p2"]
+    assert inv.client is not None and inv.client.name == "client"
+    last = result.instances[3]
+    assert (inv.client.ssh_host, inv.client.mpc_host) == (last.public_ip, last.private_ip)
+    names = {t["Value"] for i in live_instances(ec2) for t in i["Tags"] if t["Key"] == "Name"}
+    assert names == {"c1-p0", "c1-p1", "c1-p2", "c1-client"}
+    assert "Estimated cost: 4 x t3.large" in log.text
+
+
 def test_up_records_host_keys_when_waiting_for_ssh(session: boto3.Session,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     state_dir: Path) -> None:
@@ -371,9 +389,24 @@ def test_up_records_host_keys_when_waiting_for_ssh(session: boto3.Session,
     monkeypatch.setattr(aws, "wait_for_ssh", lambda host, port, timeout: waited.append(host))
     monkeypatch.setattr(aws, "scan_host_key",
                         lambda host, port: known_hosts_line(host, port, "ssh-ed25519", "AAAA"))
+    import harness.remote.setup as remote_setup
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(remote_setup, "wait_for_marker",
+                        lambda inv, marker, timeout: calls.append(("wait", inv, marker)))
+    monkeypatch.setattr(remote_setup, "setup_hosts",
+                        lambda inv, mode, echo: calls.append(("setup", inv, mode)))
     result = aws.up(session, options(state_dir, parties=2, wait_ssh=True), log=Log())
     assert waited == [i.public_ip for i in result.instances]
     assert result.host_keys_recorded
+    # once SSH answers and cloud-init's packages are in, the same setup as `ltm hosts setup`
+    assert calls == [("wait", result.inventory, "/var/lib/ltm-harness/ready"),
+                     ("setup", result.inventory, "release")]
+    assert result.set_up
+    calls.clear()
+    again = aws.up(session, options(state_dir, parties=2, wait_ssh=True, setup=None,
+                                    cluster="c2"), log=Log())
+    assert calls == [] and not again.set_up
     assert result.known_hosts.read_text().splitlines() == [
         f"{i.public_ip} ssh-ed25519 AAAA" for i in result.instances]
 
@@ -805,6 +838,10 @@ def test_cli_parser_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert (args.ami, args.harness_spec, args.placement_strategy) == (
         "ami-1", "git+https://example.org/ltm.git", "cluster")
     assert args.wait_ssh and not args.yes and args.cluster == aws.DEFAULT_CLUSTER
+    assert args.setup == "release"
+    assert parser.parse_args(["aws", "up", "-S", "3", "--no-setup"]).setup is None
+    assert parser.parse_args(["aws", "up", "-S", "3", "--client"]).client
+    assert parser.parse_args(["aws", "up", "-S", "3", "--mp-spdz", "local"]).setup == "local"
     with pytest.raises(SystemExit):
         parser.parse_args(["aws", "down", "--cluster", "a", "--all"])
     capsys.readouterr()
@@ -845,18 +882,25 @@ def test_public_names_are_exported() -> None:
 
 # --- user data ------------------------------------------------------------------------------
 
-def test_user_data_installs_the_harness_and_mp_spdz() -> None:
+def test_user_data_installs_os_packages_only_and_passes_shellcheck(tmp_path: Path) -> None:
     script = render_user_data()
     assert script.startswith("#!/bin/bash\n")
     assert "set -euxo pipefail" in script
-    assert '"$venv/bin/pip" install ltm-harness\n' in script
-    assert ('"$venv/bin/ltm" mpspdz install --prefix '
-            "/home/ubuntu/.local/share/ltm-harness/mp-spdz\n") in script
-    assert "sudo -u ubuntu" in script
+    assert "apt-get install -y python3-venv python3-pip" in script
+    assert "pip\" install" not in script and "mpspdz install" not in script
+    assert "touch /var/lib/ltm-harness/ready" in script
     pinned = render_user_data("ltm-harness>=0.2")
     assert "install 'ltm-harness>=0.2'" in pinned  # quoted: not a shell redirection
-    assert "install git+https://example.org/ltm.git" in render_user_data(
-        "git+https://example.org/ltm.git")
+    assert ('"$venv/bin/ltm" mpspdz install --prefix '
+            "/home/ubuntu/.local/share/ltm-harness/mp-spdz\n") in pinned
+    assert "sudo -u ubuntu" in pinned
+    for name, text in (("default", script), ("pinned", pinned),
+                       ("git", render_user_data("git+https://example.org/ltm.git"))):
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        for argv in (["bash", "-n", str(path)], ["shellcheck", "-s", "bash", str(path)]):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, f"{argv[0]} on the {name} user data: {done.stdout}"
 
 
 # --- waiting for SSH ------------------------------------------------------------------------

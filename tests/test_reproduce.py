@@ -201,7 +201,12 @@ def test_sweep_in_emulated_network(tmp_path, mp_spdz, program_cache):
 
 
 def test_estimate_follows_the_sweep_and_the_price(capsys):
-    from harness.experiments.estimate import PREPARE_NS_PER_SHARE, SETUP_S, estimate_sweep
+    from harness.experiments.estimate import (
+        HOSTS_SETUP_S,
+        PREPARE_NS_PER_SHARE,
+        SETUP_S,
+        estimate_sweep,
+    )
 
     est = estimate_sweep(["table4"], repeat=3, bandwidth_gbit=1.0)
     clients = [100_000, 250_000, 500_000, 750_000, 1_000_000]
@@ -211,7 +216,7 @@ def test_estimate_follows_the_sweep_and_the_price(capsys):
     assert est.upload_s == pytest.approx(8 * 8 * shares / 1e9)
     assert est.prepare_s == pytest.approx(shares * PREPARE_NS_PER_SHARE * 1e-9)
     assert est.mpc_s == pytest.approx(3 * (0.177 + 0.453 + 0.824 + 1.240 + 1.683))
-    assert est.setup_s == 15 * SETUP_S
+    assert est.setup_s == 15 * SETUP_S + HOSTS_SETUP_S  # the hosts are set up once
     assert est.instances == 3  # two servers and the clients' machine
     assert est.cost_usd == pytest.approx(3 * 0.0832 * est.total_s / 3600)
     assert main(["reproduce", "table4", "--repeat", "3", "--estimate"]) == 0

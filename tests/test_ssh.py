@@ -433,6 +433,46 @@ def test_missing_remote_mp_spdz_is_named_with_the_fix(tmp_path, farm, mp_spdz, p
     assert remote_dirs(fakes) == []  # p0's directory, already made, was removed again
 
 
+@pytest.mark.mpspdz
+def test_local_program_on_a_host_without_the_harness_says_to_set_it_up(tmp_path, farm,
+                                                                       mp_spdz,
+                                                                       program_cache):
+    # The fake hosts log in as root, whose home has no venv of `ltm hosts setup`.
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=2, program="local", hosts=inventory)
+    with pytest.raises(HostGroupError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert f"p0 (root@127.0.0.1:{fakes[0].port}): the harness is not installed" in message
+    assert "run `ltm hosts setup` first" in message and "(no party was started)" in message
+    assert remote_dirs(fakes) == []
+
+
+@pytest.mark.mpspdz
+def test_a_host_without_room_for_its_shares_is_refused_before_any_upload(tmp_path, farm,
+                                                                         mp_spdz,
+                                                                         program_cache):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    trust_hosts(inventory, echo=lambda line: None)
+    small = fakes[1].workdir
+    small.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        # 40000 clients x d = 4 x 8 bytes: about 1.3 MB of shares for each server
+        cfg = small_config(tmp_path, program_cache, parties=2, clients=40_000)
+        cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+        with pytest.raises(HostGroupError) as info:
+            cluster.run(program, schedule, timeout=60)
+        message = str(info.value)
+        assert f"p1 (root@127.0.0.1:{fakes[1].port}): only 1.0 MiB free under {small}" in message
+        assert "'workdir'" in message and "(no party was started)" in message
+        assert list(small.iterdir()) == []  # nothing uploaded, its directory removed again
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+    assert remote_dirs(fakes) == []
+
+
 # --- connecting: retries, and what is never retried --------------------------------------------
 
 def _pin(known: Path, fake: FakeHost) -> None:

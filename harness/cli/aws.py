@@ -12,7 +12,6 @@ from typing import Any
 
 from harness.remote.hosts import DEFAULT_BASE_PORT
 from infra import aws
-from infra._userdata import DEFAULT_HARNESS_SPEC
 
 __all__ = ["add_commands"]
 
@@ -43,8 +42,9 @@ def _add_state_dir(parser: argparse.ArgumentParser) -> None:
 def _add_up(commands: Any) -> None:
     p = commands.add_parser(
         "up", help="launch instances and write a hosts inventory",
-        description="Launch one instance per party in one placement group, install the "
-                    "harness and MP-SPDZ on them, and write the hosts inventory.")
+        description="Launch one instance per party in one placement group, write the hosts "
+                    "inventory, and (once SSH answers) run `ltm hosts setup` on them: a wheel "
+                    "of this harness and MP-SPDZ.")
     p.add_argument("--parties", "-S", type=int, required=True, metavar="S",
                    help="number of parties (instances)")
     p.add_argument("--instance-type", default=aws.DEFAULT_INSTANCE_TYPE,
@@ -60,9 +60,18 @@ def _add_up(commands: Any) -> None:
                    help="how long to wait for SSH on all instances (default: 600)")
     p.add_argument("--ami", help="image id (default: the newest Ubuntu 24.04 amd64 "
                                  "image from Canonical)")
-    p.add_argument("--harness-spec", default=DEFAULT_HARNESS_SPEC,
-                   help="what the instances pip-install, e.g. a version pin or "
-                        f"git+https URL (default: {DEFAULT_HARNESS_SPEC})")
+    p.add_argument("--mp-spdz", dest="setup", choices=("release", "local"), default="release",
+                   help="how `ltm hosts setup` (run once SSH answers) gives the instances "
+                        "MP-SPDZ: release (each downloads the official one) or local (upload "
+                        "this machine's) (default: release)")
+    p.add_argument("--client", action="store_true",
+                   help="one more instance as the inventory's [client] host, which prepares "
+                        "and sends the clients' shares inside the region")
+    p.add_argument("--no-setup", dest="setup", action="store_const", const=None,
+                   help="only launch and write the inventory; run `ltm hosts setup` later")
+    p.add_argument("--harness-spec", default=None, metavar="SPEC",
+                   help="let the instances pip-install a published harness (a version pin "
+                        "or git+https URL) instead of the wheel `ltm hosts setup` uploads")
     p.add_argument("--ssh-cidr", help="address allowed to SSH in (default: your public "
                                       "address, as a /32, from checkip.amazonaws.com)")
     p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
@@ -108,7 +117,8 @@ def _add_down(commands: Any) -> None:
 def _up(args: argparse.Namespace) -> int:
     options = aws.UpOptions(
         parties=args.parties, cluster=args.cluster, instance_type=args.instance_type,
-        ami=args.ami, ssh_cidr=args.ssh_cidr, harness_spec=args.harness_spec,
+        ami=args.ami, ssh_cidr=args.ssh_cidr, harness_spec=args.harness_spec, setup=args.setup,
+        client=args.client,
         state_dir=args.state_dir, inventory=args.inventory, base_port=args.base_port,
         placement_strategy=args.placement_strategy, volume_gb=args.volume_size,
         wait_ssh=args.wait_ssh, ssh_timeout=args.ssh_timeout, yes=args.yes,
@@ -122,14 +132,21 @@ def _up(args: argparse.Namespace) -> int:
 
 def _print_up(result: aws.UpResult) -> None:
     print(f"Cluster {result.cluster!r} is up in {result.region}:")
-    for party, instance in enumerate(result.instances):
-        print(f"  p{party}  {instance.instance_id}  public {instance.public_ip}  "
+    names = [f"p{i}" for i in range(len(result.instances))]
+    if result.client:
+        names[-1] = "client"
+    for name, instance in zip(names, result.instances, strict=True):
+        print(f"  {name}  {instance.instance_id}  public {instance.public_ip}  "
               f"private {instance.private_ip}")
     print(f"Inventory: {result.inventory}")
     print(f"SSH key:   {result.key_file}")
     first = result.instances[0]
-    print("The instances install the harness and MP-SPDZ in the background; to wait for "
-          f"that: ssh -i {result.key_file} ubuntu@{first.public_ip} cloud-init status --wait")
+    if result.set_up:
+        print(f"The instances are set up; check them with: ltm hosts check {result.inventory}")
+    else:
+        print("Once the instances finish installing their OS packages (ssh -i "
+              f"{result.key_file} ubuntu@{first.public_ip} cloud-init status --wait), set "
+              f"them up with: ltm hosts setup {result.inventory}")
     print(f"Remove the cluster with: ltm aws down --cluster {result.cluster}")
 
 

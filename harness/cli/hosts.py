@@ -1,6 +1,7 @@
-"""`ltm hosts trust | check`: the SSH side of a hosts inventory.
+"""`ltm hosts trust | setup | check`: the SSH side of a hosts inventory.
 
-The handlers only translate arguments; the work is in :mod:`harness.remote._trust`.
+The handlers only translate arguments; the work is in :mod:`harness.remote._trust`
+and :mod:`harness.remote.setup`.
 """
 
 from __future__ import annotations
@@ -38,10 +39,29 @@ def add_commands(subparsers: Any) -> None:
                        help="per-host connection timeout (default: 10)")
     trust.set_defaults(func=_trust)
 
+    setup = commands.add_parser(
+        "setup", help="install the harness and MP-SPDZ on every host (in parallel)",
+        description="Prepare every host of the inventory (and its [client] host) over SSH "
+                    "with the pinned keys: a wheel of this harness, installed into a venv in "
+                    "the login user's home, and MP-SPDZ. A second run skips what is there "
+                    "already and says so.")
+    setup.add_argument("inventory", type=Path, metavar="FILE", help="the hosts inventory")
+    setup.add_argument("--mp-spdz", dest="mode", choices=("local", "release"), default="local",
+                       help="local: upload this machine's MP-SPDZ (compiler, party binaries, "
+                            "its libraries); release: each host installs the official release "
+                            "itself (needs its internet) (default: local)")
+    setup.add_argument("--mp-spdz-dir", type=Path, default=None, metavar="DIR",
+                       help="with --mp-spdz local: the MP-SPDZ to upload (default: "
+                            "$MP_SPDZ_HOME or ~/.local/share/ltm-harness/mp-spdz)")
+    setup.add_argument("--yes", "-y", action="store_true",
+                       help="do not ask before changing the hosts")
+    setup.set_defaults(func=_setup)
+
     check = commands.add_parser(
         "check", help="log in to each host (keys verified) and look for MP-SPDZ",
         description="Connect to every host with host-key checking and report whether its "
-                    "MP-SPDZ (semi2k-party.x) is there, and which version.")
+                    "MP-SPDZ (semi2k-party.x) is there, and which version, and which harness "
+                    "`ltm hosts setup` installed (flagged if it differs from this one).")
     check.add_argument("inventory", type=Path, metavar="FILE", help="the hosts inventory")
     check.set_defaults(func=_check)
 
@@ -58,6 +78,21 @@ def _trust(args: argparse.Namespace) -> int:
 
     trust_hosts(args.inventory, replace=args.replace, timeout=args.timeout,
                 confirm=None if args.yes else _ask)
+    return 0
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from harness.remote.hosts import load_inventory
+    from harness.remote.setup import setup_hosts
+
+    if not args.yes:
+        inventory = load_inventory(args.inventory)
+        count = len(inventory.hosts) + (inventory.client is not None)
+        if not _ask(f"Install the harness and MP-SPDZ ({args.mode}) on {count} host(s) of "
+                    f"{args.inventory}?"):
+            raise InputError("not confirmed; nothing was changed (pass --yes to skip the "
+                             "question)")
+    setup_hosts(args.inventory, mode=args.mode, mp_spdz=args.mp_spdz_dir)
     return 0
 
 

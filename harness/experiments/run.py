@@ -36,7 +36,7 @@ from harness.experiments.results import (
     write_json_atomic,
 )
 from harness.fileio import open_private, output_lock
-from harness.remote.hosts import Inventory, load_inventory
+from harness.remote.hosts import Inventory, check_distinct, load_inventory
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "RunConfig", "run", "default_input_mode"]
 
@@ -103,10 +103,6 @@ class RunConfig:
             from harness.engine.netns import profile_for
 
             profile_for(self.network)
-        if self.hosts is not None and self.program == "local":
-            raise InputError("--program local aggregates shares with the harness on each "
-                             "server, which --hosts does not run remotely yet; use --program "
-                             "fast or reference with --hosts")
 
 
 # Far beyond any run this harness can do, yet small enough to fail cleanly.
@@ -232,6 +228,12 @@ def public_input_for(cfg: RunConfig, work: Workload) -> str:
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Prepared:
+    if cfg.input_mode == "shares" and getattr(cluster, "client_host", None) is not None:
+        # The inventory's [client] machine prepares the shares and sends them itself.
+        prepared = cluster.prepare_on_client(work.data, work.sketch, work.layout, work.noise,
+                                             cfg.frac_bits, cfg.timeout)
+        work.fp.check_bucket_bound(prepared.abs_sums)
+        return prepared
     if cfg.input_mode == "party":
         sink = TextSink(cluster.input_file(), cfg.parties)
     else:
@@ -308,6 +310,7 @@ def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
 def inventory_for(cfg: RunConfig) -> Inventory:
     """The inventory's first ``cfg.parties`` hosts (party i runs on the i-th)."""
     inv = load_inventory(cfg.hosts)
+    check_distinct(inv, cfg.hosts)
     if cfg.parties > len(inv.hosts):
         raise InputError(f"{cfg.parties} parties need {cfg.parties} hosts, but {cfg.hosts} "
                          f"lists {len(inv.hosts)}; add [[party]] entries or lower --parties")
@@ -340,7 +343,12 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     cluster = make_cluster(cfg, mp, workdir)
     prepared = prepare_cluster(cfg, work, cluster)
     timings["prepare_s"] = prepared.seconds
-    aggregate_s = aggregate_locally(cluster, work) if cfg.program == "local" else None
+    aggregate_s = None
+    if cfg.program == "local":
+        if cfg.hosts is None:
+            aggregate_s = aggregate_locally(cluster, work)
+        else:  # each server aggregates on its own host, timed there
+            cluster.aggregate_on_hosts(work.layout)
     launched = time.perf_counter()
     if schedule is None:
         schedule = public_input_for(cfg, work)
@@ -352,9 +360,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     parties = []
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
-        if aggregate_s is not None:
+        if cfg.program == "local":
             row["mpc_time_s"] = row["time_s"]
-            row["aggregate_s"] = aggregate_s[r.party]
+            row["aggregate_s"] = (aggregate_s[r.party] if aggregate_s is not None
+                                  else r.stats["aggregate_s"])
             row["time_s"] = row["mpc_time_s"] + row["aggregate_s"]
         parties.append(row)
     uploads = [p["upload_s"] for p in parties if p.get("upload_s") is not None]

@@ -1,24 +1,46 @@
 """Remote hosts: the hosts inventory and parties run on other machines over SSH.
 
-Owns the inventory format (:mod:`.hosts`) and the SSH cluster (:mod:`.ssh`),
+Owns the inventory format (:mod:`.hosts`), the SSH cluster (:mod:`.ssh`),
 with host-key pinning, connections, remote parties and trust/check behind it in
-private modules.
+private modules, preparing hosts (:mod:`.setup`: the harness and MP-SPDZ), and
+the tools the hosts themselves run (:mod:`.transfer`: the client host's shares).
 
 May import: the top-level shared modules, :mod:`harness.clients` and
 :mod:`harness.engine` (a remote party is an engine party started over SSH).
+
+The names load lazily: a host running ``python -m harness.remote.transfer``
+should not pay for paramiko and the engine on every transfer.
 """
 
-from harness.remote.hosts import Host, Inventory, load_inventory, write_inventory
-from harness.remote.ssh import HostGroupError, HostResult, SshCluster, check_hosts, trust_hosts
+from __future__ import annotations
 
-__all__ = [
-    "Host",
-    "HostGroupError",
-    "HostResult",
-    "Inventory",
-    "SshCluster",
-    "check_hosts",
-    "load_inventory",
-    "trust_hosts",
-    "write_inventory",
-]
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Host": "harness.remote.hosts",
+    "Inventory": "harness.remote.hosts",
+    "load_inventory": "harness.remote.hosts",
+    "write_inventory": "harness.remote.hosts",
+    "HostGroupError": "harness.remote.ssh",
+    "HostResult": "harness.remote.ssh",
+    "SshCluster": "harness.remote.ssh",
+    "check_hosts": "harness.remote.ssh",
+    "trust_hosts": "harness.remote.ssh",
+    "setup_hosts": "harness.remote.setup",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

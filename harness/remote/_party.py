@@ -9,6 +9,7 @@ the party's exit status as the SSH command's status.
 
 from __future__ import annotations
 
+import re
 import shlex
 import threading
 import time
@@ -18,18 +19,20 @@ from pathlib import Path
 import paramiko
 
 from harness.engine.process import Completed
-from harness.errors import LtmError, MpSpdzError
+from harness.errors import InputError, LtmError, MpSpdzError
 from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
-from harness.remote.hosts import Host
+from harness.remote.hosts import REMOTE_PYTHON, Host
 
-__all__ = ["Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
+__all__ = ["AGGREGATE_PLAN", "Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
 
 PGID_FILE = "party.pgid"
+AGGREGATE_PLAN = "aggregate-plan.npz"
+RECEIVER_PID = "receiver.pid"
 _EXEC_TIMEOUT = 60.0
 _POLL_SECONDS = 0.01
 _CHUNK = 1 << 16
-_NO_BINARY, _NO_SETSID = 3, 4
+_NO_BINARY, _NO_SETSID, _NO_HARNESS = 3, 4, 5
 
 
 class Abandoned(Exception):
@@ -90,6 +93,9 @@ class RemoteParty:
         self.remote_dir: str | None = None
         self.started = False
         self.upload_s = 0.0
+        self.aggregate_s: float | None = None
+        self.free_bytes: int | None = None  # under the remote working directory
+        self._receiver: paramiko.Channel | None = None
         self._channel: paramiko.Channel | None = None
         self._began = 0.0
         self._lock = threading.Lock()  # remote_dir/started vs. a concurrent cleanup
@@ -116,11 +122,14 @@ class RemoteParty:
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
                   f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; "
                   f"umask 077 && mkdir -p {workdir} && "
-                  f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" && pwd -P')
+                  f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
+                  "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
         with self._lock:
             rc, out, err = _exec(self.client, script)
-            if rc == 0 and out.strip():
-                self.remote_dir = out.strip().splitlines()[-1]
+            lines = out.strip().splitlines()
+            if rc == 0 and len(lines) >= 2:
+                self.remote_dir = lines[-2]
+                self.free_bytes = int(lines[-1]) * 1024 if lines[-1].isdigit() else None
                 return
         if rc == _NO_BINARY:
             raise MpSpdzError(
@@ -133,6 +142,14 @@ class RemoteParty:
         raise LtmError(f"{self.label}: cannot create a working directory under "
                        f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
                        "for this party in the inventory")
+
+    def check_space(self, need: int) -> None:
+        """Refuse, before anything is uploaded, a host whose disk cannot hold its files."""
+        if self.free_bytes is not None and self.free_bytes < need:
+            raise InputError(f"{self.label}: only {self.free_bytes / 2**20:.1f} MiB free under "
+                             f"{self.host.workdir}, and its shares and inputs need "
+                             f"{need / 2**20:.1f} MiB; free some space there or set 'workdir' "
+                             "for this party to a larger disk")
 
     def upload(self, directories: list[str], uploads: list[Upload],
                abandon: threading.Event) -> None:
@@ -163,11 +180,79 @@ class RemoteParty:
             sftp.close()
         self.upload_s = time.perf_counter() - started
 
+    def aggregate(self, timeout: float) -> None:
+        """Sum this server's own shares on its host, with the harness installed there."""
+        assert self.client is not None and self.remote_dir is not None
+        received = f"Persistence/Received-P{self.index}.data"
+        script = (f"cd {shlex.quote(self.remote_dir)} && "
+                  f"{{ [ -x {shell_path(REMOTE_PYTHON)} ] || exit {_NO_HARNESS}; }} && "
+                  f"{shell_path(REMOTE_PYTHON)} -m harness.engine.aggregate {received} "
+                  f"{AGGREGATE_PLAN} Persistence/Transactions-P{self.index}.data && "
+                  f"rm -f {received}")
+        rc, out, err = _exec(self.client, script, timeout=timeout)
+        if rc == _NO_HARNESS:
+            raise LtmError(f"{self.label}: the harness is not installed on that host, and the "
+                           "local program aggregates the shares there; run `ltm hosts setup` "
+                           "first")
+        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
+        if rc != 0 or found is None:
+            tail = " | ".join(err.strip().splitlines()[-3:])
+            raise LtmError(f"{self.label}: aggregating its shares there failed (status {rc}): "
+                           f"{tail or out.strip() or 'no output'}")
+        self.aggregate_s = float(found.group(1))
+
+    def start_receive(self, port: int, aggregate: bool, timeout: float) -> None:
+        """Listen (TLS, the client host's certificate pinned) for this server's shares;
+        with ``aggregate`` (the local program), sum them there as soon as they are in."""
+        assert self.client is not None and self.remote_dir is not None
+        share = f"Persistence/Transactions-P{self.index}.data"
+        files = (f"Persistence/Received-P{self.index}.data {AGGREGATE_PLAN} {share}"
+                 if aggregate else share)
+        command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
+                   f"exec {shell_path(REMOTE_PYTHON)} -m "
+                   f"harness.remote.transfer receive 0.0.0.0 {port} Player-Data/P{self.index}"
+                   f".pem Player-Data/P{self.index}.key client.pem {files}")
+        transport = self.client.get_transport()
+        assert transport is not None
+        channel = transport.open_session(timeout=_EXEC_TIMEOUT)
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        self._receiver = channel
+        line = channel.makefile("r").readline().strip()
+        if line != "listening":
+            raise LtmError(f"{self.label}: cannot receive the client host's shares on port "
+                           f"{port}: {self._receiver_error()}")
+
+    def finish_receive(self) -> None:
+        channel = self._receiver
+        assert channel is not None
+        out = channel.makefile("r").read()
+        if isinstance(out, bytes):  # paramiko's read() gives bytes whatever the mode
+            out = out.decode(errors="replace")
+        if channel.recv_exit_status() != 0 or "received" not in out:
+            raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
+                           f"{self._receiver_error()}")
+        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
+        if found:
+            self.aggregate_s = float(found.group(1))
+
+    def _receiver_error(self) -> str:
+        assert self._receiver is not None
+        err = self._receiver.makefile_stderr("r").read()
+        if isinstance(err, bytes):
+            err = err.decode(errors="replace")
+        return " | ".join(err.strip().splitlines()[-3:]) or "no output"
+
     # --- the run -------------------------------------------------------------------
 
     def start(self, args: list[str]) -> None:
         assert self.client is not None and self.remote_dir is not None
-        command = (f"umask 077 && cd {shlex.quote(self.remote_dir)} && exec setsid -w /bin/sh -c "
+        # An MP-SPDZ built elsewhere finds its libSPDZ.so by an absolute RUNPATH of
+        # the machine it was built on; `ltm hosts setup` puts it beside the binary.
+        mp_dir = shell_path(self.host.mp_spdz.rstrip("/"))
+        command = (f"umask 077 && cd {shlex.quote(self.remote_dir)} && "
+                   f"export LD_LIBRARY_PATH={mp_dir}"
+                   "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} && exec setsid -w /bin/sh -c "
                    f"'echo $$ > {PGID_FILE} && exec \"$0\" \"$@\"' {shell_path(self.binary)} "
                    f"{shlex.join(args)} </dev/null")
         transport = self.client.get_transport()
@@ -226,8 +311,11 @@ class RemoteParty:
         if directory is None:
             return
         # The subshell's exits end only the kill part; the removal always runs.
+        d = shlex.quote(directory)
+        # A receiver still waiting for the client host (whose send failed) goes too.
         script = (f"({_kill_script(directory, wait_for_pgid=started)}) >/dev/null; "
-                  f"rm -rf {shlex.quote(directory)}")
+                  f"[ -s {d}/{RECEIVER_PID} ] && kill $(cat {d}/{RECEIVER_PID}) 2>/dev/null; "
+                  f"rm -rf {d}")
         rc, _, err = self._exec_anyhow(script, options, known_hosts)
         if rc != 0:
             raise LtmError(f"{self.label}: could not remove {directory}: {err.strip()}")

@@ -10,6 +10,7 @@ partial failure never leaves a half-trusted inventory.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import paramiko
 
+from harness._version import __version__
 from harness.errors import LtmError
 from harness.remote._connect import (
     ConnectOptions,
@@ -30,9 +32,11 @@ from harness.remote._keys import ServerKey, fetch_host_key, known_target, pinned
 from harness.remote._party import shell_path
 from harness.remote.hosts import Host, load_inventory
 
-__all__ = ["HostCheck", "TrustResult", "check_hosts", "trust_hosts"]
+__all__ = ["SETUP_RECORD", "HostCheck", "TrustResult", "check_hosts", "trust_hosts"]
 
 _VERSION = re.compile(r"^## (\d+\.\d+\.\d+)", re.M)
+# Written last by `ltm hosts setup` (harness.remote.setup): present means ready.
+SETUP_RECORD = "~/.local/share/ltm-harness/setup.json"
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
     known_hosts = inventory.known_hosts
     results: list[TrustResult] = []
     seen: dict[str, TrustResult] = {}
-    for host in inventory.hosts:
+    for host in inventory.hosts + ((inventory.client,) if inventory.client else ()):
         target = known_target(host.ssh_host, host.ssh_port)
         if target in seen:  # several parties on one machine: one key
             results.append(TrustResult(host, target, seen[target].key, seen[target].status,
@@ -116,19 +120,24 @@ class HostCheck:
 def check_hosts(inventory_path: str | os.PathLike[str], *,
                 echo: Callable[[str], None] = print,
                 options: ConnectOptions | None = None) -> list[HostCheck]:
-    """Log in to every host (keys verified) and look for its MP-SPDZ."""
+    """Log in to every host (keys verified); report its MP-SPDZ and its harness."""
+    from harness.remote.setup import harness_digest  # setup imports this module
+
     inventory = load_inventory(inventory_path)
+    digest = harness_digest()
     checks = []
-    for host in inventory.hosts:
+    hosts = list(inventory.hosts) + ([inventory.client] if inventory.client else [])
+    for host in hosts:
         check = _check(host, inventory.known_hosts, Path(inventory_path),
-                       options or ConnectOptions())
+                       options or ConnectOptions(), digest,
+                       needs_mp_spdz=host is not inventory.client)
         checks.append(check)
         echo(f"{describe(check.host)}: {'ok' if check.ok else 'FAILED'}: {check.detail}")
     return checks
 
 
 def _check(host: Host, known_hosts: Path, inventory_path: Path,
-           options: ConnectOptions) -> HostCheck:
+           options: ConnectOptions, digest: str, *, needs_mp_spdz: bool = True) -> HostCheck:
     binary = f"{host.mp_spdz.rstrip('/')}/semi2k-party.x"
     try:
         client = connect(host, known_hosts, options=options, inventory_path=inventory_path)
@@ -137,6 +146,7 @@ def _check(host: Host, known_hosts: Path, inventory_path: Path,
     try:
         _, stdout, _ = client.exec_command(
             f"test -x {shell_path(binary)} && echo found; "
+            f"tr -d '\\n' < {shell_path(SETUP_RECORD)} 2>/dev/null && echo; "
             f"head -c 4096 {shell_path(host.mp_spdz.rstrip('/') + '/CHANGELOG.md')} "
             "2>/dev/null", timeout=options.timeout)
         out = stdout.read().decode(errors="replace")
@@ -144,9 +154,41 @@ def _check(host: Host, known_hosts: Path, inventory_path: Path,
         return HostCheck(host, False, f"lost the connection: {exc}")
     finally:
         client.close()
-    if not out.startswith("found"):
-        return HostCheck(host, False, f"{binary} is missing or not executable; run `ltm mpspdz "
-                                      "install` there, or fix 'mp_spdz' in the inventory")
+    found = out.startswith("found")
+    record = _record(out)
+    harness, harness_ok = _describe_harness(record, digest)
+    if not needs_mp_spdz:
+        return HostCheck(host, harness_ok, f"client host; {harness}")
+    if not found:
+        return HostCheck(host, False, f"{binary} is missing or not executable; run `ltm hosts "
+                                      "setup` (or `ltm mpspdz install` there), or fix "
+                                      f"'mp_spdz' in the inventory; {harness}")
     version = _VERSION.search(out)
-    return HostCheck(host, True, f"MP-SPDZ {version.group(1) if version else '(unknown version)'}"
-                                 f" at {host.mp_spdz}")
+    binaries = ((record or {}).get("mp_spdz") or {}).get("binaries") or ["semi2k-party.x"]
+    return HostCheck(host, harness_ok,
+                     f"MP-SPDZ {version.group(1) if version else '(unknown version)'} at "
+                     f"{host.mp_spdz} ({', '.join(binaries)}); {harness}")
+
+
+def _record(out: str) -> dict | None:
+    for line in out.splitlines():
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def _describe_harness(record: dict | None, digest: str) -> tuple[str, bool]:
+    """What the host's harness is, and whether it may run with this one."""
+    harness = (record or {}).get("harness")
+    if not harness:
+        # Hosts prepared by hand (fast/reference programs need no harness there).
+        return "no harness set up by `ltm hosts setup`", True
+    sha = str(harness.get("wheel_sha256"))[:12]
+    text = f"harness {harness.get('version')} (wheel sha256 {sha})"
+    if harness.get("digest") != digest:
+        return (f"{text} DIFFERS from this machine's harness {__version__}; run `ltm hosts "
+                "setup` to update it"), False
+    return f"{text}, same as this machine's", True

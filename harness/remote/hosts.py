@@ -18,6 +18,16 @@ table per party, in party order (the first entry is party 0)::
     mp_spdz = "/home/ubuntu/.local/share/ltm-harness/mp-spdz"
     workdir = "/tmp/ltm-runs"     # optional
 
+    [client]                      # optional: the machine that prepares the clients' shares
+    name = "client"
+    ssh_host = "54.1.2.9"
+    user = "ubuntu"
+    mpc_host = "10.0.0.9"
+
+With a ``[client]`` machine, ``ltm run --hosts`` prepares the shares there and
+that machine sends each server its own shares over the ``mpc_host`` addresses,
+so they never pass through this machine. It must not also be a party.
+
 Relative ``known_hosts`` and ``key`` paths are taken relative to the inventory
 file's directory, so an inventory and its files can be moved together.
 """
@@ -43,8 +53,11 @@ __all__ = [
     "DEFAULT_BASE_PORT",
     "DEFAULT_SSH_PORT",
     "DEFAULT_WORKDIR",
+    "REMOTE_PYTHON",
+    "REMOTE_VENV",
     "Host",
     "Inventory",
+    "check_distinct",
     "load_inventory",
     "write_inventory",
 ]
@@ -55,7 +68,11 @@ DEFAULT_WORKDIR = "/tmp/ltm-runs"
 
 _REQUIRED_HOST_FIELDS = ("name", "ssh_host", "user", "mpc_host", "mp_spdz")
 _OPTIONAL_HOST_FIELDS = ("ssh_port", "key", "workdir")
-_TOP_LEVEL_FIELDS = ("known_hosts", "base_port", "cluster", "region", "party")
+_TOP_LEVEL_FIELDS = ("known_hosts", "base_port", "cluster", "region", "party", "client")
+CLIENT_MP_SPDZ = "~/.local/share/ltm-harness/mp-spdz"  # the client host runs no party
+# Where `ltm hosts setup` installs the harness on every host.
+REMOTE_VENV = "~/.local/share/ltm-harness/venv"
+REMOTE_PYTHON = f"{REMOTE_VENV}/bin/python"
 _MAX_PORT = 65535
 
 
@@ -82,6 +99,7 @@ class Inventory:
     base_port: int = DEFAULT_BASE_PORT
     cluster: str | None = None
     region: str | None = None
+    client: Host | None = None  # the machine that prepares the clients' shares
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -102,6 +120,7 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     entries = _party_entries(path, data)
     hosts = tuple(_parse_host(path, i, entry) for i, entry in enumerate(entries))
     _check_unique_names(path, hosts)
+    client = _client_entry(path, data)
     base_port = _port(path, "base_port", data.get("base_port", DEFAULT_BASE_PORT),
                       "e.g. base_port = 14000")
     if base_port + len(hosts) - 1 > _MAX_PORT:
@@ -113,7 +132,37 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
         base_port=base_port,
         cluster=_optional_str(path, "cluster", data.get("cluster")),
         region=_optional_str(path, "region", data.get("region")),
+        client=client,
     )
+
+
+def _client_entry(path: Path, data: dict[str, Any]) -> Host | None:
+    entry = data.get("client")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise InputError(f"{path}: 'client' must be a table: write it as a [client] section")
+    entry = {"name": "client", "mp_spdz": CLIENT_MP_SPDZ, **entry}
+    return _parse_host(path, -1, entry)
+
+
+def check_distinct(inv: Inventory, path: str | os.PathLike[str] | None = None) -> None:
+    """Refuse two entries that are one machine: they would overwrite each other's files."""
+    where = f"{path}: " if path else ""
+    seen: dict[tuple[str, int], str] = {}
+    for host in inv.hosts:
+        key = (host.ssh_host, host.ssh_port)
+        if key in seen:
+            raise InputError(f"{where}parties {seen[key]!r} and {host.name!r} are the same "
+                             f"machine ({host.ssh_host}:{host.ssh_port}); give each party its "
+                             "own host (or its own ssh_port)")
+        seen[key] = host.name
+    client = inv.client
+    if client is not None and (client.ssh_host, client.ssh_port) in seen:
+        party = seen[(client.ssh_host, client.ssh_port)]
+        raise InputError(f"{where}the [client] host {client.ssh_host}:{client.ssh_port} is also "
+                         f"party {party!r}; the client host must be a machine of its own, "
+                         "apart from every server")
 
 
 _MAX_INVENTORY_BYTES = 1 << 20  # thousands of hosts; a bigger file is not an inventory
@@ -202,6 +251,8 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
 
 
 def _entry_label(index: int, entry: dict[str, Any]) -> str:
+    if index < 0:
+        return "[client]"
     name = entry.get("name")
     suffix = f" ({name!r})" if isinstance(name, str) and name else ""
     return f"[[party]] entry #{index + 1}{suffix}"
@@ -283,6 +334,8 @@ def format_inventory(inv: Inventory, *, base_dir: Path | None = None) -> str:
         lines.append(f"region = {_toml_str(inv.region)}")
     for host in inv.hosts:
         lines += ["", "[[party]]"] + _host_lines(host)
+    if inv.client is not None:
+        lines += ["", "[client]"] + _host_lines(inv.client)
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,9 @@ from typing import TypeVar
 
 import paramiko
 
+from harness.clients.layout import Layout
+from harness.clients.prepare import SHARE_HEADER, Prepared
+from harness.engine.aggregate import save_plan
 from harness.engine.cluster import PROTOCOL, PartyRun
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.parse import parse_stats
@@ -35,6 +38,7 @@ from harness.engine.process import Completed
 from harness.engine.programs import CompiledProgram
 from harness.engine.staging import PartyStaging
 from harness.errors import InputError, LtmError, stderr_tail
+from harness.remote._client import ClientHost
 from harness.remote._connect import (
     ConnectOptions,
     HostKeyError,
@@ -42,7 +46,7 @@ from harness.remote._connect import (
     describe,
     trust_hint,
 )
-from harness.remote._party import Abandoned, ConnectionLost, RemoteParty, Upload
+from harness.remote._party import AGGREGATE_PLAN, Abandoned, ConnectionLost, RemoteParty, Upload
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Host, Inventory
 
@@ -137,7 +141,38 @@ class SshCluster(PartyStaging):
         self.inventory_path = inventory_path
         self.protocol = protocol
         self.connect_options = connect_options or ConnectOptions()
+        self.aggregate_plan: Path | None = None
+        self.shares_on_client = False
+        self.client_share_bytes: list[int] | None = None
         super().__init__(len(inventory.hosts), workdir)
+        # With a [client] machine the shares are prepared and sent from there
+        # (prepare_on_client); without one, here, as before.
+        self.client_host: ClientHost | None = None
+        if inventory.client is not None:
+            self.client_host = ClientHost(inventory.client, inventory.known_hosts,
+                                          inventory_path, self.connect_options, workdir)
+
+    def prepare_on_client(self, data, sketch, layout, noise, frac_bits: int,
+                          timeout: float) -> Prepared:
+        assert self.client_host is not None
+        self.shares_on_client = True
+        try:
+            prepared = self.client_host.prepare(data, sketch, layout, noise, frac_bits,
+                                                self.parties, timeout)
+        except BaseException:
+            self.client_host.remove()
+            raise
+        self.client_share_bytes = [b + len(SHARE_HEADER) for b in prepared.upload_bytes]
+        return prepared
+
+    def aggregate_on_hosts(self, layout: Layout) -> None:
+        """The ``local`` program: each server sums its own shares on its host before the run.
+
+        The raw share file goes to the host, whose harness (``ltm hosts setup``)
+        aggregates it there, so only the m x d result is fed to MP-SPDZ.
+        """
+        self.aggregate_plan = self.workdir / "aggregate-plan.npz"
+        save_plan(layout, self.aggregate_plan)
 
 
     # --- what goes where -------------------------------------------------------------
@@ -164,7 +199,13 @@ class SshCluster(PartyStaging):
                 files.append(Upload(f"Player-Data/{name}", local=path, mode=0o600))
         share = self.share_file(i)
         if share.exists():
-            files.append(Upload(f"Persistence/{share.name}", local=share, mode=0o600))
+            name = share.name if self.aggregate_plan is None else f"Received-P{i}.data"
+            files.append(Upload(f"Persistence/{name}", local=share, mode=0o600))
+        if self.aggregate_plan is not None:
+            files.append(Upload(AGGREGATE_PLAN, local=self.aggregate_plan))
+        if self.shares_on_client:
+            assert self.client_host is not None
+            files.append(Upload("client.pem", local=self.client_host.cert))
         files.append(Upload("ip", content=self.ip_file(base_port).encode()))
         return files
 
@@ -180,13 +221,22 @@ class SshCluster(PartyStaging):
                    for i, h in enumerate(self.inventory.hosts)]
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
         group = _Group(parties, self.inventory.known_hosts, self.inventory_path,
-                       self.connect_options)
-        results = group.run(uploads, program.name, timeout)
+                       self.connect_options, aggregate=self.aggregate_plan is not None,
+                       timeout=timeout, base_port=base,
+                       client_host=self.client_host if self.shares_on_client else None,
+                       received_bytes=self.client_share_bytes)
+        try:
+            results = group.run(uploads, program.name, timeout)
+        finally:
+            if self.client_host is not None:
+                self.client_host.remove()
         runs = []
         for party, result in zip(parties, results, strict=True):
             assert result.completed is not None
             stats = parse_stats(party.name, result.completed.stderr)
             stats["upload_s"] = party.upload_s
+            if party.aggregate_s is not None:
+                stats["aggregate_s"] = party.aggregate_s
             runs.append(PartyRun(party.index, result.completed, stats))
         return runs
 
@@ -195,8 +245,17 @@ class _Group:
     """All parties as one unit: prepared together, started together, stopped together."""
 
     def __init__(self, parties: list[RemoteParty], known_hosts: Path,
-                 inventory_path: Path | None, options: ConnectOptions) -> None:
+                 inventory_path: Path | None, options: ConnectOptions, *,
+                 aggregate: bool = False, timeout: float = 900.0, base_port: int = 0,
+                 client_host: ClientHost | None = None,
+                 received_bytes: list[int] | None = None) -> None:
         self.parties = parties
+        self.aggregate = aggregate
+        self.timeout = timeout
+        self.base_port = base_port
+        self.client_host = client_host
+        # What each server receives apart from the uploads (from the client host).
+        self.received_bytes = list(received_bytes or [0] * len(parties))
         self.known_hosts = known_hosts
         self.inventory_path = inventory_path
         self.options = options
@@ -226,9 +285,35 @@ class _Group:
             if self.abandon.is_set():
                 raise Abandoned
             party.make_dir()
+            party.check_space(sum(_size(u) for u in uploads[party.index])
+                              + self.received_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
+            if self.client_host is not None:
+                party.start_receive(self.base_port + party.index, self.aggregate, self.timeout)
 
-        futures = {self.pool.submit(self._timed, p.index, prepare, p): p for p in self.parties}
+        self._all(prepare)
+        if self.client_host is not None:
+            self._send_from_client()  # a receiver aggregates what it received itself
+        elif self.aggregate:
+            self._all(lambda party: party.aggregate(self.timeout))
+
+    def _send_from_client(self) -> None:
+        """The client host sends each server its own shares, directly."""
+        assert self.client_host is not None
+        servers = [(p.index, p.host, self.base_port + p.index,
+                    p.log_dir.parent / f"P{p.index}" / "Player-Data" / f"P{p.index}.pem")
+                   for p in self.parties]
+        try:
+            seconds = self.client_host.send(servers, self.timeout)
+        except LtmError as exc:
+            raise HostGroupError(f"{exc} (no party was started)", self.results) from None
+        for party in self.parties:
+            party.upload_s = seconds[party.index]
+        self._all(lambda party: party.finish_receive())
+
+    def _all(self, fn: Callable[[RemoteParty], None]) -> None:
+        """``fn`` on every party at once; one error for all that failed, before any start."""
+        futures = {self.pool.submit(self._timed, p.index, fn, p): p for p in self.parties}
         _, pending = wait(futures, return_when=FIRST_EXCEPTION)
         if pending:  # one failed: the others need not finish uploading
             self.abandon.set()
@@ -363,6 +448,10 @@ def _parallel(fn: Callable[[RemoteParty], T],
     for thread in threads:
         thread.join()
     return out
+
+
+def _size(upload: Upload) -> int:
+    return upload.local.stat().st_size if upload.local is not None else len(upload.content or b"")
 
 
 def _describe_exit(completed: Completed) -> str:

@@ -1,0 +1,132 @@
+"""The inventory's ``[client]`` machine: where the clients' shares are prepared.
+
+The runner uploads the clients' data (the matrix, the public sketch and the
+noise parameters) to the client host, which prepares every server's share
+file there (:mod:`harness.remote.transfer`) and later sends each server only
+its own file, directly, over the servers' ``mpc_host`` addresses, with TLS and
+per-run certificates pinned on both sides. What comes back to the runner is
+what verification needs (the encoded plaintext sketch), never a share.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import paramiko
+
+from harness.clients.prepare import Prepared
+from harness.engine.certs import make_certificates
+from harness.errors import LtmError
+from harness.remote._connect import ConnectOptions, connect, describe
+from harness.remote._party import _exec, shell_path
+from harness.remote.hosts import REMOTE_PYTHON, Host
+
+__all__ = ["ClientHost"]
+
+_NO_HARNESS = 5
+
+
+class ClientHost:
+    def __init__(self, host: Host, known_hosts: Path, inventory_path: Path | None,
+                 options: ConnectOptions, workdir: Path) -> None:
+        self.host, self.known_hosts, self.inventory_path = host, known_hosts, inventory_path
+        self.options = options
+        self.client: paramiko.SSHClient | None = None
+        self.remote_dir: str | None = None
+        [(self.key, self.cert, _)] = make_certificates(1, workdir / "client-cert")
+
+    @property
+    def label(self) -> str:
+        return f"the client host {describe(self.host)}"
+
+    def _open(self) -> paramiko.SSHClient:
+        if self.client is None:
+            self.client = connect(self.host, self.known_hosts, options=self.options,
+                                  inventory_path=self.inventory_path)
+            workdir = shell_path(self.host.workdir.rstrip("/") or "/")
+            rc, out, err = _exec(self.client, f"[ -x {shell_path(REMOTE_PYTHON)} ] || exit "
+                                              f"{_NO_HARNESS}; umask 077; mkdir -p {workdir} && "
+                                              f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
+                                              '&& cd "$d" && pwd -P')
+            if rc == _NO_HARNESS:
+                raise LtmError(f"{self.label}: the harness is not installed there; run `ltm "
+                               "hosts setup` first")
+            if rc != 0 or not out.strip():
+                raise LtmError(f"{self.label}: cannot create a working directory under "
+                               f"{self.host.workdir}: {err.strip() or f'status {rc}'}")
+            self.remote_dir = out.strip().splitlines()[-1]
+        return self.client
+
+    def _put(self, files: dict[str, bytes]) -> None:
+        sftp = self._open().open_sftp()
+        try:
+            for name, content in files.items():
+                with sftp.open(f"{self.remote_dir}/{name}", "wb") as fh:
+                    fh.set_pipelined(True)
+                    sftp.chmod(f"{self.remote_dir}/{name}", 0o600)
+                    fh.write(content)
+        finally:
+            sftp.close()
+
+    def _tool(self, args: str, timeout: float) -> str:
+        assert self.client is not None and self.remote_dir is not None
+        rc, out, err = _exec(self.client, f"cd {shlex.quote(self.remote_dir)} && "
+                                          f"{shell_path(REMOTE_PYTHON)} -m "
+                                          f"harness.remote.transfer {args}", timeout=timeout)
+        if rc != 0:
+            tail = " | ".join(err.strip().splitlines()[-3:])
+            raise LtmError(f"{self.label}: `transfer {args.split()[0]}` failed (status {rc}): "
+                           f"{tail or 'no output'}")
+        return out.strip().splitlines()[-1]
+
+    def prepare(self, data: np.ndarray, sketch, layout, noise, frac_bits: int, parties: int,
+                timeout: float) -> Prepared:
+        """Every server's share file, prepared on the client host (they stay there)."""
+        sketch_file = io.BytesIO()
+        np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
+        matrix = io.BytesIO()
+        np.save(matrix, np.ascontiguousarray(data), allow_pickle=False)
+        params = {"noise": dataclasses.asdict(noise), "frac_bits": frac_bits,
+                  "parties": parties, "layout": layout.kind, "block_rows": layout.block_rows,
+                  "chunk_blocks": layout.chunk_blocks}
+        self._put({"data.npy": matrix.getvalue(), "sketch.npz": sketch_file.getvalue(),
+                   "params.json": json.dumps(params).encode()})
+        result = json.loads(self._tool(f"prepare {shlex.quote(self.remote_dir or '.')}",
+                                       timeout))
+        shape = tuple(result["shape"])
+        expected = np.frombuffer(base64.b64decode(result["expected"]), "<u8").reshape(shape)
+        abs_sums = np.frombuffer(base64.b64decode(result["abs_sums"]), "<f8").reshape(shape)
+        return Prepared(expected.astype(np.uint64), abs_sums.astype(np.float64),
+                        list(result["upload_bytes"]), float(result["seconds"]),
+                        result["stats"])
+
+    def send(self, servers: list[tuple[int, Host, int, Path]], timeout: float) -> dict[int, float]:
+        """Send server i's file to (mpc_host, port), pinning its certificate; seconds each."""
+        targets = []
+        files = {"client.pem": self.cert.read_bytes(), "client.key": self.key.read_bytes()}
+        for party, host, port, cert in servers:
+            files[f"server-P{party}.pem"] = cert.read_bytes()
+            targets.append({"party": party, "host": host.mpc_host, "port": port,
+                            "peer": f"server-P{party}.pem",
+                            "file": f"Transactions-P{party}.data"})
+        files["targets.json"] = json.dumps(targets).encode()
+        self._put(files)
+        seconds = json.loads(self._tool("send targets.json client.pem client.key", timeout))
+        return {int(k): float(v) for k, v in seconds.items()}
+
+    def remove(self) -> None:
+        if self.client is None:
+            return
+        try:
+            if self.remote_dir is not None:
+                _exec(self.client, f"rm -rf {shlex.quote(self.remote_dir)}")
+                self.remote_dir = None
+        finally:
+            self.client.close()
+            self.client = None
