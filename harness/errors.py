@@ -52,6 +52,10 @@ class VerificationError(LtmError):
     """The revealed sketch differs from the plaintext computation."""
 
 
+class TamperDetectedError(LtmError):
+    """A malicious protocol's servers found inconsistent shares and aborted."""
+
+
 def stderr_tail(text: str, lines: int = 8) -> str:
     """The last non-empty lines of a party's stderr, indented for display."""
     kept = [line for line in text.splitlines() if line.strip()][-lines:]

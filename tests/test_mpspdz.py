@@ -266,15 +266,34 @@ def test_add_mpspdz_argument() -> None:
 
 @pytest.mark.usefixtures("healthy_env")
 def test_doctor_all_present(tmp_path: Path) -> None:
-    root = make_tree(tmp_path / "mp", binaries=("semi2k-party.x", "replicated-ring-party.x"))
+    root = make_tree(tmp_path / "mp", binaries=mpspdz.REQUIRED_BINARIES
+                     + mpspdz.OPTIONAL_BINARIES)
     out = io.StringIO()
     assert mpspdz.doctor(root, out=out) is True
     text = out.getvalue()
     assert f"{root} (from --mp-spdz)" in text
     assert "0.4.2" in text
     assert "MISSING" not in text
-    for name in ("compile.py", "semi2k-party.x", "replicated-ring-party.x", "numpy", "openssl"):
+    for name in ("compile.py", "semi2k-party.x", "replicated-ring-party.x", "ps-rep-ring-party.x",
+                 "malicious-rep-ring-party.x", "spdz2k-party.x", "numpy", "openssl"):
         assert name in text
+    assert ("protocols usable: semi2k, replicated-ring, ps-rep-ring, malicious-rep-ring, "
+            "spdz2k\n") in text
+
+
+@pytest.mark.usefixtures("healthy_env")
+def test_doctor_lists_unusable_protocols_and_why(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "mp", binaries=("semi2k-party.x", "ps-rep-ring-party.x",
+                                                "spdz2k-party.x"))
+    # a source build with KOS15 OT and without -DINSECURE: MP-SPDZ refuses spdz2k
+    (root / "CONFIG.mine").write_text("USE_KOS = 1\n")
+    out = io.StringIO()
+    assert mpspdz.doctor(root, out=out) is True  # semi2k, the default, is there
+    text = out.getvalue()
+    assert "protocols usable: semi2k, ps-rep-ring\n" in text
+    assert "protocol not usable: replicated-ring (no replicated-ring-party.x)" in text
+    line = next(x for x in text.splitlines() if "not usable: spdz2k" in x)
+    assert "USE_KOS = 1" in line and "ltm mpspdz install" in line
 
 
 @pytest.mark.usefixtures("healthy_env")

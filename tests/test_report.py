@@ -112,7 +112,8 @@ def test_expand_rejects_bad_scale(scale):
 def test_resolve_tables():
     assert resolve_tables("all") == list(TABLES)
     assert resolve_tables("table5") == ["table5"]
-    with pytest.raises(InputError, match="table3, table4, table5 or all"):
+    assert resolve_tables("security") == ["security"]  # by name only, not in "all"
+    with pytest.raises(InputError, match="table3, table4, table5, security or all"):
         resolve_tables("table6")
     with pytest.raises(InputError, match="table3, table4, table5"):
         load_spec("table6")

@@ -25,8 +25,8 @@ _EXECUTE = rp.execute
 def _cfg(tmp_path, tables, program_cache, **kw):
     kw.setdefault("scale", 0.005)
     kw.setdefault("repeat", 2)
-    return ReproduceConfig(tables=tables, out=tmp_path / "sweep", cache_dir=program_cache,
-                           progress=False, **kw)
+    kw.setdefault("out", tmp_path / "sweep")
+    return ReproduceConfig(tables=tables, cache_dir=program_cache, progress=False, **kw)
 
 
 def _check_table(out, table, raw, repeat):
@@ -221,3 +221,54 @@ def test_estimate_follows_the_sweep_and_the_price(capsys):
     assert est.cost_usd == pytest.approx(3 * 0.0832 * est.total_s / 3600)
     assert main(["reproduce", "table4", "--repeat", "3", "--estimate"]) == 0
     assert f"{est.total_s / 3600:.2f} h" in capsys.readouterr().out
+
+
+# 144 verified runs of 3 parties: about 2 minutes on an idle 2-core machine, more
+# under load, hence its own timeout.
+@pytest.mark.timeout(900)
+def test_security_sweep_at_small_scale(tmp_path, mp_spdz):
+    # The command CI runs: every protocol x program that can run, verified, with its report.
+    out = tmp_path / "security"
+    assert main(["reproduce", "security", "--scale", "0.02", "--repeat", "2", "--out", str(out),
+                 "--no-progress", "--mp-spdz", str(mp_spdz.root)]) == 0
+    raw = load_raw(out / RAW_FILE)
+    assert raw["verified"].all() and set(raw["servers"]) == {3}
+    ran = set(zip(raw["protocol"], raw["program"], strict=True))
+    for protocol in ("semi2k", "replicated-ring", "ps-rep-ring", "malicious-rep-ring"):
+        for program in ("fast", "local", "reference"):
+            assert (protocol, program) in ran
+    assert ("spdz2k", "fast") not in ran
+    assert ("spdz2k", "local") in ran  # the servers input their aggregates
+    summary = pd.read_csv(out / "security.csv")
+    assert len(summary) == raw["cell"].nunique() and (summary["repetitions"] == 2).all()
+    assert np.allclose(summary[summary["protocol"] == "semi2k"]["t_vs_semi2k"], 1.0)
+    assert np.isfinite(summary["t_vs_semi2k"]).all()
+    # each client uploads exactly the protocol's words of every value (the model)
+    assert np.allclose(summary["upload_model_ratio"], 1.0)
+    rep = summary[(summary["protocol"] == "ps-rep-ring") & (summary["program"] == "fast")]
+    semi = summary[(summary["protocol"] == "semi2k") & (summary["program"] == "fast")]
+    assert np.allclose(rep["client_upload_mb"].to_numpy(), 2 * semi["client_upload_mb"])
+    md = (out / "security.md").read_text()
+    assert "Left out: spdz2k fast at n=100000 s=1" in md
+    assert "cannot run --program fast on client share files" in md
+    assert (out / "security.png").read_bytes().startswith(PNG_MAGIC)
+    assert "## security" in (out / "report.md").read_text()
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["settings"]["protocol"] == "per cell"
+
+
+def test_resume_refuses_another_protocol(tmp_path, mp_spdz, program_cache):
+    cfg = _cfg(tmp_path, "table3", program_cache, repeat=1, scale=0.001,
+               protocol="ps-rep-ring")
+    reproduce(cfg)
+    raw = load_raw(cfg.out / RAW_FILE)
+    assert set(raw["protocol"]) == {"ps-rep-ring"} and raw["verified"].all()
+    before = (cfg.out / RAW_FILE).read_bytes()
+    with pytest.raises(InputError, match="protocol 'ps-rep-ring' there, 'semi2k' now"):
+        reproduce(_cfg(tmp_path, "table3", program_cache, repeat=1, scale=0.001))
+    assert (cfg.out / RAW_FILE).read_bytes() == before
+    # Table 5's S = 2 variant cannot run a three-party protocol: refused before any run
+    with pytest.raises(InputError, match="exactly 3 parties, got 2"):
+        reproduce(_cfg(tmp_path, "table5", program_cache, repeat=1, protocol="ps-rep-ring",
+                       out=tmp_path / "t5"))
+    assert not (tmp_path / "t5").exists()

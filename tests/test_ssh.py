@@ -131,15 +131,18 @@ def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
 # --- full runs -------------------------------------------------------------------------------
 
 @pytest.mark.mpspdz
-@pytest.mark.parametrize("parties,program", [(2, "fast"), (3, "reference")])
+@pytest.mark.parametrize("parties,program,protocol", [
+    (2, "fast", "semi2k"), (3, "reference", "semi2k"), (3, "fast", "ps-rep-ring")])
 def test_run_over_ssh_is_verified_like_a_local_run(tmp_path, farm, mp_spdz, program_cache,
-                                                   parties, program):
+                                                   parties, program, protocol):
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties)
     pinned = trust_hosts(inventory, echo=lambda line: None)
     assert [r.status for r in pinned] == ["added"] * parties
-    cfg = small_config(tmp_path, program_cache, program=program, hosts=inventory)
+    cfg = small_config(tmp_path, program_cache, program=program, hosts=inventory,
+                       protocol=protocol)
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
+    assert result["metadata"]["protocol"] == protocol
     assert result["verification"]["entries"] == 10 * 4
     assert len(result["parties"]) == parties
     for row in result["parties"]:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
+from harness.cli.run import add_protocol_argument
 from harness.clients.noise import NOISE_KINDS
 from harness.experiments.run import PROGRAMS
 
@@ -18,14 +19,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "repetition, and writes per-table CSV, Markdown, LaTeX and PNG beside the "
                     "paper's values, plus report.md. Finished repetitions are appended to "
                     "DIR/raw.jsonl at once; rerunning the same command resumes.")
-    p.add_argument("tables", choices=("table3", "table4", "table5", "all"))
+    p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security"),
+                   help="a table, all three, or security: every protocol x program on "
+                        "Table 3's grid and Table 5's point s = 10 (benchmarks/security.toml)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="sweep directory (created, or resumed if it holds the same sweep)")
     p.add_argument("--repeat", type=int, metavar="K",
                    help="repetitions per cell (default: the paper's 10)")
     p.add_argument("--scale", type=float, default=1.0, metavar="F",
                    help="multiply every n by F, for quick looks (default 1)")
-    p.add_argument("--program", choices=PROGRAMS, default="fast")
+    p.add_argument("--program", choices=PROGRAMS, help="server program (default fast)")
+    add_protocol_argument(p)
     p.add_argument("--hosts", type=Path, metavar="FILE",
                    help="hosts inventory: run party i on the i-th host over SSH")
     p.add_argument("--network", metavar="PROFILE",
@@ -66,8 +70,12 @@ def _handle(args: argparse.Namespace) -> int:
     if args.out is None:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
 
+    if args.tables == "security" and (args.program or args.protocol):
+        raise InputError("ltm reproduce security runs every protocol and program itself; "
+                         "drop --program and --protocol")
     cfg = ReproduceConfig(tables=args.tables, out=args.out, repeat=args.repeat,
-                          scale=args.scale, program=args.program, hosts=args.hosts,
+                          scale=args.scale, program=args.program or "fast",
+                          protocol=args.protocol or "semi2k", hosts=args.hosts,
                           network=args.network, noise=args.noise, seed=args.seed,
                           timeout=args.timeout, mp_spdz=args.mp_spdz, progress=args.progress,
                           install_mpspdz=args.install_mpspdz)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.clients.noise import NOISE_KINDS
-from harness.experiments.run import INPUT_MODES, PROGRAMS, RunConfig, run
+from harness.experiments.run import INPUT_MODES, PROGRAMS, PROTOCOLS, RunConfig, run
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run", help="run the secure sketch on local MP-SPDZ parties and verify it",
-        description="Clients' noisy rows are secret-shared among S semi2k parties, which "
+        description="Clients' noisy rows are secret-shared among S MP-SPDZ parties, which "
                     "compute T = (1/sqrt s) sum_i S_i (A + G_i) and reveal it; the result is "
                     "checked bit for bit against a plaintext computation.")
     p.add_argument("--parties", type=int, metavar="S",
@@ -35,6 +35,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--corrupt-clients", type=int, default=0, metavar="t'",
                    help="clients the noise must tolerate colluding (default 0)")
     p.add_argument("--program", choices=PROGRAMS, default="fast")
+    add_protocol_argument(p, "semi2k")
+    p.add_argument("--tamper", type=int, metavar="PARTY",
+                   help="test aid (local parties only): after preparation, change one word of "
+                        "PARTY's input; malicious protocols must abort, semi-honest ones "
+                        "reveal a wrong sketch that verification reports")
     p.add_argument("--input", dest="input_mode", choices=INPUT_MODES,
                    help="shares: each server reads its own share file; party: party 0 inputs "
                         "the noisy rows (default: party for reference, shares otherwise)")
@@ -58,6 +63,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_handle)
 
 
+def add_protocol_argument(p: argparse.ArgumentParser, default: str | None = None) -> None:
+    # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
+    p.add_argument("--protocol", default=default, metavar="NAME",
+                   help=f"MP-SPDZ protocol: {', '.join(PROTOCOLS)} (default semi2k; the "
+                        "replicated ones need exactly 3 parties; see the README's "
+                        "security-model table)")
+
+
 def _handle(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     cfg = RunConfig(
@@ -68,6 +81,6 @@ def _handle(args: argparse.Namespace) -> int:
         input_mode=args.input_mode, frac_bits=args.frac_bits, seed=args.seed,
         mp_spdz=args.mp_spdz, port=args.port, timeout=args.timeout, force=args.force,
         keep_work=args.keep_work, hosts=args.hosts, network=args.network,
-        install_mpspdz=args.install_mpspdz)
+        install_mpspdz=args.install_mpspdz, protocol=args.protocol, tamper=args.tamper)
     run(cfg, echo=print)
     return 0

@@ -79,7 +79,9 @@ class Layout:
 
     @classmethod
     def blocked(cls, sketch: Sketch, d: int, block_rows: int | None = None,
-                chunk_blocks: int | None = None) -> Layout:
+                chunk_blocks: int | None = None, share_words: int = 1) -> Layout:
+        """``share_words``: 8-byte words per share in the protocol's files (2 for
+        replicated pairs); a chunk keeps the same bytes, so it stays in cache."""
         m = sketch.m
         R = block_rows or choose_block_rows(sketch.n, m, sketch.s)
         acc = accumulator_index(sketch).ravel()
@@ -87,7 +89,8 @@ class Layout:
         counts = np.bincount(acc, minlength=n_acc)
         blocks = -(-counts // R)
         # No chunk larger than the data: small runs would be mostly padding.
-        K = chunk_blocks or max(1, min(CHUNK_SHARES // (R * d), int(blocks.sum())))
+        K = chunk_blocks or max(1, min(CHUNK_SHARES // (R * d * share_words),
+                                       int(blocks.sum())))
         # numpy's stable sort is a radix sort for small integer types: O(s n)
         small = acc.astype(np.int16 if n_acc < 2**15 else np.int32)
         order = np.argsort(small, kind="stable")

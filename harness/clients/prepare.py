@@ -13,7 +13,6 @@ own accumulator): a wrong layout cannot make a wrong program look right.
 
 from __future__ import annotations
 
-import struct
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,42 +23,70 @@ import numpy as np
 from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout, accumulator_index
 from harness.clients.noise import NoiseSpec
-from harness.clients.sharing import random_ring, share
+from harness.clients.sharing import ADDITIVE, ShareFormat, random_ring
 from harness.clients.sketch import Sketch
 from harness.fileio import open_private, private_dir
 
 __all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "TextSink", "prepare_inputs",
-           "read_share_file", "write_share_file"]
+           "read_share_file", "tamper_share_file", "tamper_text_file", "write_share_file"]
 
-_DESCRIPTOR = b"Z2^64" + struct.pack("<I", 64)
-# Persistence/Transactions-P<i>.data: header length, descriptor, then 8-byte shares.
-SHARE_HEADER = struct.pack("<Q", len(_DESCRIPTOR)) + _DESCRIPTOR
+# Persistence/Transactions-P<i>.data of semi2k: header length, descriptor, then 8-byte shares.
+SHARE_HEADER = ADDITIVE.header
 _STREAM_ROWS = 1 << 18
+# What --tamper adds: any nonzero change of one word breaks the sum; 5 as in the issue.
+TAMPER_DELTA = 5
 
 
-def write_share_file(path: Path, shares: np.ndarray) -> None:
+def write_share_file(path: Path, shares: np.ndarray, fmt: ShareFormat = ADDITIVE) -> None:
     with open_private(path) as fh:
-        fh.write(SHARE_HEADER)
+        fh.write(fmt.header)
         fh.write(np.ascontiguousarray(shares, dtype="<u8").tobytes())
 
 
-def read_share_file(path: Path) -> np.ndarray:
+def read_share_file(path: Path, fmt: ShareFormat = ADDITIVE) -> np.ndarray:
+    """The file's words (``fmt.words`` per share, in file order) as uint64."""
     with open(path, "rb") as fh:
-        if fh.read(len(SHARE_HEADER)) != SHARE_HEADER:
-            raise ValueError(f"{path} is not a semi2k Z2^64 share file")
+        if fh.read(len(fmt.header)) != fmt.header:
+            raise ValueError(f"{path} is not a {fmt.descriptor.decode()} share file")
         return np.fromfile(fh, dtype="<u8")
+
+
+def tamper_share_file(path: Path, fmt: ShareFormat, word: int) -> None:
+    """Add :data:`TAMPER_DELTA` to the ``word``-th word after the header (a test aid)."""
+    with open(path, "r+b") as fh:
+        fh.seek(len(fmt.header) + 8 * word)
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path} has no word {word} to tamper with")
+        value = (int.from_bytes(raw, "little") + TAMPER_DELTA) % 2**64
+        fh.seek(len(fmt.header) + 8 * word)
+        fh.write(value.to_bytes(8, "little"))
+
+
+def tamper_text_file(path: Path) -> None:
+    """Add :data:`TAMPER_DELTA` to the first number of an MP-SPDZ input text file."""
+    tokens = path.read_bytes().split(b" ", 1)
+    first = int(tokens[0]) + TAMPER_DELTA
+    path.write_bytes(b" ".join([str(first).encode(), *tokens[1:]]))
 
 
 class ShareSink:
     """One share file per server; each server's file holds only its own shares.
+
+    ``fmt`` is the protocol's sharing: additive words, or replicated pairs of
+    which each server receives only its own (a_i, a_{i-1}).
 
     The kernel's CSPRNG is the slowest step (about 350 MB/s here) and
     ``os.urandom`` releases the GIL, so the masks for the next chunk are drawn
     in a thread while this one is computed: a cryptographic source, only sooner.
     """
 
-    def __init__(self, paths: list[Path]) -> None:
+    def __init__(self, paths: list[Path], fmt: ShareFormat = ADDITIVE) -> None:
+        if fmt.parties is not None and len(paths) != fmt.parties:
+            raise ValueError(f"{fmt.name} shares are for {fmt.parties} parties, "
+                             f"not {len(paths)}")
         self.paths = paths
+        self.fmt = fmt
         self.files = []
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masks")
         self._ahead: tuple[tuple[int, ...], Future] | None = None
@@ -67,7 +94,7 @@ class ShareSink:
             for p in paths:
                 private_dir(p.parent)
                 fh = open_private(p)
-                fh.write(SHARE_HEADER)
+                fh.write(fmt.header)
                 self.files.append(fh)
         except BaseException:
             self.close()
@@ -86,8 +113,9 @@ class ShareSink:
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
         values = encoded[real]
         masks = self._masks(encoded.shape[0], encoded.shape[1])[:, : values.shape[0]]
-        shares = share(values, len(self.files), masks)
-        block = np.zeros_like(encoded)
+        shares = self.fmt.split(values, len(self.files), masks)
+        words = self.fmt.words
+        block = np.zeros(encoded.shape + ((words,) if words > 1 else ()), dtype=np.uint64)
         for k, fh in enumerate(self.files):
             # Padding rows are zero in every file: public positions, nothing to hide.
             block[real] = shares[k]

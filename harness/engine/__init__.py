@@ -1,6 +1,7 @@
 """The servers' engine: MP-SPDZ and the parties that run it on this machine.
 
-Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), rendering and compiling
+Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), the protocols it runs and
+their binaries (:mod:`.protocols`), rendering and compiling
 the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`) and its emulated network
@@ -22,6 +23,7 @@ from harness.engine.mpspdz import (
 )
 from harness.engine.process import Command, Completed, check_call, run_group
 from harness.engine.programs import CompiledProgram, compile_program
+from harness.engine.protocols import PROTOCOLS, Protocol, protocol_for
 
 __all__ = [
     "Command",
@@ -29,6 +31,8 @@ __all__ = [
     "Completed",
     "LocalCluster",
     "MpSpdz",
+    "PROTOCOLS",
+    "Protocol",
     "PartyRun",
     "check_call",
     "compile_program",
@@ -37,5 +41,6 @@ __all__ = [
     "ensure_mpspdz",
     "find_mpspdz",
     "install",
+    "protocol_for",
     "run_group",
 ]

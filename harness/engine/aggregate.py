@@ -4,6 +4,11 @@ T is linear, so each server can apply it to its additive shares alone: the
 m x d results are additive shares of T, and nothing is revealed until they are
 opened together. Done here with numpy, streaming the blocked share file in
 chunks into one reused buffer.
+
+Replicated shares are summed word by word: a server's pairs (a_i, a_{i-1})
+summed give (sum a_i, sum a_{i-1}), which is the replicated sharing of the sum
+that its neighbours' sums match, so a malicious protocol's open still checks
+every server's aggregate against the others'.
 """
 
 from __future__ import annotations
@@ -15,53 +20,84 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients.layout import Layout
-from harness.clients.prepare import SHARE_HEADER, write_share_file
+from harness.clients.prepare import format_integers, write_share_file
+from harness.clients.sharing import ADDITIVE, MALICIOUS_REPLICATED, REPLICATED, ShareFormat
+from harness.fileio import open_private
 
-__all__ = ["aggregate_file", "aggregate_share_file", "load_plan", "main", "read_and_sum",
-           "save_plan"]
+__all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan", "main",
+           "read_and_sum", "save_plan"]
 
 _BUFFER_SHARES = 1 << 21
+_FORMATS = {f.name: f for f in (ADDITIVE, REPLICATED, MALICIOUS_REPLICATED)}
 
 
-def aggregate_share_file(source: Path, layout: Layout, dest: Path) -> float:
-    """Write the server's m x d aggregate shares of T to ``dest``; return seconds."""
+def aggregate_share_file(source: Path, layout: Layout, dest: Path,
+                         fmt: ShareFormat = ADDITIVE, *, as_input: bool = False) -> float:
+    """Write the server's m x d aggregate shares of T to ``dest``; return seconds.
+
+    ``as_input``: write them as the party's MP-SPDZ input text (additive shares
+    only), for protocols whose share files clients and servers cannot write.
+    """
+    return _aggregate(source, dest, _plan(layout, fmt, as_input))
+
+
+def aggregate_shares(source: Path, layout: Layout, fmt: ShareFormat = ADDITIVE) -> np.ndarray:
+    """The server's aggregate shares of T, (m, d) or (m, d, words) uint64."""
+    return _sum(source, _plan(layout, fmt, False))
+
+
+def _plan(layout: Layout, fmt: ShareFormat = ADDITIVE, as_input: bool = False) -> dict:
+    """What aggregation needs of the (public) layout; small, unlike ``file_slot``."""
     if layout.kind != "blocked":
         raise ValueError("local aggregation reads the blocked layout")
-    return _aggregate(source, dest, _plan(layout))
-
-
-def _plan(layout: Layout) -> dict:
-    """What aggregation needs of the (public) layout; small, unlike ``file_slot``."""
+    if as_input and fmt.words != 1:
+        raise ValueError("only additive aggregates are input as text")
     assert layout.block_acc is not None
     return {"block_rows": layout.block_rows, "chunk_blocks": layout.chunk_blocks,
             "d": layout.d, "m": layout.m, "n_chunks": layout.n_chunks,
-            "block_acc": layout.block_acc}
+            "block_acc": layout.block_acc, "format": fmt.name, "as_input": int(as_input)}
 
 
-def save_plan(layout: Layout, path: Path) -> None:
+def save_plan(layout: Layout, path: Path, fmt: ShareFormat = ADDITIVE,
+              as_input: bool = False) -> None:
     """The layout's aggregation plan as an .npz, for a server that aggregates on its host."""
-    plan = _plan(layout)
+    plan = _plan(layout, fmt, as_input)
     with open(path, "wb") as fh:
         np.savez(fh, **{k: np.asarray(v) for k, v in plan.items()})
 
 
 def load_plan(path: Path) -> dict:
     with np.load(path, allow_pickle=False) as data:
-        return {k: (data[k] if k == "block_acc" else int(data[k])) for k in data.files}
+        return {k: (data[k] if k == "block_acc" else str(data[k]) if k == "format"
+                    else int(data[k])) for k in data.files}
 
 
 def _aggregate(source: Path, dest: Path, plan: dict) -> float:
     started = time.perf_counter()
-    R, K, d, m = plan["block_rows"], plan["chunk_blocks"], plan["d"], plan["m"]
+    aggregate = _sum(source, plan)
+    fmt = _FORMATS[plan.get("format", ADDITIVE.name)]
+    if plan.get("as_input"):
+        with open_private(dest) as fh:
+            fh.write(format_integers(aggregate.view(np.int64).ravel()))
+    else:
+        write_share_file(dest, aggregate, fmt)
+    return time.perf_counter() - started
+
+
+def _sum(source: Path, plan: dict) -> np.ndarray:
+    fmt = _FORMATS[plan.get("format", ADDITIVE.name)]
+    R, K, m = plan["block_rows"], plan["chunk_blocks"], plan["m"]
     n_chunks, block_acc = plan["n_chunks"], plan["block_acc"]
+    # A share's words are adjacent in the file: summing word by word is a sum over d * words.
+    d = plan["d"] * fmt.words
     chunk_shares = R * K * d
     per_read = max(1, _BUFFER_SHARES // chunk_shares)
     buffer = np.empty(per_read * chunk_shares, dtype=np.uint64)
     acc = np.zeros((2 * m + 1, d), dtype=np.uint64)
     block = 0
     with open(source, "rb", buffering=0) as fh:
-        if fh.read(len(SHARE_HEADER)) != SHARE_HEADER:
-            raise ValueError(f"{source} is not a semi2k share file")
+        if fh.read(len(fmt.header)) != fmt.header:
+            raise ValueError(f"{source} is not a {fmt.descriptor.decode()} share file")
         for first in range(0, n_chunks, per_read):
             chunks = min(per_read, n_chunks - first)
             view = buffer[: chunks * chunk_shares]
@@ -70,8 +106,8 @@ def _aggregate(source: Path, dest: Path, plan: dict) -> float:
             blocks = sums.reshape(chunks * K, d)
             np.add.at(acc, block_acc[block:block + chunks * K], blocks)
             block += chunks * K
-    write_share_file(dest, acc[:m] - acc[m:2 * m])
-    return time.perf_counter() - started
+    out = acc[:m] - acc[m:2 * m]
+    return out.reshape(m, plan["d"], fmt.words) if fmt.words > 1 else out
 
 
 def aggregate_file(source: Path, plan: Path, dest: Path) -> float:
@@ -91,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def read_and_sum(source: Path) -> tuple[float, np.uint64]:
+def read_and_sum(source: Path, fmt: ShareFormat = ADDITIVE) -> tuple[float, np.uint64]:
     """The I/O limit: stream a share file through numpy and sum it, nothing else.
 
     Same buffer and reads as :func:`aggregate_share_file`, so the difference
@@ -101,7 +137,7 @@ def read_and_sum(source: Path) -> tuple[float, np.uint64]:
     buffer = np.empty(_BUFFER_SHARES, dtype=np.uint64)
     total = np.uint64(0)
     with open(source, "rb", buffering=0) as fh:
-        fh.seek(len(SHARE_HEADER))
+        fh.seek(len(fmt.header))
         raw = memoryview(buffer).cast("B")
         while True:
             got = fh.readinto(raw)

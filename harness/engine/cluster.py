@@ -22,13 +22,17 @@ from harness.engine.netns import NetworkEmulation, Profile, check_requirements, 
 from harness.engine.parse import parse_stats
 from harness.engine.process import Command, Completed, run_group
 from harness.engine.programs import CompiledProgram, link_program
+from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
 from harness.errors import InputError
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun"]
 
-PROTOCOL = "semi2k"
-_BINARY = {"semi2k": "semi2k-party.x"}
+PROTOCOL = DEFAULT_PROTOCOL
+# Every party prints what it reveals (MP-SPDZ: "'.' for stdout on all parties"), so
+# that verification sees each party's view: under replicated-ring a bad word
+# of one party falsifies only its neighbour's output.
+_ALL_OUTPUT = ("-OF", ".")
 # Each party has its namespace to itself, so any port is free there; MP-SPDZ's default.
 _NETNS_PORT = 5000
 
@@ -73,15 +77,16 @@ class PartyRun:
 class LocalCluster(PartyStaging):
     def __init__(self, mp: MpSpdz, parties: int, workdir: Path,
                  protocol: str = PROTOCOL, network: str | Profile | None = None) -> None:
-        if parties < 2:
-            raise InputError(f"semi2k needs at least 2 parties, got {parties}; set --parties")
+        spec = protocol_for(protocol)
+        spec.check_parties(parties)
         # Before any work: a wrong profile, or no root, should not surface after a compile.
         self.network = profile_for(network) if network is not None else None
         if self.network is not None:
             check_requirements()
         self.mp = mp
         self.protocol = protocol
-        self.binary = mp.binary(_BINARY[protocol])
+        self.binary = mp.binary(spec.binary)
+        self._count_args = spec.party_count_args(parties)
         super().__init__(parties, workdir)
 
 
@@ -96,8 +101,8 @@ class LocalCluster(PartyStaging):
         commands = []
         for i in range(self.parties):
             link_program(program, self.party_dir(i), public_input)
-            argv = [str(self.binary), "-p", str(i), "-N", str(self.parties), "-pn", str(port),
-                    "-h", "localhost", program.name]
+            argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
+                    "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
         return self._results(run_group(commands, timeout))
 
@@ -118,8 +123,8 @@ class LocalCluster(PartyStaging):
                                        for i in range(self.parties)))
             commands = []
             for i in range(self.parties):
-                argv = [str(self.binary), "-p", str(i), "-N", str(self.parties),
-                        "-ip", str(ip_file.resolve()), program.name]
+                argv = [str(self.binary), "-p", str(i), *self._count_args,
+                        "-ip", str(ip_file.resolve()), *_ALL_OUTPUT, program.name]
                 commands.append(self._command(i, net.wrap(i, argv)))
             # run_group stops every party (its finally) before the namespaces go.
             done = run_group(commands, timeout)

@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from harness.engine.protocols import DEFAULT_PROTOCOL, PROTOCOLS, binaries, unusable_reason
 from harness.errors import MpSpdzError
 
 __all__ = [
@@ -61,8 +62,9 @@ URL_ENV_VAR = "LTM_MPSPDZ_URL"  # a mirror of the release (and the tests' local 
 NO_INSTALL_ENV_VAR = "LTM_NO_INSTALL"
 INSTALL_RECORD = ".ltm-install.json"
 
-REQUIRED_BINARIES = ("semi2k-party.x",)
-OPTIONAL_BINARIES = ("replicated-ring-party.x",)
+# The default protocol's binary is required; the others only for their --protocol.
+REQUIRED_BINARIES = (PROTOCOLS[DEFAULT_PROTOCOL].binary,)
+OPTIONAL_BINARIES = tuple(b for b in binaries() if b not in REQUIRED_BINARIES)
 # Import name -> distribution name (they coincide today; kept apart so a
 # package whose names differ does not silently break the version lookup).
 PYTHON_PACKAGES = {
@@ -284,6 +286,15 @@ def doctor(
                 else ""
             )
             _line(out, present, label, fix)
+        usable, unusable = [], []
+        for proto in PROTOCOLS.values():
+            reason = (unusable_reason(proto.name, mp.root)
+                      if _is_executable(mp.root / proto.binary) else f"no {proto.binary}")
+            (unusable if reason else usable).append(f"{proto.name} ({reason})" if reason
+                                                    else proto.name)
+        print(f"  protocols usable: {', '.join(usable) or 'none'}", file=out)
+        for line in unusable:
+            print(f"  protocol not usable: {line}", file=out)
 
     print("Python packages:", file=out)
     for module, dist in PYTHON_PACKAGES.items():

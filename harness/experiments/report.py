@@ -470,7 +470,7 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = raw[raw["table"].isin(tables)] if "table" in raw.columns else raw
     lines = ["# Reproduction of the paper's Tables 3-5", "", "## Settings", ""]
-    lines += [f"- {key}: {value}" for key, value in settings.items()]
+    lines += [f"- {key}: {value}" for key, value in settings.items() if key != "left out"]
     # What the rows themselves say, in case they came from runs with other settings.
     lines.append("- in the raw rows: " + "; ".join(
         f"{name} {_unique(chosen, column)}" for column, name in (
@@ -484,6 +484,14 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
               f"- harness version: {_unique(chosen, 'harness_version')}"]
     for table in tables:
         spec = load_spec(table)
+        if spec.protocols:
+            lines += ["", f"## {table}", "",
+                      (out_dir / f"{table}.md").read_text().rstrip()
+                      if (out_dir / f"{table}.md").exists() else "(not written yet)", "",
+                      f"![{table}: T_MPC against n per protocol]({table}.png)", "",
+                      f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
+                      f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
+            continue
         summary = summarize(raw, table)
         cov = coverage(raw, table, repeat)
         lines += ["", f"## {table}", "", _table_markdown(spec, summary).rstrip(), "",
@@ -501,6 +509,150 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
               settings: dict) -> list[Path]:
     """Every table's files and then ``report.md``."""
     repeat = settings.get("repeat") if isinstance(settings.get("repeat"), int) else None
-    paths = [p for table in tables for p in write_table(raw, table, out_dir, repeat=repeat)]
+    paths = []
+    for table in tables:
+        if load_spec(table).protocols:
+            paths += write_security(raw, table, out_dir, repeat=repeat,
+                                    left_out=settings.get("left out"))
+        else:
+            paths += write_table(raw, table, out_dir, repeat=repeat)
     return paths + [write_report(raw, tables, out_dir, machine=machine, settings=settings)]
 
+
+
+# --- the security sweep -----------------------------------------------------
+
+SECURITY_COLUMNS = (
+    "cell", "protocol", "security", "program", "servers", "clients", "paper_clients",
+    "sparsity", "rows", "dim", "scale", "repetitions", "t_mpc_mean_s", "t_mpc_std_s",
+    "servers_sent_mb", "client_upload_mb", "model_client_upload_mb", "upload_model_ratio",
+    "t_vs_semi2k", "servers_sent_vs_semi2k",
+)
+
+
+def summarize_security(raw: pd.DataFrame, table: str) -> pd.DataFrame:
+    """One row per protocol x program x (n, s), with each one's ratio to semi2k's same cell."""
+    spec = load_spec(table)
+    rows = _table_rows(raw, table)
+    if rows.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in SECURITY_COLUMNS})
+    per = _repetitions(rows)
+    per = per[per["complete"]]
+    # Global data sent is every party's total, the same in each party's row.
+    traffic = rows.groupby(["cell", "repetition"], sort=False).agg(
+        servers_sent_mb=("global_data_sent_mb", "max"),
+        client_upload_mb=("client_upload_mb", "first")).reset_index()
+    per = per.merge(traffic, on=["cell", "repetition"])
+    stats = per.groupby("cell", sort=False).agg(
+        repetitions=("t_mpc_s", "size"), t_mpc_mean_s=("t_mpc_s", "mean"),
+        t_mpc_std_s=("t_mpc_s", "std"), servers_sent_mb=("servers_sent_mb", "mean"),
+        client_upload_mb=("client_upload_mb", "mean"))
+    params = rows.groupby("cell", sort=False)[
+        ["protocol", "security", "program", "servers", "clients", "paper_clients",
+         "sparsity", "rows", "dim", "scale", "model_client_upload_mb"]].first()
+    out = params.join(stats, how="inner").reset_index()
+    out["upload_model_ratio"] = out["client_upload_mb"] / out["model_client_upload_mb"]
+    base = out[out["protocol"] == "semi2k"].set_index(["program", "paper_clients", "sparsity"])
+    key = list(zip(out["program"], out["paper_clients"], out["sparsity"], strict=True))
+    for col, ratio in (("t_mpc_mean_s", "t_vs_semi2k"), ("servers_sent_mb",
+                                                         "servers_sent_vs_semi2k")):
+        ref = [base[col].get(k, np.nan) for k in key]
+        out[ratio] = out[col].astype(float) / np.array(ref, dtype=float)
+    # The table reads protocol by protocol, program by program, in the spec's order.
+    rank = {c.key: (spec.protocols.index(c.protocol), spec.programs.index(c.program), i)
+            for i, c in enumerate(spec.cells)}
+    out["_order"] = out["cell"].map(lambda k: rank.get(k, (len(rank), 0, 0)))
+    out = out.sort_values(["_order", "cell"], kind="stable").drop(columns="_order")
+    return out[list(SECURITY_COLUMNS)].reset_index(drop=True)
+
+
+def _security_layout(summary: pd.DataFrame, tex: bool) -> tuple[list[str], list[list[str]]]:
+    scaled = (_scale_of(summary) or 1.0) != 1.0
+    t = r"$T_{\mathrm{MPC}}$" if tex else "T_MPC"
+    cols = ["protocol", "model", "program", "$n$" if tex else "n"]
+    if scaled:
+        cols.append("paper $n$" if tex else "paper n")
+    cols += ["$s$" if tex else "s", f"{t} (sec)", f"{t} / semi2k", "servers sent (MB)",
+             "sent / semi2k", "client upload (MB)", "upload / model", "runs"]
+    body = []
+    for r in summary.itertuples():
+        line = [r.protocol, r.security, r.program, str(r.clients)]
+        if scaled:
+            line.append(str(r.paper_clients))
+        line += [str(r.sparsity), _pm(r.t_mpc_mean_s, r.t_mpc_std_s, tex),
+                 _num(r.t_vs_semi2k, 2), _num(r.servers_sent_mb), _num(r.servers_sent_vs_semi2k, 2),
+                 _num(r.client_upload_mb), _num(r.upload_model_ratio, 3), str(r.repetitions)]
+        body.append(line)
+    return cols, body
+
+
+def _security_caption(spec: Spec, summary: pd.DataFrame) -> str:
+    parts = [spec.title,
+             "T_MPC: mean ± sample std over repetitions of the slowest party's time (for "
+             "local: its own aggregation plus the MPC). Servers sent: MP-SPDZ's global data "
+             "sent. Client upload: bytes of shares (or input text) the clients wrote for all "
+             "servers; model: S x words per share x 8 x s n d bytes (8 s n d for party "
+             "input). Ratios are to semi2k's same program and cell."]
+    scale = _scale_of(summary)
+    if scale is not None and scale != 1.0:
+        parts.append(f"Run at --scale {scale:g}: n is the paper's n times {scale:g}.")
+    return " ".join(parts)
+
+
+def _security_plot(summary: pd.DataFrame, spec: Spec) -> bytes:
+    from matplotlib.figure import Figure
+
+    programs = [p for p in spec.programs if p in set(summary["program"])] or ["(none)"]
+    fig = Figure(figsize=(4.2 * len(programs), 4.0), dpi=110)
+    axes = fig.subplots(1, len(programs), squeeze=False)[0]
+    s_min = summary["sparsity"].min() if len(summary) else 1
+    for ax, program in zip(axes, programs, strict=True):
+        part = summary[(summary["program"] == program) & (summary["sparsity"] == s_min)]
+        for protocol in spec.protocols:
+            line = part[part["protocol"] == protocol].sort_values("clients")
+            if line.empty:
+                continue
+            ax.errorbar(line["clients"].astype(float), line["t_mpc_mean_s"].astype(float),
+                        yerr=line["t_mpc_std_s"].astype(float).fillna(0.0), marker="o",
+                        capsize=3, label=protocol)
+        ax.set_yscale("log")
+        ax.set_xlabel("clients n")
+        ax.set_ylabel("T_MPC (s), mean ± std")
+        ax.set_title(f"{program}, s = {s_min}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _left_out_lines(left_out: dict | None) -> list[str]:
+    """``{"spdz2k fast": {reason: ["n=100000 s=1", ...]}}`` as one sentence per reason."""
+    return [f"Left out: {what} at {', '.join(points)}: {why.rstrip('.')}."
+            for what, reasons in (left_out or {}).items() for why, points in reasons.items()]
+
+
+def write_security(raw: pd.DataFrame, table: str, out_dir: Path, *, repeat: int | None,
+                   left_out: dict | None) -> list[Path]:
+    """``<table>.csv``, ``.md``, ``.tex`` and ``.png`` of a per-protocol sweep."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(table)
+    summary = summarize_security(raw, table)
+    cov = coverage(raw, table, repeat)
+    notes = _left_out_lines(left_out) + [
+        line for line in cov.lines()
+        if not line.startswith("Missing cells") or not left_out]
+    header, body = _security_layout(summary, tex=False)
+    md = (f"{_security_caption(spec, summary)}\n\n{markdown_table(header, body)}"
+          + "".join(f"\n{line}\n" for line in notes))
+    header, body = _security_layout(summary, tex=True)
+    tex = tex_table(header, body, _security_caption(spec, summary), f"tab:ltm-{table}")
+    tex += "".join(f"% {line}\n" for line in notes)
+    return [
+        _write_atomic(out_dir / f"{table}.csv", summary.to_csv(index=False)),
+        _write_atomic(out_dir / f"{table}.md", md),
+        _write_atomic(out_dir / f"{table}.tex", tex),
+        _write_atomic(out_dir / f"{table}.png", _security_plot(summary, spec)),
+    ]

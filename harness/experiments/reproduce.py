@@ -23,6 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
+from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
@@ -31,6 +32,7 @@ from harness.experiments.run import (
     RunConfig,
     build_workload,
     check_placement,
+    check_protocol_usable,
     check_workload_size,
     execute,
     program_for,
@@ -47,7 +49,11 @@ MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
-_IDENTITY = ("program", "scale", "network", "hosts", "noise", "seed")
+_IDENTITY = ("program", "protocol", "scale", "network", "hosts", "noise", "seed")
+# spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
+# inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
+# noisy value costs that per 200,000 values; above this many it is left out.
+_SPDZ2K_PARTY_INPUT_MAX = 200_000
 
 
 @dataclass
@@ -57,6 +63,7 @@ class ReproduceConfig:
     repeat: int | None = None  # default: the spec's (10, as in the paper)
     scale: float = 1.0
     program: str = "fast"
+    protocol: str = DEFAULT_PROTOCOL
     hosts: Path | None = None
     network: str | None = None
     noise: str = "gaussian"
@@ -68,7 +75,11 @@ class ReproduceConfig:
     install_mpspdz: bool = False  # install the release on first use (the CLI's default)
 
     def identity(self) -> dict:
-        return {"program": self.program, "scale": self.scale, "network": self.network or "none",
+        # A sweep whose spec names its protocols and programs runs them all.
+        per_cell = any(load_spec(t).protocols for t in resolve_tables(self.tables))
+        return {"program": "per cell" if per_cell else self.program,
+                "protocol": "per cell" if per_cell else self.protocol,
+                "scale": self.scale, "network": self.network or "none",
                 "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
                 "seed": self.seed}
 
@@ -86,9 +97,10 @@ class ReproduceConfig:
         if self.seed is not None:
             check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
         check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
-        # the same rules as one run's
+        # the same rules as one run's (cells' server counts are checked per cell)
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
-                  parties=2).validate()
+                  protocol=self.protocol,
+                  parties=protocol_for(self.protocol).exact_parties or 2).validate()
         return tables
 
 
@@ -109,12 +121,21 @@ def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None
 def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
                       echo: Callable[[str], None] | None) -> Path:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
-    mp.binary("semi2k-party.x")
     plan = []
+    left_out: dict[str, dict[str, list[str]]] = {}  # "protocol program" -> reason -> points
     for table in tables:
         spec = load_spec(table)
         repeat = cfg.repeat or spec.repeat
-        plan += [_Task(cell, r) for cell in expand(spec, cfg.scale) for r in range(repeat)]
+        for cell in expand(spec, cfg.scale):
+            why = _left_out(cfg, cell, mp)
+            if why:
+                combo = left_out.setdefault(f"{cell.protocol} {cell.program}".strip(), {})
+                combo.setdefault(why, []).append(f"n={cell.paper_clients} s={cell.sparsity}")
+                continue
+            plan += [_Task(cell, r) for r in range(repeat)]
+    if not plan:
+        raise InputError("nothing of this sweep can run here: " + "; ".join(
+            f"{k}: {'; '.join(v)}" for k, v in left_out.items()))
     needed = max(t.cell.servers for t in plan)
     for cell in {t.cell for t in plan}:  # before sweep.json is written
         check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
@@ -142,6 +163,8 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
                        f"(the first: {missing[0].cell.key} repetition "
                        f"{missing[0].repetition + 1}); run the same command again to finish")
     settings = {**cfg.identity(), "repeat": cfg.repeat or "the spec's", "tables": tables}
+    if left_out:
+        settings["left out"] = left_out
     written = report.write_all(load_raw(raw_path), tables, out, machine=machine_info(),
                                settings=settings)
     if echo:
@@ -187,13 +210,40 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
         shutil.rmtree(workroot, ignore_errors=True)
 
 
+def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz) -> str | None:
+    """Why a cell of a per-protocol sweep is not run here, or None to run it.
+
+    A table sweep's protocol was checked up front: there nothing is left out.
+    """
+    run_cfg = _run_config(cfg, cell, Path(cfg.out))
+    if not cell.protocol:
+        check_protocol_usable(mp, run_cfg.protocol)
+        protocol_for(run_cfg.protocol).check_parties(cell.servers)
+        return None
+    try:
+        run_cfg.validate()
+    except InputError as exc:
+        return str(exc)
+    if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
+            and cell.sparsity * cell.clients * cell.dim > _SPDZ2K_PARTY_INPUT_MAX:
+        return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "
+                f"per 200,000 values (MP-SPDZ v0.4.2, measured for issue 10), i.e. minutes "
+                f"and gigabytes per run here; run only up to {_SPDZ2K_PARTY_INPUT_MAX} values")
+    try:
+        check_protocol_usable(mp, run_cfg.protocol)
+    except LtmError as exc:
+        return str(exc)
+    return None
+
+
 def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                 parties: int | None = None) -> RunConfig:
     return RunConfig(out=workroot, parties=parties or cell.servers, clients=cell.clients,
                      dim=cell.dim, rows=cell.rows, sparsity=cell.sparsity, noise=cfg.noise,
-                     program=cfg.program, seed=cfg.seed, mp_spdz=cfg.mp_spdz,
-                     timeout=cfg.timeout, cache_dir=cfg.cache_dir, hosts=cfg.hosts,
-                     network=cfg.network)
+                     program=cell.program or cfg.program,
+                     protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
+                     mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
+                     hosts=cfg.hosts, network=cfg.network)
 
 
 def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
@@ -204,12 +254,14 @@ def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
         "table": cell.table, "variant": cell.variant, "cell": cell.key,
         "servers": cell.servers, "clients": cell.clients, "paper_clients": cell.paper_clients,
         "sparsity": cell.sparsity, "rows": cell.rows, "dim": cell.dim,
-        "program": cfg.program, "network": cfg.network or "none",
+        "program": cell.program or cfg.program, "network": cfg.network or "none",
         "hosts": str(cfg.hosts) if cfg.hosts else "local", "scale": cfg.scale,
         "repetition": task.repetition,
         "t_mpc_s": result["t_mpc_s"], "client_upload_mb": upload_mb,
         "client_upload_s": result["timings"].get("client_upload_s"),
         "c_mpc_mb": result["c_mpc_mb"], "model_c_mpc_mb": result["model_c_mpc_mb"],
+        "model_client_upload_mb": result["model_client_upload_mb"],
+        "security": result["parameters"]["security"],
         "verified": result["verification"]["ok"],
         "prepare_s": result["timings"]["prepare_s"],
         "format_version": FORMAT_VERSION, **meta,
@@ -346,7 +398,8 @@ def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
     write_json_atomic(sweep, {
         "format_version": FORMAT_VERSION,
         "settings": cfg.identity(),
-        "started": metadata(mp_spdz=mp.describe(), protocol="semi2k", parties=0),
+        "started": metadata(mp_spdz=mp.describe(), protocol=cfg.identity()["protocol"],
+                            parties=0),
         "started_unix": time.time(),
     })
 

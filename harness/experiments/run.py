@@ -21,14 +21,38 @@ from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
 from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
 from harness.clients.noise import NoiseSpec, noise_rng
-from harness.clients.prepare import Prepared, ShareSink, TextSink, format_integers, prepare_inputs
+from harness.clients.prepare import (
+    Prepared,
+    ShareSink,
+    TextSink,
+    format_integers,
+    prepare_inputs,
+    tamper_share_file,
+    tamper_text_file,
+)
+from harness.clients.sharing import ADDITIVE, ShareFormat
 from harness.clients.sketch import Sketch, check_dimensions
 from harness.engine.aggregate import aggregate_share_file
-from harness.engine.cluster import PROTOCOL, LocalCluster
+from harness.engine.cluster import LocalCluster
 from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
-from harness.engine.parse import parse_output
+from harness.engine.parse import OUTPUT_MARKER, parse_output
 from harness.engine.programs import CompiledProgram, compile_program
-from harness.errors import InputError, VerificationError, check_memory, check_number
+from harness.engine.protocols import (
+    DEFAULT_PROTOCOL,
+    PROTOCOLS,
+    Protocol,
+    build_refusal,
+    protocol_for,
+)
+from harness.errors import (
+    InputError,
+    MpSpdzError,
+    PartyError,
+    TamperDetectedError,
+    VerificationError,
+    check_memory,
+    check_number,
+)
 from harness.experiments.results import (
     FORMAT_VERSION,
     metadata,
@@ -38,7 +62,7 @@ from harness.experiments.results import (
 from harness.fileio import open_private, output_lock
 from harness.remote.hosts import Inventory, check_distinct, load_inventory
 
-__all__ = ["PROGRAMS", "INPUT_MODES", "RunConfig", "run", "default_input_mode"]
+__all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "RunConfig", "run", "default_input_mode"]
 
 PROGRAMS = ("fast", "reference", "local")
 INPUT_MODES = ("shares", "party")
@@ -77,7 +101,23 @@ class RunConfig:
     hosts: Path | None = None  # inventory: run each party on its own host over SSH
     network: str | None = None  # emulated network profile for local parties
     install_mpspdz: bool = False  # install the release on first use (the CLI's default)
+    protocol: str = DEFAULT_PROTOCOL
+    tamper: int | None = None  # test aid: change one word of this party's input
     extra: dict = field(default_factory=dict)
+
+    @property
+    def spec(self) -> Protocol:
+        return protocol_for(self.protocol)
+
+    @property
+    def share_format(self) -> ShareFormat:
+        """The clients' sharing: the protocol's own, or additive for servers to input."""
+        return self.spec.share_format or ADDITIVE
+
+    @property
+    def inputs_aggregates(self) -> bool:
+        """Servers aggregate additive shares and input the sums through the protocol."""
+        return self.program == "local" and self.spec.share_format is None
 
     def validate(self) -> None:
         check_numbers(self)
@@ -90,12 +130,32 @@ class RunConfig:
         if self.program == "local" and self.input_mode != "shares":
             raise InputError("--program local aggregates the servers' own shares; "
                              "it needs --input shares")
+        spec = protocol_for(self.protocol)
+        if self.tamper is not None and self.hosts is not None:
+            raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
+        if self.input_mode == "shares" and self.program != "local" and spec.share_format is None:
+            raise InputError(f"--protocol {spec.name} cannot run --program {self.program} on "
+                             f"client share files ({spec.no_client_shares}); use --program "
+                             "local (the servers input their aggregates) or --input party")
         if self.parties is None:
-            self.parties = len(load_inventory(self.hosts).hosts) if self.hosts else 2
+            self.parties = (len(load_inventory(self.hosts).hosts) if self.hosts
+                            else spec.exact_parties or 2)
         if self.parties < 2:
-            raise InputError(f"--parties must be at least 2 (semi2k), got {self.parties}")
+            raise InputError(f"--parties must be at least 2 ({spec.name}), got {self.parties}")
+        spec.check_parties(self.parties)
+        if self.tamper is not None:
+            if not 0 <= self.tamper < self.parties:
+                raise InputError(f"--tamper {self.tamper} is not a party; choose one of "
+                                 f"0..{self.parties - 1}")
+            if self.input_mode == "party":
+                raise InputError("--tamper changes a server's shares, and with --input party "
+                                 "the servers hold none; use --input shares")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
+        if self.hosts is not None and self.inputs_aggregates:
+            raise InputError(f"--protocol {spec.name} --program local inputs each server's "
+                             "aggregate through the protocol, which --hosts does not run "
+                             "remotely yet; run it with local parties")
         if self.hosts is not None and self.network is not None:
             raise InputError("--network emulates a network between parties on this machine; "
                              "with --hosts the real network is used: drop one of them")
@@ -198,14 +258,17 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_matrix(data, cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=cfg.seed, dense=cfg.dense)
     blocked = cfg.program != "reference"
-    layout = Layout.blocked(sketch, d) if blocked else Layout.plain(sketch, d)
+    layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words) if blocked
+              else Layout.plain(sketch, d))
     return Workload(data, sketch, noise, fp, layout)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     m, d = cfg.rows, work.d
     if cfg.program == "local":
-        return compile_program(mp, "open", {"m": m, "d": d}, cache_dir=cfg.cache_dir)
+        source = "inputs" if cfg.inputs_aggregates else "shares"
+        return compile_program(mp, "open", {"m": m, "d": d, "source": source,
+                                            "parties": cfg.parties}, cache_dir=cfg.cache_dir)
     if cfg.program == "reference":
         return compile_program(mp, "reference", {"m": m, "d": d, "source": cfg.input_mode},
                                cache_dir=cfg.cache_dir)
@@ -237,7 +300,8 @@ def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Pr
     if cfg.input_mode == "party":
         sink = TextSink(cluster.input_file(), cfg.parties)
     else:
-        sink = ShareSink([cluster.share_file(i) for i in range(cfg.parties)])
+        sink = ShareSink([cluster.share_file(i) for i in range(cfg.parties)],
+                         cfg.share_format)
     prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise, work.fp, sink,
                               noise_rng())
     # Before any party starts: a wrapped sum would reveal garbage, not an error.
@@ -245,14 +309,38 @@ def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Pr
     return prepared
 
 
-def aggregate_locally(cluster: LocalCluster, work: Workload) -> list[float]:
+def aggregate_locally(cluster: LocalCluster, work: Workload, cfg: RunConfig) -> list[float]:
     seconds = []
     for i in range(cluster.parties):
         raw = cluster.share_file(i)
         received = raw.with_name(f"Received-P{i}.data")
         raw.rename(received)
-        seconds.append(aggregate_share_file(received, work.layout, raw))
+        dest = input_path(cluster, i) if cfg.inputs_aggregates else raw
+        seconds.append(aggregate_share_file(received, work.layout, dest, cfg.share_format,
+                                            as_input=cfg.inputs_aggregates))
     return seconds
+
+
+def input_path(cluster: LocalCluster, party: int) -> Path:
+    return cluster.party_dir(party) / "Player-Data" / f"Input-P{party}-0"
+
+
+def tamper_input(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> None:
+    """Change one word of party ``cfg.tamper``'s input to the MPC (``--tamper``).
+
+    The first word of the first real share: under a replicated sharing that is
+    a_i, the word the party's neighbour also holds, so a malicious protocol can
+    notice; padding rows are never revealed, so changing one would prove nothing.
+    """
+    party = cfg.tamper
+    if cfg.inputs_aggregates:
+        tamper_text_file(input_path(cluster, party))
+        return
+    fmt = cfg.share_format
+    row = 0
+    if cfg.program == "fast":
+        row = int(np.flatnonzero(work.layout.file_slot >= 0)[0])
+    tamper_share_file(cluster.share_file(party), fmt, row * work.d * fmt.words)
 
 
 def run(cfg: RunConfig, *, echo=None) -> dict:
@@ -264,7 +352,7 @@ def run(cfg: RunConfig, *, echo=None) -> dict:
 
 def _run_locked(cfg: RunConfig, echo) -> dict:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
-    mp.binary("semi2k-party.x")  # fail before any heavy work when it is missing
+    check_protocol_usable(mp, cfg.protocol)  # fail before any heavy work
     check_placement(cfg)
     work = build_workload(cfg)
     with output_directory(Path(cfg.out), force=cfg.force) as staging:
@@ -288,6 +376,17 @@ def _run_locked(cfg: RunConfig, echo) -> dict:
     return result
 
 
+def check_protocol_usable(mp: MpSpdz, protocol: str) -> None:
+    """The protocol's binary is there and this MP-SPDZ build will run it."""
+    from harness.engine.protocols import unusable_reason
+
+    mp.binary(protocol_for(protocol).binary)
+    reason = unusable_reason(protocol, mp.root)
+    if reason:
+        raise MpSpdzError(f"--protocol {protocol} cannot run with the MP-SPDZ in {mp.root}: "
+                          f"{reason}")
+
+
 def check_placement(cfg: RunConfig) -> None:
     """Fail on hosts or network problems before any heavy work."""
     if cfg.hosts is not None:
@@ -303,8 +402,9 @@ def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
     if cfg.hosts is not None:
         from harness.remote.ssh import SshCluster  # paramiko only when it is needed
 
-        return SshCluster(mp, inventory_for(cfg), workdir, inventory_path=cfg.hosts)
-    return LocalCluster(mp, cfg.parties, workdir, network=cfg.network)
+        return SshCluster(mp, inventory_for(cfg), workdir, cfg.protocol,
+                          inventory_path=cfg.hosts)
+    return LocalCluster(mp, cfg.parties, workdir, protocol=cfg.protocol, network=cfg.network)
 
 
 def inventory_for(cfg: RunConfig) -> Inventory:
@@ -346,17 +446,30 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     aggregate_s = None
     if cfg.program == "local":
         if cfg.hosts is None:
-            aggregate_s = aggregate_locally(cluster, work)
+            aggregate_s = aggregate_locally(cluster, work, cfg)
         else:  # each server aggregates on its own host, timed there
-            cluster.aggregate_on_hosts(work.layout)
+            cluster.aggregate_on_hosts(work.layout, cfg.share_format)
+    if cfg.tamper is not None:
+        tamper_input(cfg, work, cluster)
     launched = time.perf_counter()
     if schedule is None:
         schedule = public_input_for(cfg, work)
-    runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+    try:
+        runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+    except PartyError as exc:
+        raise_if_detected(cfg.spec, exc, workdir)
+        refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
+        if refusal:
+            raise MpSpdzError(refusal) from exc
+        raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
     m, d, s = work.sketch.m, work.d, work.sketch.s
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
-    mismatches = int(np.count_nonzero(revealed != prepared.expected))
+    # Every party that printed its view is checked: one honest-looking P0 is not enough.
+    mismatches = max(
+        int(np.count_nonzero(parse_output(f"P{r.party}", r.completed.stdout, m * d)
+                             .reshape(m, d) != prepared.expected))
+        for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout)
     parties = []
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
@@ -375,8 +488,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["total_s"] = time.perf_counter() - started
     return {
         "format_version": FORMAT_VERSION,
-        "metadata": metadata(mp_spdz=mp.describe(), protocol=PROTOCOL, parties=cfg.parties),
+        "metadata": metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
+                             parties=cfg.parties),
         "parameters": {
+            "protocol": cfg.protocol, "security": cfg.spec.model, "tamper": cfg.tamper,
             "parties": cfg.parties, "clients": work.n, "dim": d, "rows": m, "sparsity": s,
             "dense": cfg.dense, "program": cfg.program, "input": cfg.input_mode,
             "frac_bits": cfg.frac_bits, "seed": cfg.seed,
@@ -396,6 +511,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         "client_upload_bytes": upload,
         "c_mpc_mb": sum(upload) / 1e6 + global_mb,
         "model_c_mpc_mb": cfg.parties * 8 * (s * work.n * d + m * d) / 1e6,
+        "model_client_upload_mb": upload_model_mb(cfg, s * work.n * d),
         "verification": {"ok": mismatches == 0, "mismatches": mismatches, "entries": m * d,
                          "method": "revealed ring elements equal sum_i S_i enc(A + G_i) "
                                    "mod 2^64, computed with numpy from the same encoding"},
@@ -405,14 +521,41 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     }
 
 
+def upload_model_mb(cfg: RunConfig, values: int) -> float:
+    """What the clients must upload: every server's words of every noisy value."""
+    if cfg.input_mode == "party":
+        return 8 * values / 1e6  # the data owner's plaintext rows, to party 0
+    return cfg.parties * cfg.share_format.words * 8 * values / 1e6
+
+
+def raise_if_detected(spec: Protocol, exc: PartyError, workdir: Path) -> None:
+    """A malicious protocol's abort on a failed check, as one line; else nothing."""
+    if not spec.malicious:
+        return
+    from harness.engine.protocols import detected_tampering
+
+    texts = [(str(exc.party), exc.stderr)]
+    texts += [(log.stem, log.read_text(errors="replace"))
+              for log in sorted((workdir / "logs").glob("*.stderr"))]
+    for who, text in texts:
+        said = detected_tampering(text or "")
+        if said:
+            raise TamperDetectedError(
+                f"the servers detected tampering: {spec.name} aborted before revealing the "
+                f"sketch ({who}: {said!r}); no output was produced") from exc
+
+
 def summary(result: dict, out: Path) -> str:
     p = result["parameters"]
     lines = [
-        f"ltm run: {p['program']} program, {p['parties']} parties, n={p['clients']} d={p['dim']}"
+        f"ltm run: {p['program']} program, {p['protocol']} ({p['security']}), "
+        f"{p['parties']} parties, n={p['clients']} d={p['dim']}"
         f" m={p['rows']} s={p['sparsity']}, noise {p['noise']['kind']}",
         f"  verified: {'yes, bit-exact' if result['verification']['ok'] else 'NO'}",
         f"  T_MPC {result['t_mpc_s']:.3f} s (slowest party); C_MPC {result['c_mpc_mb']:.3f} MB "
         f"(model {result['model_c_mpc_mb']:.3f} MB)",
+        f"  client upload {sum(result['client_upload_bytes']) / 1e6:.3f} MB (model for "
+        f"{p['protocol']}: {result['model_client_upload_mb']:.3f} MB)",
     ]
     for party in result["parties"]:
         lines.append(f"  P{party['party']}: time {party['time_s']:.3f} s, sent "

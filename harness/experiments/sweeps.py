@@ -14,6 +14,7 @@ a sweep must not mix scales within one output directory.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import sys
@@ -47,10 +48,13 @@ __all__ = [
 ]
 
 TABLES = ("table3", "table4", "table5")
+# Sweeps beside the paper's tables, run by name only (not part of "all").
+EXTRA_SWEEPS = ("security",)
 X_AXES = ("clients", "sparsity")
 PAPER_CSV = "paper_tables.csv"
 
-_TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid")
+_TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid",
+             "protocols", "programs", "points")
 _REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
 _VARIANT_KEYS = ("servers", "label", "note")
 _GRID_KEYS = ("clients", "sparsity")
@@ -68,11 +72,14 @@ class Cell:
     sparsity: int
     rows: int  # m
     dim: int  # d
+    protocol: str = ""  # "": the command line's --protocol
+    program: str = ""  # "": the command line's --program
 
     @property
     def key(self) -> str:
         """Stable id for resuming, e.g. ``table5/S2/n=500000/s=10`` (the paper's n)."""
         parts = [self.table] + ([self.variant] if self.variant else [])
+        parts += [x for x in (self.protocol, self.program) if x]
         return "/".join(parts + [f"n={self.paper_clients}", f"s={self.sparsity}"])
 
     @property
@@ -102,6 +109,8 @@ class Spec:
     variants: tuple[Variant, ...] = ()
     paper: str = ""  # the paper_tables.csv table to compare with
     path: Path | None = None
+    protocols: tuple[str, ...] = ()  # the spec runs every protocol x program itself
+    programs: tuple[str, ...] = ()
 
 
 def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
@@ -119,9 +128,10 @@ def resolve_tables(which: str) -> list[str]:
     """``"all"`` -> every table; one table's name -> that table; else an InputError."""
     if which == "all":
         return list(TABLES)
-    if which in TABLES:
+    if which in TABLES or which in EXTRA_SWEEPS:
         return [which]
-    raise InputError(f"unknown table {which!r}; choose one of {', '.join(TABLES)} or all")
+    raise InputError(f"unknown table {which!r}; choose one of "
+                     f"{', '.join(TABLES + EXTRA_SWEEPS)} or all")
 
 
 def load_spec(name: str, directory: Path | None = None) -> Spec:
@@ -167,12 +177,50 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
     paper = _string(path, "paper", data.get("paper", name))
     variants = _variants(path, data["variant"])
     clients, sparsity = _grid(path, data["grid"], rows)
+    points = [(n, s) for n in clients for s in sparsity]
+    points += [p for p in _points(path, data.get("points", []), rows) if p not in points]
+    protocols = _names(path, "protocols", data.get("protocols", []))
+    programs = _names(path, "programs", data.get("programs", []))
+    if bool(protocols) != bool(programs):
+        raise InputError(f"{path}: keys 'protocols' and 'programs' go together; give both "
+                         "or neither")
+    # Point by point, every protocol x program in turn: a repetition of each runs
+    # close in time to the others', so machine load falls on all of them alike and
+    # the ratios between protocols compare like with like.
     cells = tuple(
         Cell(table=name, variant=v.label, servers=v.servers, clients=n, paper_clients=n,
-             sparsity=s, rows=rows, dim=dim)
-        for v in variants for n in clients for s in sparsity)
+             sparsity=s, rows=rows, dim=dim, protocol=proto, program=prog)
+        for v in variants for n, s in points
+        for proto in (protocols or [""]) for prog in (programs or [""]))
     return Spec(name=name, title=title, x=x, repeat=repeat, cells=cells, rows=rows, dim=dim,
-                variants=variants, paper=paper, path=path)
+                variants=variants, paper=paper, path=path, protocols=tuple(protocols),
+                programs=tuple(programs))
+
+
+def _names(path: Path, key: str, raw: Any) -> list[str]:
+    if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw) \
+            or len(set(raw)) != len(raw):
+        raise InputError(f"{path}: key {key!r} must be a list of distinct names")
+    return list(raw)
+
+
+def _points(path: Path, raw: Any, rows: int) -> list[tuple[int, int]]:
+    """Extra (n, s) points beside the grid, e.g. one of Table 5's."""
+    if not isinstance(raw, list) or not all(isinstance(v, dict) for v in raw):
+        raise InputError(f"{path}: key 'points' must be [[points]] tables with clients and "
+                         "sparsity")
+    out = []
+    for i, entry in enumerate(raw):
+        _no_unknown(path, f"points[{i}].", entry, _GRID_KEYS)
+        if set(entry) != set(_GRID_KEYS):
+            raise InputError(f"{path}: key 'points[{i}]' needs clients and sparsity; add them")
+        n = _positive_int(path, f"points[{i}].clients", entry["clients"])
+        s = _positive_int(path, f"points[{i}].sparsity", entry["sparsity"])
+        if n < rows or s > rows:
+            raise InputError(f"{path}: key 'points[{i}]' needs rows <= clients and "
+                             f"sparsity <= rows, got n={n} s={s}")
+        out.append((n, s))
+    return out
 
 
 def _variants(path: Path, raw: Any) -> tuple[Variant, ...]:
@@ -261,9 +309,7 @@ def expand(spec: Spec, scale: float = 1.0) -> list[Cell]:
             or not math.isfinite(scale) or scale <= 0:
         raise InputError(f"--scale must be a positive number, got {scale!r}; use 1 for the "
                          "paper's n, or e.g. 0.1 for a tenth of it")
-    return [Cell(table=c.table, variant=c.variant, servers=c.servers,
-                 clients=scaled_clients(c.paper_clients, scale, c.rows),
-                 paper_clients=c.paper_clients, sparsity=c.sparsity, rows=c.rows, dim=c.dim)
+    return [dataclasses.replace(c, clients=scaled_clients(c.paper_clients, scale, c.rows))
             for c in spec.cells]
 
 

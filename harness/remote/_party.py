@@ -84,8 +84,11 @@ def _exec(client: paramiko.SSHClient, command: str,
 class RemoteParty:
     """Party ``index`` on ``host``; every method is safe to call from one worker thread."""
 
-    def __init__(self, index: int, host: Host, log_dir: Path) -> None:
+    def __init__(self, index: int, host: Host, log_dir: Path,
+                 binary: str = "semi2k-party.x", count_args: list[str] | None = None) -> None:
         self.index = index
+        self.binary_name = binary
+        self.count_args = count_args if count_args is not None else []
         self.host = host
         self.name = f"P{index}"
         self.log_dir = log_dir
@@ -106,7 +109,7 @@ class RemoteParty:
 
     @property
     def binary(self) -> str:
-        return f"{self.host.mp_spdz.rstrip('/')}/semi2k-party.x"
+        return f"{self.host.mp_spdz.rstrip('/')}/{self.binary_name}"
 
     # --- before the run ------------------------------------------------------------
 

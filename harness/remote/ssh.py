@@ -30,12 +30,14 @@ import paramiko
 
 from harness.clients.layout import Layout
 from harness.clients.prepare import SHARE_HEADER, Prepared
+from harness.clients.sharing import ADDITIVE, ShareFormat
 from harness.engine.aggregate import save_plan
 from harness.engine.cluster import PROTOCOL, PartyRun
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.parse import parse_stats
 from harness.engine.process import Completed
 from harness.engine.programs import CompiledProgram
+from harness.engine.protocols import protocol_for
 from harness.engine.staging import PartyStaging
 from harness.errors import InputError, LtmError, stderr_tail
 from harness.remote._client import ClientHost
@@ -64,7 +66,6 @@ __all__ = [
     "trust_hosts",
 ]
 
-_BINARY = {"semi2k": "semi2k-party.x"}
 _DIRECTORIES = ["Programs", "Programs/Bytecode", "Programs/Schedules", "Programs/Public-Input",
                 "Player-Data", "Persistence"]
 _GRACE_SECONDS = 5.0  # for workers to see their killed party's channel close
@@ -120,11 +121,11 @@ class SshCluster(PartyStaging):
     def __init__(self, mp: MpSpdz, inventory: Inventory, workdir: Path,
                  protocol: str = PROTOCOL, *, inventory_path: Path | None = None,
                  connect_options: ConnectOptions | None = None) -> None:
-        if protocol not in _BINARY:
-            raise InputError(f"protocol {protocol!r} is not supported over SSH; use semi2k")
+        spec = protocol_for(protocol)
         if len(inventory.hosts) < 2:
-            raise InputError(f"semi2k needs at least 2 parties, the inventory has "
+            raise InputError(f"{protocol} needs at least 2 parties, the inventory has "
                              f"{len(inventory.hosts)}; add [[party]] entries")
+        spec.check_parties(len(inventory.hosts))
         for host in inventory.hosts:
             if ":" in host.mpc_host:
                 # MP-SPDZ splits ip-file lines at the first colon.
@@ -165,14 +166,14 @@ class SshCluster(PartyStaging):
         self.client_share_bytes = [b + len(SHARE_HEADER) for b in prepared.upload_bytes]
         return prepared
 
-    def aggregate_on_hosts(self, layout: Layout) -> None:
+    def aggregate_on_hosts(self, layout: Layout, fmt: ShareFormat = ADDITIVE) -> None:
         """The ``local`` program: each server sums its own shares on its host before the run.
 
         The raw share file goes to the host, whose harness (``ltm hosts setup``)
         aggregates it there, so only the m x d result is fed to MP-SPDZ.
         """
         self.aggregate_plan = self.workdir / "aggregate-plan.npz"
-        save_plan(layout, self.aggregate_plan)
+        save_plan(layout, self.aggregate_plan, fmt)
 
 
     # --- what goes where -------------------------------------------------------------
@@ -217,7 +218,9 @@ class SshCluster(PartyStaging):
         if not 1024 <= base <= 65536 - self.parties:
             raise InputError(f"--port {base} is out of range; pick a base in "
                              f"[1024, {65536 - self.parties}]")
-        parties = [RemoteParty(i, h, self.workdir / "logs")
+        spec = protocol_for(self.protocol)
+        parties = [RemoteParty(i, h, self.workdir / "logs", spec.binary,
+                               spec.party_count_args(self.parties))
                    for i, h in enumerate(self.inventory.hosts)]
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
         group = _Group(parties, self.inventory.known_hosts, self.inventory_path,
@@ -327,10 +330,8 @@ class _Group:
     # --- phase 2: start every party, wait for all ----------------------------------------
 
     def _execute(self, program: str, timeout: float) -> None:
-        count = len(self.parties)
-
         def execute(party: RemoteParty) -> None:
-            party.start(["-p", str(party.index), "-N", str(count), "-ip", "ip", program])
+            party.start(["-p", str(party.index), *party.count_args, "-ip", "ip", program])
             self.results[party.index].completed = party.collect(self.abandon)
 
         futures = {self.pool.submit(self._timed, p.index, execute, p) for p in self.parties}
