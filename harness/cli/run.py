@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.clients.noise import NOISE_KINDS
-from harness.experiments.run import INPUT_MODES, PROGRAMS, PROTOCOLS, RunConfig, run
+from harness.experiments.run import INPUT_MODES, PROGRAMS, PROTOCOLS, SHARINGS, RunConfig, run
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +40,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="test aid (local parties only): after preparation, change one word of "
                         "PARTY's input; malicious protocols must abort, semi-honest ones "
                         "reveal a wrong sketch that verification reports")
+    p.add_argument("--sharing", choices=SHARINGS, default="full",
+                   help="full: every server receives all its share words; seeded: all but "
+                        "one sharing component travel as 32-byte seeds per client, which the "
+                        "servers expand (computationally hiding; default full)")
     p.add_argument("--input", dest="input_mode", choices=INPUT_MODES,
                    help="shares: each server reads its own share file; party: party 0 inputs "
                         "the noisy rows (default: party for reference, shares otherwise)")
@@ -81,6 +85,7 @@ def _handle(args: argparse.Namespace) -> int:
         input_mode=args.input_mode, frac_bits=args.frac_bits, seed=args.seed,
         mp_spdz=args.mp_spdz, port=args.port, timeout=args.timeout, force=args.force,
         keep_work=args.keep_work, hosts=args.hosts, network=args.network,
-        install_mpspdz=args.install_mpspdz, protocol=args.protocol, tamper=args.tamper)
+        install_mpspdz=args.install_mpspdz, protocol=args.protocol, tamper=args.tamper,
+        sharing=args.sharing)
     run(cfg, echo=print)
     return 0

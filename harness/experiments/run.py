@@ -30,6 +30,7 @@ from harness.clients.prepare import (
     tamper_share_file,
     tamper_text_file,
 )
+from harness.clients.seeded import SeededSink, expand_party
 from harness.clients.sharing import ADDITIVE, ShareFormat
 from harness.clients.sketch import Sketch, check_dimensions
 from harness.engine.aggregate import aggregate_share_file
@@ -62,10 +63,13 @@ from harness.experiments.results import (
 from harness.fileio import open_private, output_lock
 from harness.remote.hosts import Inventory, check_distinct, load_inventory
 
-__all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "RunConfig", "run", "default_input_mode"]
+__all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
+           "default_input_mode"]
 
 PROGRAMS = ("fast", "reference", "local")
 INPUT_MODES = ("shares", "party")
+# full: every server receives all its words; seeded: all but one component as seeds
+SHARINGS = ("full", "seeded")
 
 
 def default_input_mode(program: str) -> str:
@@ -103,6 +107,7 @@ class RunConfig:
     install_mpspdz: bool = False  # install the release on first use (the CLI's default)
     protocol: str = DEFAULT_PROTOCOL
     tamper: int | None = None  # test aid: change one word of this party's input
+    sharing: str = "full"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -131,6 +136,16 @@ class RunConfig:
             raise InputError("--program local aggregates the servers' own shares; "
                              "it needs --input shares")
         spec = protocol_for(self.protocol)
+        if self.sharing not in SHARINGS:
+            raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
+        if self.sharing == "seeded" and self.input_mode != "shares":
+            raise InputError("--sharing seeded compresses the servers' share files, and with "
+                             "--input party the servers receive none; use --input shares or "
+                             "--sharing full")
+        if self.sharing == "seeded" and self.hosts is not None:
+            raise InputError("--sharing seeded needs the harness on each server to expand "
+                             "its seeds, which --hosts does not run remotely yet; use "
+                             "--sharing full with --hosts")
         if self.tamper is not None and self.hosts is not None:
             raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         if self.input_mode == "shares" and self.program != "local" and spec.share_format is None:
@@ -299,6 +314,9 @@ def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Pr
         return prepared
     if cfg.input_mode == "party":
         sink = TextSink(cluster.input_file(), cfg.parties)
+    elif cfg.sharing == "seeded":
+        sink = SeededSink([cluster.party_dir(i) for i in range(cfg.parties)], work.layout,
+                          cfg.share_format, work.n, work.sketch.s, work.d)
     else:
         sink = ShareSink([cluster.share_file(i) for i in range(cfg.parties)],
                          cfg.share_format)
@@ -443,6 +461,13 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     cluster = make_cluster(cfg, mp, workdir)
     prepared = prepare_cluster(cfg, work, cluster)
     timings["prepare_s"] = prepared.seconds
+    expand_s = None
+    if cfg.sharing == "seeded":
+        # Each server expands its own seeds (on separate machines, at the same time).
+        expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i), work.layout,
+                                 cfg.share_format, cfg.parties, work.n, work.sketch.s)
+                    for i in range(cfg.parties)]
+        timings["expand_s"] = max(expand_s)
     aggregate_s = None
     if cfg.program == "local":
         if cfg.hosts is None:
@@ -473,6 +498,8 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     parties = []
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
+        if expand_s is not None:
+            row["expand_s"] = expand_s[r.party]
         if cfg.program == "local":
             row["mpc_time_s"] = row["time_s"]
             row["aggregate_s"] = (aggregate_s[r.party] if aggregate_s is not None
@@ -492,6 +519,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                              parties=cfg.parties),
         "parameters": {
             "protocol": cfg.protocol, "security": cfg.spec.model, "tamper": cfg.tamper,
+            "sharing": cfg.sharing,
             "parties": cfg.parties, "clients": work.n, "dim": d, "rows": m, "sparsity": s,
             "dense": cfg.dense, "program": cfg.program, "input": cfg.input_mode,
             "frac_bits": cfg.frac_bits, "seed": cfg.seed,

@@ -1,0 +1,140 @@
+"""Seeded sharing (``--sharing seeded``): formats, independence, uploads and real runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.clients.encoding import FixedPoint
+from harness.clients.layout import Layout
+from harness.clients.noise import NoiseSpec
+from harness.clients.prepare import prepare_inputs, read_share_file
+from harness.clients.seeded import SEED_BYTES, SeededSink, components, expand, expand_party
+from harness.clients.sharing import ADDITIVE, REPLICATED
+from harness.clients.sketch import Sketch
+from harness.experiments.run import RunConfig, run
+
+
+def _prepare_seeded(tmp_path, data, fmt, parties, s=2, m=4, blocked=True):
+    n, d = data.shape
+    sketch = Sketch.generate(n, m, s, seed=3)
+    layout = Layout.blocked(sketch, d, share_words=fmt.words) if blocked \
+        else Layout.plain(sketch, d)
+    dirs = [tmp_path / f"P{i}" for i in range(parties)]
+    sink = SeededSink(dirs, layout, fmt, n, s, d)
+    noise = NoiseSpec("none", n=n, m=m, d=d, s=s, epsilon=1.0, delta=1e-6, eta=1.0)
+    prepared = prepare_inputs(data, sketch, layout, noise, FixedPoint(16), sink,
+                              np.random.default_rng(0))
+    files = []
+    for i, party_dir in enumerate(dirs):
+        path = party_dir / "Persistence" / f"Transactions-P{i}.data"
+        path.parent.mkdir(parents=True)
+        expand_party(i, party_dir, path, layout, fmt, parties, n, s)
+        assert not (party_dir / "Upload").exists()  # the upload is gone once expanded
+        words = read_share_file(path, fmt).reshape(layout.total_rows, d, fmt.words)
+        files.append(words)
+    return sketch, layout, prepared, sink, files
+
+
+@pytest.mark.parametrize(("fmt", "parties"), [(ADDITIVE, 2), (ADDITIVE, 4), (REPLICATED, 3)])
+@pytest.mark.parametrize("blocked", [True, False])
+def test_expanded_shares_sum_to_the_encoded_rows(tmp_path, fmt, parties, blocked):
+    data = np.random.default_rng(1).uniform(-1, 1, size=(57, 3))
+    sketch, layout, _, _, files = _prepare_seeded(tmp_path, data, fmt, parties,
+                                                  blocked=blocked)
+    comps = components(fmt, parties)
+    # One copy of every component, whichever server's word holds it.
+    total = np.zeros((layout.total_rows, 3), dtype=np.uint64)
+    for comp in range(comps.count):
+        party = next(i for i, held in enumerate(comps.held) if comp in held)
+        total += files[party][:, :, comps.held[party].index(comp)]
+    real = layout.file_slot >= 0
+    clients = layout.file_slot[real] % sketch.n
+    assert np.array_equal(total[real], FixedPoint(16).encode(data[clients]))
+    assert not total[~real].any()
+    if fmt is REPLICATED:  # a_i is held by server i (word 0) and server i+1 (word 1)
+        for i in range(3):
+            assert np.array_equal(files[i][:, :, 0], files[(i + 1) % 3][:, :, 1])
+
+
+def test_uploads_are_seeds_for_seeded_servers(tmp_path):
+    data = np.zeros((40, 5))
+    _, _, prepared, _, _ = _prepare_seeded(tmp_path, data, ADDITIVE, 3, s=3)
+    assert prepared.upload_bytes == [40 * SEED_BYTES, 40 * SEED_BYTES, 8 * 3 * 40 * 5]
+    _, _, prepared, _, _ = _prepare_seeded(tmp_path / "r", data, REPLICATED, 3, s=3)
+    full = 8 * 3 * 40 * 5
+    assert prepared.upload_bytes == [40 * SEED_BYTES + full, 2 * 40 * SEED_BYTES,
+                                     full + 40 * SEED_BYTES]
+
+
+def test_two_clients_with_equal_data_get_unrelated_shares(tmp_path):
+    # Equal rows, no noise: only the clients' own seeds tell their shares apart.
+    data = np.full((64, 4), 0.25)
+    sketch, layout, _, _, files = _prepare_seeded(tmp_path, data, ADDITIVE, 3, s=1)
+    row_of = {int(slot) % sketch.n: pos for pos, slot in enumerate(layout.file_slot)
+              if slot >= 0}
+    for words in files:  # the seeded servers' and the full server's alike
+        a, b = words[row_of[0], :, 0], words[row_of[1], :, 0]
+        assert not np.array_equal(a, b)
+        # unrelated: not a shift of each other either
+        assert len(set((a - b).tolist())) == a.size
+    seeds = (tmp_path / "P0" / "Upload")
+    assert not seeds.exists()
+    # The seeds come from os.urandom: a second preparation of the same data differs.
+    _, _, _, _, again = _prepare_seeded(tmp_path / "again", data, ADDITIVE, 3, s=1)
+    assert not np.array_equal(again[0], files[0])
+
+
+def test_expand_is_a_deterministic_function_of_each_seed():
+    seeds = np.frombuffer(bytes(range(64)), np.uint8).reshape(2, 32)
+    first, second = expand(seeds, 10), expand(seeds, 10)
+    assert np.array_equal(first, second) and first.shape == (2, 10)
+    assert not np.array_equal(first[0], first[1])
+    # a longer expansion starts with the shorter one: word i depends on the seed alone
+    assert np.array_equal(expand(seeds, 25)[:, :10], first)
+
+
+SMALL = {"clients": 203, "rows": 10, "dim": 3, "sparsity": 3, "noise": "gaussian",
+         "epsilon": 5.0, "seed": 5}
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize(("protocol", "program", "parties"), [
+    ("semi2k", "fast", 2), ("semi2k", "local", 3), ("semi2k", "reference", 2),
+    ("replicated-ring", "local", 3), ("ps-rep-ring", "fast", 3),
+    ("malicious-rep-ring", "local", 3),
+])
+def test_seeded_runs_verify(tmp_path, mp_spdz, program_cache, protocol, program, parties):
+    cfg = RunConfig(out=tmp_path / "out", cache_dir=program_cache, timeout=120,
+                    protocol=protocol, program=program, parties=parties,
+                    input_mode="shares", sharing="seeded", **SMALL)
+    result = run(cfg)
+    assert result["verification"]["ok"]
+    assert result["parameters"]["sharing"] == "seeded"
+    assert all(p["expand_s"] >= 0 for p in result["parties"])
+    assert result["timings"]["expand_s"] == max(p["expand_s"] for p in result["parties"])
+    n = result["parameters"]["clients"]
+    assert min(result["client_upload_bytes"]) <= 2 * n * SEED_BYTES
+
+
+@pytest.mark.mpspdz
+def test_seeded_tampering_is_still_detected(tmp_path, mp_spdz, program_cache):
+    from harness.errors import TamperDetectedError
+
+    cfg = RunConfig(out=tmp_path / "out", cache_dir=program_cache, timeout=120,
+                    protocol="ps-rep-ring", parties=3, sharing="seeded", tamper=1, **SMALL)
+    with pytest.raises(TamperDetectedError, match="ps-rep-ring"):
+        run(cfg)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sharing", "seeded", "--input", "party"], "--sharing seeded compresses"),
+    (["--sharing", "seeded", "--hosts", "inventory.toml"], "--sharing full with --hosts"),
+])
+def test_seeded_bad_input_is_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    code = main(["run", "--clients", "200", "--rows", "10", *argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("ltm: error: ") and message in err
+    assert err.count("\n") == 1 and not out.exists()
