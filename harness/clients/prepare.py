@@ -76,9 +76,8 @@ class ShareSink:
     ``fmt`` is the protocol's sharing: additive words, or replicated pairs of
     which each server receives only its own (a_i, a_{i-1}).
 
-    The kernel's CSPRNG is the slowest step (about 350 MB/s here) and
-    ``os.urandom`` releases the GIL, so the masks for the next chunk are drawn
-    in a thread while this one is computed: a cryptographic source, only sooner.
+    The masks for the next chunk are drawn (AES-CTR, see :mod:`.sharing`) in a
+    thread while this one is computed: the same cryptographic source, only sooner.
     """
 
     def __init__(self, paths: list[Path], fmt: ShareFormat = ADDITIVE) -> None:
