@@ -196,6 +196,14 @@ class Prepared:
 def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: NoiseSpec,
                    fp: FixedPoint, sink: ShareSink | TextSink,
                    rng: np.random.Generator) -> Prepared:
+    """Stream every party's input file and the plaintext result to check against.
+
+    Three stages overlap, each on its own thread: the next chunk's noise is
+    drawn, this chunk is encoded and summed, and the previous chunk is shared
+    and written (numpy, the cipher and file writes release the GIL). The noise
+    stage runs one chunk at a time, so the draws come in the same order as
+    without threads.
+    """
     started = time.perf_counter()
     n, d = data.shape
     m = sketch.m
@@ -206,16 +214,28 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
     abs_acc = np.zeros((2 * m + 1, d), dtype=np.float64)
     step = layout.chunk_rows * max(1, _STREAM_ROWS // layout.chunk_rows) \
         if layout.kind == "blocked" else _STREAM_ROWS
+    starts = range(0, layout.total_rows, step)
     noise_sum = 0.0
     noise_sq = 0.0
+
+    def draw(start: int) -> np.ndarray | None:
+        if noise.zero_output:
+            return None
+        live = int(np.count_nonzero(layout.file_slot[start:start + step] >= 0))
+        return noise.sample(rng, (live, d))
+
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
+    writing: Future | None = None
     try:
-        for start in range(0, layout.total_rows, step):
+        drawing = pool.submit(draw, starts[0]) if starts else None
+        for k, start in enumerate(starts):
+            drawn = drawing.result()
+            drawing = pool.submit(draw, starts[k + 1]) if k + 1 < len(starts) else None
             slots = layout.file_slot[start:start + step]
             real = slots >= 0
             live = slots[real]
             values = np.zeros((slots.size, d), dtype=np.float64)
-            if not noise.zero_output:
-                drawn = noise.sample(rng, (live.size, d))
+            if drawn is not None:
                 noise_sum += float(drawn.sum())
                 noise_sq += float(np.square(drawn).sum())
                 values[real] = data[live % n] + drawn
@@ -226,8 +246,14 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
                 np.add.at(acc, acc_of_slot[live], encoded[real])
                 magnitude = np.abs(encoded[real].view(np.int64).astype(np.float64))
                 np.add.at(abs_acc, acc_of_slot[live], magnitude)
-            sink.write(encoded, real)
+            if writing is not None:
+                writing.result()
+            writing = pool.submit(sink.write, encoded, real)
+        if writing is not None:
+            writing.result()
     finally:
+        # No thread may touch the sink once it is closed.
+        pool.shutdown(wait=True, cancel_futures=True)
         sink.close()
     expected = acc[:m] - acc[m:2 * m]
     abs_sums = abs_acc[:m] + abs_acc[m:2 * m]
