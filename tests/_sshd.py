@@ -22,7 +22,7 @@ from harness.engine.cluster import find_free_ports
 from harness.remote.hosts import Host, Inventory, format_inventory
 
 __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
-           "write_inventory_file"]
+           "processes_under", "write_inventory_file"]
 
 SSHD = Path("/usr/sbin/sshd")
 _START_SECONDS = 10.0
@@ -55,6 +55,23 @@ def descendants(root_pid: int) -> list[int]:
         children = [c for c, p in parents.items() if p == pid]
         found += children
         frontier += children
+    return found
+
+
+def processes_under(root: Path) -> list[tuple[int, str]]:
+    """Live processes whose working directory lies inside ``root``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if cwd.startswith(str(root)) and stat.rsplit(")", 1)[-1].split()[0] != "Z":
+            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
     return found
 
 

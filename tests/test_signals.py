@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _sshd import SshFarm, mpc_base_port, write_inventory_file
+from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
 
 ROOT = Path(__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
@@ -34,23 +34,6 @@ def ltm(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT,
                             env={**os.environ, **env}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def processes_under(root: Path) -> list[tuple[int, str]]:
-    """Live processes whose working directory lies inside ``root``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if cwd.startswith(str(root)) and stat.rsplit(")", 1)[-1].split()[0] != "Z":
-            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
-    return found
 
 
 def running(root: Path, name: str) -> Callable[[], bool]:

@@ -24,6 +24,7 @@ from _sshd import (
     descendants,
     free_port,
     mpc_base_port,
+    processes_under,
     write_inventory_file,
 )
 
@@ -84,23 +85,6 @@ def fingerprint_by_openssh(fake: FakeHost) -> str:
 
 def remote_dirs(fakes: list[FakeHost]) -> list[Path]:
     return [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()]
-
-
-def processes_under(root: Path) -> list[tuple[int, str]]:
-    """Live processes whose working directory lies inside ``root``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if cwd.startswith(str(root)) and stat.rsplit(")", 1)[-1].split()[0] != "Z":
-            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
-    return found
 
 
 def wait_no_processes(root: Path, seconds: float = 5.0) -> list[tuple[int, str]]:
