@@ -114,6 +114,12 @@ def test_seeded_runs_verify(tmp_path, mp_spdz, program_cache, protocol, program,
     assert result["parameters"]["sharing"] == "seeded"
     assert all(p["expand_s"] >= 0 for p in result["parties"])
     assert result["timings"]["expand_s"] == max(p["expand_s"] for p in result["parties"])
+    # the expansion counts in T_end_to_end; without a network the upload is not measured
+    t = result["timings"]
+    assert not result["upload_measured"]
+    assert result["t_end_to_end_s"] == pytest.approx(
+        t["prepare_s"] + t["expand_s"] + result["t_mpc_s"])
+    assert result["t_end_to_end_s"] > result["t_mpc_s"] + t["expand_s"]
     n = result["parameters"]["clients"]
     assert min(result["client_upload_bytes"]) <= 2 * n * SEED_BYTES
 
