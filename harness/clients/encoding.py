@@ -30,14 +30,25 @@ class FixedPoint:
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Encode reals as ring elements (uint64 holding two's complement)."""
-        scaled = np.rint(np.asarray(x, dtype=np.float64) * self.scale)
-        worst = float(np.max(np.abs(scaled))) if scaled.size else 0.0
+        return self.encode_in_place(np.array(x, dtype=np.float64))[0]
+
+    def encode_in_place(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`encode` of float64 ``x``, overwriting it; also returns ``|x|`` scaled.
+
+        The same ring elements as :meth:`encode`, in fewer passes over memory:
+        preparation encodes every noisy entry, and the magnitudes it needs for
+        the bucket bound come out of the same pass.
+        """
+        np.multiply(x, self.scale, out=x)
+        np.rint(x, out=x)
+        magnitude = np.abs(x)
+        worst = float(magnitude.max()) if magnitude.size else 0.0
         if worst >= _LIMIT:
             raise InputError(
                 f"fixed-point overflow: a value encodes to 2^{math.log2(worst):.1f}, beyond the "
                 f"ring's bound 2^{RING_BITS - 1}; lower --frac-bits (now {self.frac_bits}) "
                 "or scale the data")
-        return scaled.astype(np.int64).view(np.uint64)
+        return x.astype(np.int64).view(np.uint64), magnitude
 
     def decode(self, ring: np.ndarray) -> np.ndarray:
         return np.asarray(ring, dtype=np.uint64).view(np.int64).astype(np.float64) / self.scale

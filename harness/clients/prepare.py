@@ -110,16 +110,18 @@ class ShareSink:
         return masks
 
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
-        values = encoded[real]
-        masks = self._masks(encoded.shape[0], encoded.shape[1])[:, : values.shape[0]]
-        shares = self.fmt.split(values, len(self.files), masks)
-        words = self.fmt.words
-        block = np.zeros(encoded.shape + ((words,) if words > 1 else ()), dtype=np.uint64)
+        # Whole chunks, padding rows included, so no row is gathered or scattered:
+        # a padding row's masks are zeroed, which makes its share zero in every file.
+        rows, d = encoded.shape
+        masks = self._masks(rows, d)[:, :rows]
+        padding = np.flatnonzero(~real)
+        if padding.size:
+            masks[:, padding] = 0
+        shares = self.fmt.split(encoded, len(self.files), masks)
+        real_words = (rows - padding.size) * d * self.fmt.words
         for k, fh in enumerate(self.files):
-            # Padding rows are zero in every file: public positions, nothing to hide.
-            block[real] = shares[k]
-            fh.write(memoryview(block).cast("B"))
-            self.upload_bytes[k] += shares[k].nbytes
+            fh.write(memoryview(shares[k]).cast("B"))
+            self.upload_bytes[k] += 8 * real_words
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -168,7 +170,7 @@ class TextSink:
 
 
 def _add_blocks(acc: np.ndarray, abs_acc: np.ndarray, layout: Layout, start: int,
-                encoded: np.ndarray) -> None:
+                encoded: np.ndarray, magnitude: np.ndarray) -> None:
     """Add whole chunks' rows to their accumulators, a block at a time.
 
     Chunks are stored (R, K, d), so summing over R gives the K block sums, as the
@@ -180,8 +182,8 @@ def _add_blocks(acc: np.ndarray, abs_acc: np.ndarray, layout: Layout, start: int
     first = start // (R * K) * K
     block_acc = layout.block_acc[first: first + chunks.shape[0] * K]
     np.add.at(acc, block_acc, chunks.sum(axis=1, dtype=np.uint64).reshape(-1, d))
-    magnitude = np.abs(chunks.view(np.int64).astype(np.float64)).sum(axis=1)
-    np.add.at(abs_acc, block_acc, magnitude.reshape(-1, d))
+    sums = magnitude.reshape(-1, R, K, d).sum(axis=1)
+    np.add.at(abs_acc, block_acc, sums.reshape(-1, d))
 
 
 @dataclass
@@ -218,11 +220,15 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
     noise_sum = 0.0
     noise_sq = 0.0
 
-    def draw(start: int) -> np.ndarray | None:
+    def draw(start: int) -> tuple[np.ndarray, float, float] | None:
         if noise.zero_output:
             return None
-        live = int(np.count_nonzero(layout.file_slot[start:start + step] >= 0))
-        return noise.sample(rng, (live, d))
+        # One draw per file row: a padding row's draws are discarded, so every
+        # real entry still gets an independent one.
+        drawn = noise.sample(rng, (min(step, layout.total_rows - start), d))
+        drawn[layout.file_slot[start:start + step] < 0] = 0
+        flat = drawn.ravel()
+        return drawn, float(flat.sum()), float(np.dot(flat, flat))
 
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
     writing: Future | None = None
@@ -233,19 +239,22 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
             drawing = pool.submit(draw, starts[k + 1]) if k + 1 < len(starts) else None
             slots = layout.file_slot[start:start + step]
             real = slots >= 0
-            live = slots[real]
-            values = np.zeros((slots.size, d), dtype=np.float64)
-            if drawn is not None:
-                noise_sum += float(drawn.sum())
-                noise_sq += float(np.square(drawn).sum())
-                values[real] = data[live % n] + drawn
-            encoded = fp.encode(values)
-            if layout.kind == "blocked":
-                _add_blocks(acc, abs_acc, layout, start, encoded)
+            if drawn is None:
+                values = np.zeros((slots.size, d), dtype=np.float64)
             else:
-                np.add.at(acc, acc_of_slot[live], encoded[real])
-                magnitude = np.abs(encoded[real].view(np.int64).astype(np.float64))
-                np.add.at(abs_acc, acc_of_slot[live], magnitude)
+                values, total, squares = drawn
+                noise_sum += total
+                noise_sq += squares
+            # A padding slot (-1) reads client n - 1's row; zeroed right after.
+            values += np.take(data, slots % n, axis=0)
+            values[~real] = 0
+            encoded, magnitude = fp.encode_in_place(values)
+            if layout.kind == "blocked":
+                _add_blocks(acc, abs_acc, layout, start, encoded, magnitude)
+            else:
+                live = acc_of_slot[slots[real]]
+                np.add.at(acc, live, encoded[real])
+                np.add.at(abs_acc, live, magnitude[real])
             if writing is not None:
                 writing.result()
             writing = pool.submit(sink.write, encoded, real)
