@@ -1,0 +1,98 @@
+"""Wall time and peak memory of a whole command, its children included.
+
+    python -m benchmarks.peak_memory [--interval S] [--json FILE] -- COMMAND...
+
+Samples, every ``--interval`` seconds, the proportional set size (PSS, from
+``/proc/PID/smaps_rollup``) of the command and every process below it, and
+reports the largest sum. PSS splits shared pages between the processes that
+map them, so MP-SPDZ's three parties loading the same library are not counted
+three times, as summed RSS would; the page cache (share files written and read
+back) is the kernel's and not counted. A peak shorter than the interval can be
+missed, so the figure is a lower bound within one interval's growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["main", "tree_pss_bytes"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            text = (task / "children").read_text()
+            found.extend(int(c) for c in text.split())
+    except OSError:  # the process ended while we looked
+        pass
+    return found
+
+
+def _pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_pss_bytes(root: int) -> int:
+    """PSS of ``root`` and all its descendants, in bytes."""
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += _pss_bytes(pid)
+        todo.extend(_children(pid))
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peak_memory",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--interval", type=float, default=0.25)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to measure after --")
+    started = time.perf_counter()
+    proc = subprocess.Popen(command)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(args.interval):
+            peak = max(peak, tree_pss_bytes(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        code = proc.wait()
+    finally:
+        done.set()
+        sampler.join()
+    wall = time.perf_counter() - started
+    print(f"peak_memory: exit {code}, wall {wall:.1f} s ({wall / 60:.2f} min), "
+          f"peak PSS {peak / 2**30:.2f} GiB over the process tree", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps({"command": command, "exit": code, "wall_s": wall,
+                                         "peak_pss_bytes": peak}, indent=2) + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
