@@ -12,14 +12,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+import harness
 from harness.engine.cluster import find_free_ports
-from harness.remote.hosts import Host, Inventory, format_inventory
+from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
 __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
            "processes_under", "write_inventory_file"]
@@ -89,10 +91,21 @@ class FakeHost:
     port: int
     authorized_keys: Path
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    home: Path | None = None  # the sessions' $HOME, if not root's own
 
     @property
     def workdir(self) -> Path:
         return self.root / "remote"
+
+    def install_harness(self) -> None:
+        """What ``ltm hosts setup`` leaves, cheaply: a $HOME of this host's own whose
+        venv python is this test's interpreter running this tree's harness."""
+        self.home = self.root / "home"
+        python = self.home / REMOTE_PYTHON.removeprefix("~/")
+        python.parent.mkdir(parents=True)
+        tree = Path(harness.__file__).resolve().parent.parent
+        python.write_text(f'#!/bin/sh\nPYTHONPATH={tree} exec {sys.executable} "$@"\n')
+        python.chmod(0o755)
 
     @property
     def host_key(self) -> Path:
@@ -123,6 +136,7 @@ class FakeHost:
             "PrintMotd no",
             "MaxStartups 100",
             "Subsystem sftp internal-sftp",
+            *([f"SetEnv HOME={self.home}"] if self.home else []),
             "",
         ]))
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation dir
@@ -204,10 +218,14 @@ class SshFarm:
         self.authorized_keys.write_text(self.client_key.with_suffix(".pub").read_text())
         self.hosts: list[FakeHost] = []
 
-    def add(self, name: str, *, start: bool = True, port: int | None = None) -> FakeHost:
+    def add(self, name: str, *, start: bool = True, port: int | None = None,
+            harness: bool = False) -> FakeHost:
+        """``harness``: the host has the harness, as after ``ltm hosts setup``."""
         host = FakeHost(name, self.root / name, port or free_port(), self.authorized_keys)
         host.root.mkdir()
         host.new_key()
+        if harness:
+            host.install_harness()
         self.hosts.append(host)
         if start:
             host.start()
@@ -219,8 +237,8 @@ class SshFarm:
 
 
 def write_inventory_file(path: Path, hosts: list[Host], base_port: int,
-                         known_hosts: Path | None = None) -> Path:
+                         known_hosts: Path | None = None, client: Host | None = None) -> Path:
     inv = Inventory(hosts=tuple(hosts), known_hosts=known_hosts or path.parent / "known_hosts",
-                    base_port=base_port)
+                    base_port=base_port, client=client)
     path.write_text(format_inventory(inv, base_dir=path.parent))
     return path

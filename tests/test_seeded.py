@@ -10,7 +10,16 @@ from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
 from harness.clients.noise import NoiseSpec
 from harness.clients.prepare import prepare_inputs, read_share_file
-from harness.clients.seeded import SEED_BYTES, SeededSink, components, expand, expand_party
+from harness.clients.seeded import (
+    SEED_BYTES,
+    SeededSink,
+    components,
+    expand,
+    expand_party,
+    save_plan,
+    upload_files,
+)
+from harness.clients.seeded import main as seeded_main
 from harness.clients.sharing import ADDITIVE, REPLICATED
 from harness.clients.sketch import Sketch
 from harness.experiments.run import RunConfig, run
@@ -86,6 +95,43 @@ def test_two_clients_with_equal_data_get_unrelated_shares(tmp_path):
     assert not np.array_equal(again[0], files[0])
 
 
+@pytest.mark.parametrize(("fmt", "parties"), [(ADDITIVE, 3), (REPLICATED, 3)])
+def test_a_server_elsewhere_expands_from_the_plan_alone(tmp_path, fmt, parties, capsys,
+                                                        monkeypatch):
+    # What a server on its own host runs: the counted upload is exactly the files it gets
+    # (no padding rows), and the public plan gives the same share file as the layout here.
+    data = np.random.default_rng(2).uniform(-1, 1, size=(300, 3))
+    n, d, s = 300, 3, 2
+    sketch = Sketch.generate(n, 8, s, seed=4)
+    layout = Layout.blocked(sketch, d, block_rows=16, share_words=fmt.words)
+    assert layout.total_rows > layout.real_rows  # padding is there, and is not sent
+    noise = NoiseSpec("none", n=n, m=8, d=d, s=s, epsilon=1.0, delta=1e-6, eta=1.0)
+    for copy in ("here", "there"):
+        dirs = [tmp_path / copy / f"P{i}" for i in range(parties)]
+        sink = SeededSink(dirs, layout, fmt, n, s, d)
+        prepared = prepare_inputs(data, sketch, layout, noise, FixedPoint(16), sink,
+                                  np.random.default_rng(0))
+        assert prepared.upload_bytes == [sum(f.stat().st_size for f in upload_files(p))
+                                         for p in dirs]
+        assert all(f.stat().st_mode & 0o777 == 0o600 for p in dirs for f in upload_files(p))
+    save_plan(tmp_path / "plan.npz", layout, fmt, parties, n, s)
+    for i in range(parties):
+        # the same upload in both places: the plan must give what the layout gives
+        for name in ("Seeds-C0.bin", "Seeds-C1.bin", "Full.data"):
+            here = tmp_path / "here" / f"P{i}" / "Upload" / name
+            if here.exists():
+                here.write_bytes((tmp_path / "there" / f"P{i}" / "Upload" / name).read_bytes())
+        expand_party(i, tmp_path / "here" / f"P{i}", tmp_path / f"here-{i}.data", layout, fmt,
+                     parties, n, s)
+        monkeypatch.chdir(tmp_path / "there" / f"P{i}")
+        assert seeded_main(["expand", str(i), str(tmp_path / "plan.npz"), "share.data"]) == 0
+        assert capsys.readouterr().out.startswith("expand_s ")
+        there = tmp_path / "there" / f"P{i}" / "share.data"
+        assert there.stat().st_mode & 0o777 == 0o600
+        assert there.read_bytes() == (tmp_path / f"here-{i}.data").read_bytes()
+        assert not (tmp_path / "there" / f"P{i}" / "Upload").exists()
+
+
 def test_expand_is_a_deterministic_function_of_each_seed():
     seeds = np.frombuffer(bytes(range(64)), np.uint8).reshape(2, 32)
     first, second = expand(seeds, 10), expand(seeds, 10)
@@ -136,7 +182,6 @@ def test_seeded_tampering_is_still_detected(tmp_path, mp_spdz, program_cache):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--sharing", "seeded", "--input", "party"], "--sharing seeded compresses"),
-    (["--sharing", "seeded", "--hosts", "inventory.toml"], "--sharing full with --hosts"),
 ])
 def test_seeded_bad_input_is_one_line(tmp_path, capsys, argv, message):
     out = tmp_path / "out"

@@ -38,8 +38,10 @@ from harness.experiments.run import (
     public_input_for,
     run,
 )
+from harness.remote._client import ClientHost
 from harness.remote._connect import ConnectOptions, HostKeyError, SshConnectError, connect
 from harness.remote._keys import ServerKey, pinned_keys, write_pinned
+from harness.remote._party import RemoteParty
 from harness.remote.hosts import Host, load_inventory
 from harness.remote.ssh import ConnectionLost, HostGroupError, SshCluster, trust_hosts
 
@@ -64,11 +66,19 @@ def farm(tmp_path: Path):
 
 
 def make_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
+                   harness: bool = False, client: bool = False,
                    **overrides: dict) -> tuple[Path, list[FakeHost]]:
-    """``parties`` running fake hosts and an inventory naming them (keys not yet trusted)."""
-    fakes = [farm.add(f"p{i}") for i in range(parties)]
+    """``parties`` running fake hosts and an inventory naming them (keys not yet trusted);
+    ``harness``: set up as by ``ltm hosts setup``; ``client``: a [client] host as well
+    (with the harness), last in the list."""
+    fakes = [farm.add(f"p{i}", harness=harness) for i in range(parties)]
     hosts = [f.as_host(farm.client_key, mp_root, **overrides.get(f.name, {})) for f in fakes]
-    path = write_inventory_file(tmp_path / "hosts.toml", hosts, mpc_base_port(parties))
+    client_host = None
+    if client:
+        fakes.append(farm.add("client", harness=True))
+        client_host = fakes[-1].as_host(farm.client_key, mp_root)
+    path = write_inventory_file(tmp_path / "hosts.toml", hosts, mpc_base_port(parties),
+                                client=client_host)
     return path, fakes
 
 
@@ -180,6 +190,126 @@ def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_ca
         compiled = {p.name for p in (program.programs_dir / "Schedules").iterdir()}
         assert {n.split("/")[-1] for n in names if n.startswith("Programs/Schedules/")} \
             == compiled
+
+
+# --- seeded sharing: servers expand their own seeds on their hosts ---------------------------
+
+def _seeded_upload(result: dict, fmt_words: int) -> list[int]:
+    """What each server must receive: 32 bytes per client and seeded component it holds,
+    8 bytes per real word of the full component if it holds that."""
+    p = result["parameters"]
+    n, parties = p["clients"], p["parties"]
+    full = 8 * n * p["sparsity"] * p["dim"]
+    if fmt_words == 1:  # additive: the last server holds the full component
+        return [32 * n] * (parties - 1) + [full]
+    return [32 * n + full, 2 * 32 * n, full + 32 * n]  # replicated: (a_i, a_{i-1})
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("parties,program,protocol,client", [
+    (2, "fast", "semi2k", False), (3, "local", "ps-rep-ring", False),
+    (3, "local", "semi2k", True), (3, "fast", "replicated-ring", True)])
+def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_spdz,
+                                                           program_cache, monkeypatch, parties,
+                                                           program, protocol, client):
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties, harness=True,
+                                      client=client)
+    trust_hosts(inventory, echo=lambda line: None)
+    seen: dict[int, dict[str, int]] = {}
+
+    def files_of(root: Path) -> dict[str, int]:
+        return {p.relative_to(root).as_posix(): p.stat().st_mode & 0o777
+                for p in root.rglob("*") if p.is_file() and p.parent.name in ("Upload",
+                                                                              "Persistence")}
+
+    # What each server holds just before it expands: its own files only, all private.
+    original_process = RemoteParty.process_shares
+
+    def spy_process(self, timeout, **kw):
+        seen[self.index] = files_of(Path(self.remote_dir))
+        return original_process(self, timeout, **kw)
+
+    original_send = ClientHost.send
+
+    def spy_send(self, servers, timeout):
+        for party, _, _, _, pairs in servers:
+            mine = files_of(Path(self.remote_dir) / f"P{party}")
+            assert {here.removeprefix(f"P{party}/") for here, _ in pairs} == set(mine)
+            seen[party] = {there: mine[here.removeprefix(f"P{party}/")] for here, there in pairs}
+        return original_send(self, servers, timeout)
+
+    monkeypatch.setattr(RemoteParty, "process_shares", spy_process)
+    monkeypatch.setattr(ClientHost, "send", spy_send)
+    cfg = small_config(tmp_path, program_cache, parties=parties, program=program,
+                       protocol=protocol, hosts=inventory, sharing="seeded")
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    assert result["parameters"]["sharing"] == "seeded"
+    rows = result["parties"]
+    assert all(row["expand_s"] > 0 for row in rows)
+    t = result["timings"]
+    assert t["expand_s"] == max(row["expand_s"] for row in rows)
+    if program == "local":  # aggregated after the expansion, on the same host
+        assert all(row["aggregate_s"] > 0 for row in rows)
+    # the upload is what each server got: its seeds, and the full words if it holds them
+    words = 2 if protocol != "semi2k" else 1
+    assert result["client_upload_bytes"] == _seeded_upload(result, words)
+    assert result["upload_measured"]  # over SFTP from here, or from the client host
+    assert result["t_end_to_end_s"] == pytest.approx(
+        t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
+    comps = [(i, (i - 1) % 3) for i in range(3)] if words == 2 else \
+        [(i,) for i in range(parties)]
+    full = 2 if words == 2 else parties - 1
+    for i in range(parties):
+        expected = {f"Upload/Seeds-C{c}.bin" for c in comps[i] if c != full}
+        if full in comps[i]:
+            expected.add("Upload/Full.data")
+        assert set(seen[i]) == expected, (i, seen[i])
+        assert set(seen[i].values()) == {0o600}
+    assert remote_dirs(fakes) == []
+    assert wait_no_processes(farm.root) == []
+
+
+@pytest.mark.mpspdz
+def test_full_replicated_shares_from_a_client_host_verify(tmp_path, farm, mp_spdz,
+                                                          program_cache):
+    # The client host writes the protocol's own share format, not always additive.
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3, harness=True,
+                                      client=True)
+    trust_hosts(inventory, echo=lambda line: None)
+    cfg = small_config(tmp_path, program_cache, parties=3, program="local",
+                       protocol="ps-rep-ring", hosts=inventory)
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    assert all(row["aggregate_s"] > 0 and "expand_s" not in row for row in result["parties"])
+    # what arrived: each server's whole file, header and padding rows included
+    fmt = cfg.share_format
+    assert fmt.words == 2
+    rows = result["parameters"]["layout"]["file_rows"]
+    assert result["client_upload_bytes"] == [len(fmt.header) + 8 * 2 * rows * 4] * 3
+    assert remote_dirs(fakes) == []
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("client", [False, True])
+def test_seeded_on_a_server_without_the_harness_says_to_set_it_up(tmp_path, farm, mp_spdz,
+                                                                  program_cache, capsys,
+                                                                  monkeypatch, client):
+    import harness.engine.programs as programs
+
+    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
+    # Only the servers lack the harness; a client host always has it here.
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2, client=client)
+    trust_hosts(inventory, echo=lambda line: None)
+    out = tmp_path / "out"
+    code = main(["run", "--hosts", str(inventory), "--sharing", "seeded", "--clients", "500",
+                 "--rows", "10", "--dim", "2", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    assert f"p0 (root@127.0.0.1:{fakes[0].port}): the harness is not installed" in err
+    assert "run `ltm hosts setup` first" in err and "(no party was started)" in err
+    assert ("from the client host" if client else "--sharing seeded expands") in err
+    assert remote_dirs(fakes) == []
 
 
 # --- host keys ---------------------------------------------------------------------------------

@@ -19,12 +19,12 @@ def _port() -> int:
         return sock.getsockname()[1]
 
 
-def _serve(server_cert, server_key, client_pem: Path, out: Path, port: int):
+def _serve(server_cert, server_key, client_pem: Path, names: list[str], port: int):
     outcome: dict = {}
 
     def run() -> None:
         try:
-            receive("127.0.0.1", port, server_cert, server_key, client_pem, out)
+            receive("127.0.0.1", port, server_cert, server_key, client_pem, names)
         except Exception as exc:  # the test looks at it
             outcome["error"] = exc
 
@@ -44,41 +44,63 @@ def _wait_listening(capsys) -> None:
     raise AssertionError("the receiver did not start listening")
 
 
-def test_a_server_gets_its_file_only_from_the_pinned_client(tmp_path, capsys):
+def _target(port: int, peer: Path, files: list[tuple[Path, str]]) -> list[dict]:
+    return [{"party": 0, "host": "127.0.0.1", "port": port, "peer": str(peer),
+             "files": [[str(here), there] for here, there in files]}]
+
+
+def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, capsys, monkeypatch):
     [(server_key, server_cert, _)] = make_certificates(1, tmp_path / "server")
     [(client_key, client_cert, _)] = make_certificates(1, tmp_path / "client")
     [(other_key, other_cert, _)] = make_certificates(1, tmp_path / "stranger")
     shares = tmp_path / "Transactions-P0.data"
     shares.write_bytes(os.urandom(3 * (1 << 20) + 17))
+    seeds = tmp_path / "Seeds-C0.bin"
+    seeds.write_bytes(os.urandom(32 * 1000))
+    server = tmp_path / "server-dir"
+    server.mkdir()
+    monkeypatch.chdir(server)  # the receiver writes under its working directory
 
-    # the client's certificate is right: the file arrives whole and private
+    # the client's certificate is right: the files arrive whole and private
     port = _port()
-    thread, outcome = _serve(server_cert, server_key, client_cert, tmp_path / "got", port)
+    names = ["Upload/Seeds-C0.bin", "Upload/Full.data"]
+    thread, outcome = _serve(server_cert, server_key, client_cert, names, port)
     _wait_listening(capsys)
-    seconds = send([{"party": 0, "host": "127.0.0.1", "port": port, "peer": str(server_cert),
-                     "file": str(shares)}], client_cert, client_key)
+    seconds = send(_target(port, server_cert, [(seeds, names[0]), (shares, names[1])]),
+                   client_cert, client_key)
     thread.join(30)
     assert "error" not in outcome and seconds[0] > 0
-    assert (tmp_path / "got").read_bytes() == shares.read_bytes()
-    assert (tmp_path / "got").stat().st_mode & 0o777 == 0o600
+    assert f"received {seeds.stat().st_size + shares.stat().st_size} " in capsys.readouterr().out
+    assert (server / names[0]).read_bytes() == seeds.read_bytes()
+    assert (server / names[1]).read_bytes() == shares.read_bytes()
+    for path in (server / "Upload", server / names[0], server / names[1]):
+        assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600)
+
+    # a file the server was not told to expect is refused, not written
+    port = _port()
+    thread, outcome = _serve(server_cert, server_key, client_cert, ["mine"], port)
+    _wait_listening(capsys)
+    with pytest.raises(ConnectionError):
+        send(_target(port, server_cert, [(seeds, "../elsewhere")]), client_cert, client_key)
+    thread.join(30)
+    assert "not expected" in str(outcome["error"])
+    assert not (tmp_path / "elsewhere").exists() and not (server / "mine").exists()
 
     # a stranger's certificate is refused, and nothing is written
     port = _port()
-    thread, outcome = _serve(server_cert, server_key, client_cert, tmp_path / "not", port)
+    thread, outcome = _serve(server_cert, server_key, client_cert, ["not"], port)
     _wait_listening(capsys)
     with pytest.raises(ConnectionError):
-        send([{"party": 0, "host": "127.0.0.1", "port": port, "peer": str(server_cert),
-               "file": str(shares)}], other_cert, other_key)
+        send(_target(port, server_cert, [(shares, "not")]), other_cert, other_key)
     thread.join(30)
-    assert "error" in outcome and not (tmp_path / "not").exists()
+    assert "error" in outcome and not (server / "not").exists()
 
     # and the client will not send to a server whose certificate is not the pinned one
     port = _port()
-    thread, outcome = _serve(other_cert, other_key, client_cert, tmp_path / "fake", port)
+    thread, outcome = _serve(other_cert, other_key, client_cert, ["fake"], port)
     _wait_listening(capsys)
     with pytest.raises(ConnectionError, match="certificate verify failed"):
-        send([{"party": 0, "host": "127.0.0.1", "port": port, "peer": str(server_cert),
-               "file": str(shares)}], client_cert, client_key)
+        send(_target(port, server_cert, [(shares, "fake")]), client_cert, client_key)
     thread.join(30)
-    assert not (tmp_path / "fake").exists()
+    assert not (server / "fake").exists()
     capsys.readouterr()

@@ -17,6 +17,10 @@ shares hide the data computationally, where full shares (uniform words from
 the same kind of CSPRNG, but one word per word) are as close to
 information-theoretic as the generator allows.
 
+On remote hosts a server runs ``python -m harness.clients.seeded expand PARTY
+PLAN SHARE_FILE`` in its working directory, with the public plan
+(:func:`save_plan`) that says where each client's copies go.
+
 The words of a client's component are its s noisy copies' d entries in copy
 order (copy i, column t is word i * d + t), placed wherever the public layout
 stores that copy; so clients and servers agree on every word without talking.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +38,17 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients.layout import Layout
-from harness.clients.sharing import ShareFormat
+from harness.clients.sharing import ShareFormat, share_format
 from harness.fileio import open_private, private_dir, write_private
 
-__all__ = ["SEED_BYTES", "SeededSink", "Components", "components", "expand", "expand_party",
-           "upload_dir"]
+__all__ = ["SEED_BYTES", "SeededSink", "Components", "components", "expand", "expand_file",
+           "expand_party", "main", "save_plan", "upload_dir", "upload_files"]
 
 SEED_BYTES = 32
 # Clients expanded at once: bounds the (clients, s * d) buffer at 2^21 words.
 _WORDS_PER_BATCH = 1 << 21
+# Rows of the full component written at once: no second copy of the whole matrix.
+_ROWS_PER_WRITE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -76,11 +83,11 @@ def expand(seeds: np.ndarray, words: int) -> np.ndarray:
     return out
 
 
-def _slot_positions(layout: Layout, clients: int, copies: int) -> np.ndarray:
+def _slot_positions(file_slot: np.ndarray, clients: int, copies: int) -> np.ndarray:
     """(copies, clients): the file row that stores each client's copy."""
     pos = np.full(copies * clients, -1, dtype=np.int64)
-    real = np.flatnonzero(layout.file_slot >= 0)
-    pos[layout.file_slot[real]] = real
+    real = np.flatnonzero(file_slot >= 0)
+    pos[file_slot[real]] = real
     return pos.reshape(copies, clients)
 
 
@@ -103,13 +110,21 @@ def _full_file(party_dir: Path) -> Path:
     return upload_dir(party_dir) / "Full.data"
 
 
+def upload_files(party_dir: Path) -> list[Path]:
+    """What this server receives from the clients: its seeds, and the full words if it
+    holds that component."""
+    upload = upload_dir(party_dir)
+    return sorted(upload.iterdir()) if upload.is_dir() else []
+
+
 class SeededSink:
     """The clients' side of seeded sharing, as a sink for :func:`prepare_inputs`.
 
     Encoded rows arrive in file order and are kept in memory (never written in
     the clear); at :meth:`close` each seeded component's words are subtracted,
     which leaves the full component, and every server gets its seeds and, if it
-    holds it, the full component.
+    holds it, the full component: the real rows only, in file order, since
+    padding rows are public zeros that need not travel.
     """
 
     def __init__(self, party_dirs: list[Path], layout: Layout, fmt: ShareFormat,
@@ -130,7 +145,7 @@ class SeededSink:
     def close(self) -> None:
         if self._next != self.layout.total_rows:
             return  # preparation failed half-way: send nothing
-        pos = _slot_positions(self.layout, self.clients, self.copies)
+        pos = _slot_positions(self.layout.file_slot, self.clients, self.copies)
         n, s, d = self.clients, self.copies, self.d
         for comp in range(self.comps.count):
             if comp == self.comps.full:
@@ -146,15 +161,16 @@ class SeededSink:
                     private_dir(path.parent)
                     write_private(path, seeds.tobytes())
                     self.upload_bytes[party] += seeds.nbytes
-        real_words = int(np.count_nonzero(self.layout.file_slot >= 0)) * d
+        real = np.flatnonzero(self.layout.file_slot >= 0)
         for party in range(len(self.party_dirs)):
             if self.comps.holds_full(party):
                 path = _full_file(self.party_dirs[party])
                 private_dir(path.parent)
                 with open_private(path) as fh:
-                    fh.write(memoryview(self.rows).cast("B"))
-                # Padding rows are public zeros: a real upload would not send them.
-                self.upload_bytes[party] += 8 * real_words
+                    for first in range(0, real.size, _ROWS_PER_WRITE):
+                        rows = self.rows[real[first:first + _ROWS_PER_WRITE]]
+                        fh.write(memoryview(rows).cast("B"))
+                self.upload_bytes[party] += 8 * real.size * d
         self.rows = np.empty((0, d), dtype=np.uint64)
 
 
@@ -166,24 +182,59 @@ def expand_party(party: int, party_dir: Path, share_file: Path, layout: Layout,
     the public layout, and removes the upload afterwards.
     """
     started = time.perf_counter()
+    _expand(party, party_dir, share_file, layout.file_slot, layout.d, fmt, parties, clients,
+            copies)
+    return time.perf_counter() - started
+
+
+def save_plan(path: Path, layout: Layout, fmt: ShareFormat, parties: int, clients: int,
+              copies: int) -> None:
+    """What a server on another host needs of the (public) layout to expand its seeds."""
+    slots = layout.file_slot
+    # Half the bytes to send when the slots fit, which they do below 2^31 copies.
+    if slots.size and int(slots.max()) < 2**31:
+        slots = slots.astype(np.int32)
+    with open(path, "wb") as fh:
+        np.savez(fh, file_slot=slots, d=np.int64(layout.d), format=np.str_(fmt.name),
+                 parties=np.int64(parties), clients=np.int64(clients),
+                 copies=np.int64(copies))
+
+
+def expand_file(party: int, plan: Path, share_file: Path, party_dir: Path = Path(".")) -> float:
+    """:func:`expand_party` with the plan :func:`save_plan` wrote; seconds, plan read included."""
+    started = time.perf_counter()
+    with np.load(plan, allow_pickle=False) as data:
+        file_slot = data["file_slot"].astype(np.int64)
+        d, parties = int(data["d"]), int(data["parties"])
+        clients, copies = int(data["clients"]), int(data["copies"])
+        fmt = share_format(str(data["format"]))
+    _expand(party, party_dir, share_file, file_slot, d, fmt, parties, clients, copies)
+    return time.perf_counter() - started
+
+
+def _expand(party: int, party_dir: Path, share_file: Path, file_slot: np.ndarray, d: int,
+            fmt: ShareFormat, parties: int, clients: int, copies: int) -> None:
     comps = components(fmt, parties)
-    d = layout.d
+    total_rows = file_slot.shape[0]
     upload = upload_dir(party_dir)
     with open_private(share_file) as fh:
         fh.write(fmt.header)
-        fh.truncate(len(fmt.header) + 8 * layout.total_rows * d * fmt.words)
+        fh.truncate(len(fmt.header) + 8 * total_rows * d * fmt.words)
     shares = np.memmap(share_file, dtype="<u8", mode="r+", offset=len(fmt.header),
-                       shape=(layout.total_rows, d, fmt.words))
+                       shape=(total_rows, d, fmt.words))
     pos = None
     for word, comp in enumerate(comps.held[party]):
         if comp == comps.full:
+            real = np.flatnonzero(file_slot >= 0)
             full = np.memmap(_full_file(party_dir), dtype="<u8", mode="r",
-                             shape=(layout.total_rows, d))
-            shares[:, :, word] = full
+                             shape=(real.size, d))
+            for first in range(0, real.size, _ROWS_PER_WRITE):
+                rows = real[first:first + _ROWS_PER_WRITE]
+                shares[rows, :, word] = full[first:first + _ROWS_PER_WRITE]
             del full
             continue
         if pos is None:
-            pos = _slot_positions(layout, clients, copies)
+            pos = _slot_positions(file_slot, clients, copies)
         seeds = np.fromfile(_seed_file(party_dir, comp), dtype=np.uint8)
         seeds = seeds.reshape(clients, SEED_BYTES)
         for first, last in _batches(clients, copies, d):
@@ -194,4 +245,20 @@ def expand_party(party: int, party_dir: Path, share_file: Path, layout: Layout,
     for path in upload.iterdir():
         path.unlink()
     upload.rmdir()
-    return time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness.clients.seeded expand PARTY PLAN SHARE_FILE``, in the server's
+    working directory (its upload in ``Upload/``); prints the seconds it took."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 4 or args[0] != "expand" or not args[1].isdigit():
+        print("usage: python -m harness.clients.seeded expand PARTY PLAN.npz SHARE_FILE",
+              file=sys.stderr)
+        return 2
+    os.umask(0o077)  # the share file is secret from creation
+    print(f"expand_s {expand_file(int(args[1]), Path(args[2]), Path(args[3])):.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

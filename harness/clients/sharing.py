@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-__all__ = ["ADDITIVE", "MALICIOUS_REPLICATED", "REPLICATED", "ShareFormat", "random_ring",
-           "replicate", "share"]
+__all__ = ["ADDITIVE", "FORMATS", "MALICIOUS_REPLICATED", "REPLICATED", "ShareFormat",
+           "random_ring", "replicate", "share", "share_format"]
 
 _PIECE = 1 << 20  # bytes of keystream per call into the cipher
 _ZEROS_VIEW = memoryview(bytes(_PIECE))
@@ -116,3 +116,13 @@ ADDITIVE = ShareFormat("additive", b"Z2^64", 1)
 REPLICATED = ShareFormat("replicated", b"replicated Z2^64", 2, parties=3)
 MALICIOUS_REPLICATED = ShareFormat("malicious replicated", b"malicious replicated Z2^64", 2,
                                    parties=3)
+
+FORMATS = {f.name: f for f in (ADDITIVE, REPLICATED, MALICIOUS_REPLICATED)}
+
+
+def share_format(name: str) -> ShareFormat:
+    """The format called ``name``, as a plan written for another host names it."""
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown share format {name!r}; known: {', '.join(FORMATS)}") from None

@@ -21,14 +21,13 @@ import numpy as np
 
 from harness.clients.layout import Layout
 from harness.clients.prepare import format_integers, write_share_file
-from harness.clients.sharing import ADDITIVE, MALICIOUS_REPLICATED, REPLICATED, ShareFormat
+from harness.clients.sharing import ADDITIVE, FORMATS, ShareFormat
 from harness.fileio import open_private
 
 __all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan", "main",
            "read_and_sum", "save_plan"]
 
 _BUFFER_SHARES = 1 << 21
-_FORMATS = {f.name: f for f in (ADDITIVE, REPLICATED, MALICIOUS_REPLICATED)}
 
 
 def aggregate_share_file(source: Path, layout: Layout, dest: Path,
@@ -75,7 +74,7 @@ def load_plan(path: Path) -> dict:
 def _aggregate(source: Path, dest: Path, plan: dict) -> float:
     started = time.perf_counter()
     aggregate = _sum(source, plan)
-    fmt = _FORMATS[plan.get("format", ADDITIVE.name)]
+    fmt = FORMATS[plan.get("format", ADDITIVE.name)]
     if plan.get("as_input"):
         with open_private(dest) as fh:
             fh.write(format_integers(aggregate.view(np.int64).ravel()))
@@ -85,7 +84,7 @@ def _aggregate(source: Path, dest: Path, plan: dict) -> float:
 
 
 def _sum(source: Path, plan: dict) -> np.ndarray:
-    fmt = _FORMATS[plan.get("format", ADDITIVE.name)]
+    fmt = FORMATS[plan.get("format", ADDITIVE.name)]
     R, K, m = plan["block_rows"], plan["chunk_blocks"], plan["m"]
     n_chunks, block_acc = plan["n_chunks"], plan["block_acc"]
     # A share's words are adjacent in the file: summing word by word is a sum over d * words.

@@ -142,10 +142,6 @@ class RunConfig:
             raise InputError("--sharing seeded compresses the servers' share files, and with "
                              "--input party the servers receive none; use --input shares or "
                              "--sharing full")
-        if self.sharing == "seeded" and self.hosts is not None:
-            raise InputError("--sharing seeded needs the harness on each server to expand "
-                             "its seeds, which --hosts does not run remotely yet; use "
-                             "--sharing full with --hosts")
         if self.tamper is not None and self.hosts is not None:
             raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         if self.input_mode == "shares" and self.program != "local" and spec.share_format is None:
@@ -309,7 +305,8 @@ def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Pr
     if cfg.input_mode == "shares" and getattr(cluster, "client_host", None) is not None:
         # The inventory's [client] machine prepares the shares and sends them itself.
         prepared = cluster.prepare_on_client(work.data, work.sketch, work.layout, work.noise,
-                                             cfg.frac_bits, cfg.timeout)
+                                             cfg.frac_bits, cfg.timeout, cfg.share_format,
+                                             cfg.sharing)
         work.fp.check_bucket_bound(prepared.abs_sums)
         return prepared
     if cfg.input_mode == "party":
@@ -462,12 +459,13 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     prepared = prepare_cluster(cfg, work, cluster)
     timings["prepare_s"] = prepared.seconds
     expand_s = None
-    if cfg.sharing == "seeded":
+    if cfg.sharing == "seeded" and cfg.hosts is None:
         # Each server expands its own seeds (on separate machines, at the same time).
         expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i), work.layout,
                                  cfg.share_format, cfg.parties, work.n, work.sketch.s)
                     for i in range(cfg.parties)]
-        timings["expand_s"] = max(expand_s)
+    elif cfg.sharing == "seeded":  # on each server's host, before any aggregation, timed there
+        cluster.expand_on_hosts(work.layout, cfg.share_format, work.n, work.sketch.s)
     aggregate_s = None
     if cfg.program == "local":
         if cfg.hosts is None:
@@ -496,6 +494,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                              .reshape(m, d) != prepared.expected))
         for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout)
     parties = []
+    if cfg.sharing == "seeded" and expand_s is None:
+        expand_s = [r.stats["expand_s"] for r in runs]
+    if expand_s is not None:
+        timings["expand_s"] = max(expand_s)
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
         if expand_s is not None:
@@ -511,7 +513,8 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         # The clients send to all servers at once: the upload lasts as long as the slowest.
         timings["client_upload_s"] = max(uploads)
     global_mb = max(p["global_data_sent_mb"] for p in parties)
-    upload = prepared.upload_bytes
+    # Over hosts, what was sent; here, what the clients would send (the files are in place).
+    upload = getattr(cluster, "client_sent_bytes", None) or prepared.upload_bytes
     timings["total_s"] = time.perf_counter() - started
     t_mpc = max(p["time_s"] for p in parties)
     return {

@@ -2,10 +2,12 @@
 
 The runner uploads the clients' data (the matrix, the public sketch and the
 noise parameters) to the client host, which prepares every server's share
-file there (:mod:`harness.remote.transfer`) and later sends each server only
-its own file, directly, over the servers' ``mpc_host`` addresses, with TLS and
+file there, or with seeded sharing its seeds and the full words
+(:mod:`harness.remote.transfer`), and later sends each server only its own
+files, directly, over the servers' ``mpc_host`` addresses, with TLS and
 per-run certificates pinned on both sides. What comes back to the runner is
-what verification needs (the encoded plaintext sketch), never a share.
+what verification needs (the encoded plaintext sketch) and the names and sizes
+of each server's files, never a share.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 import paramiko
 
 from harness.clients.prepare import Prepared
+from harness.clients.sharing import ADDITIVE, ShareFormat
 from harness.engine.certs import make_certificates
 from harness.errors import LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
@@ -40,6 +43,8 @@ class ClientHost:
         self.client: paramiko.SSHClient | None = None
         self.remote_dir: str | None = None
         [(self.key, self.cert, _)] = make_certificates(1, workdir / "client-cert")
+        # files[i]: (path under the remote directory, bytes) of what server i receives
+        self.files: list[list[tuple[str, int]]] = []
 
     @property
     def label(self) -> str:
@@ -64,12 +69,20 @@ class ClientHost:
         return self.client
 
     def _put(self, files: dict[str, bytes]) -> None:
-        sftp = self._open().open_sftp()
+        client = self._open()
+        # Created empty under umask 077 first: SFTP would create them with the server's
+        # umask, and the clients' data must never be readable by others, not even briefly.
+        touch = " && ".join(f": > {shlex.quote(name)}" for name in files)
+        rc, _, err = _exec(client, f"cd {shlex.quote(self.remote_dir or '.')} && umask 077 && "
+                                   f"{touch}")
+        if rc != 0:
+            raise LtmError(f"{self.label}: cannot write in {self.remote_dir}: "
+                           f"{err.strip() or f'status {rc}'}")
+        sftp = client.open_sftp()
         try:
             for name, content in files.items():
                 with sftp.open(f"{self.remote_dir}/{name}", "wb") as fh:
                     fh.set_pipelined(True)
-                    sftp.chmod(f"{self.remote_dir}/{name}", 0o600)
                     fh.write(content)
         finally:
             sftp.close()
@@ -86,15 +99,15 @@ class ClientHost:
         return out.strip().splitlines()[-1]
 
     def prepare(self, data: np.ndarray, sketch, layout, noise, frac_bits: int, parties: int,
-                timeout: float) -> Prepared:
-        """Every server's share file, prepared on the client host (they stay there)."""
+                timeout: float, fmt: ShareFormat = ADDITIVE, sharing: str = "full") -> Prepared:
+        """Every server's files, prepared on the client host (they stay there)."""
         sketch_file = io.BytesIO()
         np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
         matrix = io.BytesIO()
         np.save(matrix, np.ascontiguousarray(data), allow_pickle=False)
         params = {"noise": dataclasses.asdict(noise), "frac_bits": frac_bits,
                   "parties": parties, "layout": layout.kind, "block_rows": layout.block_rows,
-                  "chunk_blocks": layout.chunk_blocks}
+                  "chunk_blocks": layout.chunk_blocks, "format": fmt.name, "sharing": sharing}
         self._put({"data.npy": matrix.getvalue(), "sketch.npz": sketch_file.getvalue(),
                    "params.json": json.dumps(params).encode()})
         result = json.loads(self._tool(f"prepare {shlex.quote(self.remote_dir or '.')}",
@@ -102,19 +115,22 @@ class ClientHost:
         shape = tuple(result["shape"])
         expected = np.frombuffer(base64.b64decode(result["expected"]), "<u8").reshape(shape)
         abs_sums = np.frombuffer(base64.b64decode(result["abs_sums"]), "<f8").reshape(shape)
+        self.files = [[(str(name), int(size)) for name, size in party]
+                      for party in result["files"]]
         return Prepared(expected.astype(np.uint64), abs_sums.astype(np.float64),
                         list(result["upload_bytes"]), float(result["seconds"]),
                         result["stats"])
 
-    def send(self, servers: list[tuple[int, Host, int, Path]], timeout: float) -> dict[int, float]:
-        """Send server i's file to (mpc_host, port), pinning its certificate; seconds each."""
+    def send(self, servers: list[tuple[int, Host, int, Path, list[tuple[str, str]]]],
+             timeout: float) -> dict[int, float]:
+        """Send server i its files ((here, there) pairs) at (mpc_host, port), pinning its
+        certificate; seconds each."""
         targets = []
         files = {"client.pem": self.cert.read_bytes(), "client.key": self.key.read_bytes()}
-        for party, host, port, cert in servers:
+        for party, host, port, cert, pairs in servers:
             files[f"server-P{party}.pem"] = cert.read_bytes()
             targets.append({"party": party, "host": host.mpc_host, "port": port,
-                            "peer": f"server-P{party}.pem",
-                            "file": f"Transactions-P{party}.data"})
+                            "peer": f"server-P{party}.pem", "files": [list(p) for p in pairs]})
         files["targets.json"] = json.dumps(targets).encode()
         self._put(files)
         seconds = json.loads(self._tool("send targets.json client.pem client.key", timeout))

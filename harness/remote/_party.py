@@ -24,10 +24,12 @@ from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote.hosts import REMOTE_PYTHON, Host
 
-__all__ = ["AGGREGATE_PLAN", "Abandoned", "ConnectionLost", "RemoteParty", "Upload"]
+__all__ = ["AGGREGATE_PLAN", "EXPAND_PLAN", "Abandoned", "ConnectionLost", "RemoteParty",
+           "Upload", "why_harness"]
 
 PGID_FILE = "party.pgid"
 AGGREGATE_PLAN = "aggregate-plan.npz"
+EXPAND_PLAN = "expand-plan.npz"
 RECEIVER_PID = "receiver.pid"
 _EXEC_TIMEOUT = 60.0
 _POLL_SECONDS = 0.01
@@ -73,6 +75,15 @@ def _kill_script(directory: str, wait_for_pgid: bool) -> str:
             'i=$((i+1)); done; exit 0')
 
 
+def why_harness(expand: bool, aggregate: bool, receive: bool) -> str:
+    """Why a server needs the harness, for the message when it is missing."""
+    if receive:
+        return "each server receives its shares from the client host with it"
+    if expand:
+        return "--sharing seeded expands each server's seeds there"
+    return "the local program aggregates the shares there"
+
+
 def _exec(client: paramiko.SSHClient, command: str,
           timeout: float = _EXEC_TIMEOUT) -> tuple[int, str, str]:
     _, stdout, stderr = client.exec_command(command, timeout=timeout)
@@ -97,6 +108,8 @@ class RemoteParty:
         self.started = False
         self.upload_s = 0.0
         self.aggregate_s: float | None = None
+        self.expand_s: float | None = None
+        self.received_bytes: int | None = None  # what the client host's transfer carried
         self.free_bytes: int | None = None  # under the remote working directory
         self._receiver: paramiko.Channel | None = None
         self._channel: paramiko.Channel | None = None
@@ -118,12 +131,15 @@ class RemoteParty:
         self.client = connect(self.host, known_hosts, options=options,
                               inventory_path=inventory_path)
 
-    def make_dir(self) -> None:
-        """Check the engine is there, then create a fresh private working directory."""
+    def make_dir(self, harness_for: str | None = None) -> None:
+        """Check the engine (and, if ``harness_for`` says why it is needed, the harness)
+        is there, then create a fresh private working directory."""
         assert self.client is not None
         workdir = shell_path(self.host.workdir.rstrip("/") or "/")
+        harness = (f"test -x {shell_path(REMOTE_PYTHON)} || exit {_NO_HARNESS}; "
+                   if harness_for else "")
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
-                  f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; "
+                  f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; {harness}"
                   f"umask 077 && mkdir -p {workdir} && "
                   f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
                   "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
@@ -142,6 +158,8 @@ class RemoteParty:
         if rc == _NO_SETSID:
             raise LtmError(f"{self.label}: the setsid command is missing on that host; "
                            "install util-linux there")
+        if rc == _NO_HARNESS:
+            raise self._no_harness(harness_for or "")
         raise LtmError(f"{self.label}: cannot create a working directory under "
                        f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
                        "for this party in the inventory")
@@ -164,11 +182,19 @@ class RemoteParty:
             if abandon.is_set():
                 raise Abandoned
 
+        # Directories and private files are made under umask 077 before any byte is sent:
+        # SFTP would create files with the server's umask and chmod only afterwards.
+        private = [shlex.quote(u.remote) for u in uploads if u.mode & 0o077 == 0]
+        script = (f"cd {shlex.quote(self.remote_dir)} && umask 077 && mkdir -p "
+                  f"{' '.join(shlex.quote(d) for d in directories)}"
+                  + "".join(f" && : > {name}" for name in private))
+        rc, _, err = _exec(self.client, script)
+        if rc != 0:
+            raise LtmError(f"{self.label}: cannot create its files in {self.remote_dir}: "
+                           f"{err.strip() or f'status {rc}'}")
         sftp = self.client.open_sftp()
         sftp.get_channel().settimeout(_EXEC_TIMEOUT)  # a stalled host fails, not hangs
         try:
-            for sub in directories:
-                sftp.mkdir(f"{self.remote_dir}/{sub}", 0o700)
             for item in uploads:
                 check(0, 0)
                 target = f"{self.remote_dir}/{item.remote}"
@@ -183,38 +209,62 @@ class RemoteParty:
             sftp.close()
         self.upload_s = time.perf_counter() - started
 
-    def aggregate(self, timeout: float) -> None:
-        """Sum this server's own shares on its host, with the harness installed there."""
+    def process_shares(self, timeout: float, *, expand: bool, aggregate: bool) -> None:
+        """Expand this server's seeds (seeded sharing), then sum its shares (the ``local``
+        program), on its host with the harness installed there; each timed there."""
         assert self.client is not None and self.remote_dir is not None
+        python = shell_path(REMOTE_PYTHON)
+        share = f"Persistence/Transactions-P{self.index}.data"
         received = f"Persistence/Received-P{self.index}.data"
+        steps = []
+        if expand:
+            steps.append(f"{python} -m harness.clients.seeded expand {self.index} {EXPAND_PLAN} "
+                         f"{received if aggregate else share}")
+        if aggregate:
+            steps.append(f"{python} -m harness.engine.aggregate {received} {AGGREGATE_PLAN} "
+                         f"{share} && rm -f {received}")
         script = (f"cd {shlex.quote(self.remote_dir)} && "
-                  f"{{ [ -x {shell_path(REMOTE_PYTHON)} ] || exit {_NO_HARNESS}; }} && "
-                  f"{shell_path(REMOTE_PYTHON)} -m harness.engine.aggregate {received} "
-                  f"{AGGREGATE_PLAN} Persistence/Transactions-P{self.index}.data && "
-                  f"rm -f {received}")
+                  f"{{ [ -x {python} ] || exit {_NO_HARNESS}; }} && " + " && ".join(steps))
         rc, out, err = _exec(self.client, script, timeout=timeout)
         if rc == _NO_HARNESS:
-            raise LtmError(f"{self.label}: the harness is not installed on that host, and the "
-                           "local program aggregates the shares there; run `ltm hosts setup` "
-                           "first")
-        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
-        if rc != 0 or found is None:
+            raise self._no_harness(why_harness(expand, aggregate, receive=False))
+        wanted = (["expand_s"] if expand else []) + (["aggregate_s"] if aggregate else [])
+        found = {key: re.search(rf"^{key} ([\d.]+)$", out, re.M) for key in wanted}
+        if rc != 0 or not all(found.values()):
             tail = " | ".join(err.strip().splitlines()[-3:])
-            raise LtmError(f"{self.label}: aggregating its shares there failed (status {rc}): "
+            what = " and ".join(step for step, on in (("expanding its seeds", expand),
+                                                      ("aggregating its shares", aggregate))
+                                if on)
+            raise LtmError(f"{self.label}: {what} there failed (status {rc}): "
                            f"{tail or out.strip() or 'no output'}")
-        self.aggregate_s = float(found.group(1))
+        if expand:
+            self.expand_s = float(found["expand_s"].group(1))
+        if aggregate:
+            self.aggregate_s = float(found["aggregate_s"].group(1))
 
-    def start_receive(self, port: int, aggregate: bool, timeout: float) -> None:
-        """Listen (TLS, the client host's certificate pinned) for this server's shares;
-        with ``aggregate`` (the local program), sum them there as soon as they are in."""
+    def _no_harness(self, why: str) -> LtmError:
+        return LtmError(f"{self.label}: the harness is not installed on that host, and {why}; "
+                        "run `ltm hosts setup` first")
+
+    def start_receive(self, port: int, names: list[str], *, expand: bool, aggregate: bool,
+                      timeout: float) -> None:
+        """Listen (TLS, the client host's certificate pinned) for this server's files
+        (``names``, under its working directory); as soon as they are in, expand its seeds
+        (seeded sharing), then sum its shares (the local program)."""
         assert self.client is not None and self.remote_dir is not None
         share = f"Persistence/Transactions-P{self.index}.data"
-        files = (f"Persistence/Received-P{self.index}.data {AGGREGATE_PLAN} {share}"
-                 if aggregate else share)
+        received = f"Persistence/Received-P{self.index}.data"
+        then = ""
+        if expand:
+            then += f" --expand {self.index} {EXPAND_PLAN} {received if aggregate else share}"
+        if aggregate:
+            then += f" --aggregate {received} {AGGREGATE_PLAN} {share}"
+        python = shell_path(REMOTE_PYTHON)
         command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
-                   f"exec {shell_path(REMOTE_PYTHON)} -m "
+                   f"{{ [ -x {python} ] || exit {_NO_HARNESS}; }} && exec {python} -m "
                    f"harness.remote.transfer receive 0.0.0.0 {port} Player-Data/P{self.index}"
-                   f".pem Player-Data/P{self.index}.key client.pem {files}")
+                   f".pem Player-Data/P{self.index}.key client.pem "
+                   + " ".join(f"--file {shlex.quote(n)}" for n in names) + then)
         transport = self.client.get_transport()
         assert transport is not None
         channel = transport.open_session(timeout=_EXEC_TIMEOUT)
@@ -223,6 +273,8 @@ class RemoteParty:
         self._receiver = channel
         line = channel.makefile("r").readline().strip()
         if line != "listening":
+            if channel.recv_exit_status() == _NO_HARNESS:
+                raise self._no_harness(why_harness(expand, aggregate, receive=True))
             raise LtmError(f"{self.label}: cannot receive the client host's shares on port "
                            f"{port}: {self._receiver_error()}")
 
@@ -232,12 +284,15 @@ class RemoteParty:
         out = channel.makefile("r").read()
         if isinstance(out, bytes):  # paramiko's read() gives bytes whatever the mode
             out = out.decode(errors="replace")
-        if channel.recv_exit_status() != 0 or "received" not in out:
+        received = re.search(r"^received (\d+) ", out, re.M)
+        if channel.recv_exit_status() != 0 or received is None:
             raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
                            f"{self._receiver_error()}")
-        found = re.search(r"^aggregate_s ([\d.]+)$", out, re.M)
-        if found:
-            self.aggregate_s = float(found.group(1))
+        self.received_bytes = int(received.group(1))
+        for key in ("expand_s", "aggregate_s"):
+            found = re.search(rf"^{key} ([\d.]+)$", out, re.M)
+            if found:
+                setattr(self, key, float(found.group(1)))
 
     def _receiver_error(self) -> str:
         assert self._receiver is not None

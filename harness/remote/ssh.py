@@ -4,11 +4,13 @@
 clients prepare shares into local staging directories (``party_dir(i)``), and
 ``run`` copies to each host only what that party may see: the compiled
 program, the public input, its own TLS key with everyone's certificates, and
-its own share file. The parties then start together and are one unit, like a
-local process group: if one fails, loses its connection or the timeout
-passes, all are stopped (their remote process groups killed) and one
-:class:`HostGroupError` names the failing host(s). Remote working directories
-are removed in every case, Ctrl-C included.
+its own share file (with seeded sharing: its own seeds, and the full words if
+it holds them, which it expands on its host before the run). The parties then
+start together and are one unit, like a local process group: if one fails,
+loses its connection or the timeout passes, all are stopped (their remote
+process groups killed) and one :class:`HostGroupError` names the failing
+host(s). Remote working directories are removed in every case, Ctrl-C
+included.
 
 Host keys are checked against the inventory's known_hosts file, which
 ``ltm hosts trust`` fills (see :mod:`harness.remote._trust`).
@@ -29,7 +31,9 @@ from typing import TypeVar
 import paramiko
 
 from harness.clients.layout import Layout
-from harness.clients.prepare import SHARE_HEADER, Prepared
+from harness.clients.prepare import Prepared
+from harness.clients.seeded import save_plan as save_expand_plan
+from harness.clients.seeded import upload_files
 from harness.clients.sharing import ADDITIVE, ShareFormat
 from harness.engine.aggregate import save_plan
 from harness.engine.cluster import PROTOCOL, PartyRun
@@ -48,7 +52,15 @@ from harness.remote._connect import (
     describe,
     trust_hint,
 )
-from harness.remote._party import AGGREGATE_PLAN, Abandoned, ConnectionLost, RemoteParty, Upload
+from harness.remote._party import (
+    AGGREGATE_PLAN,
+    EXPAND_PLAN,
+    Abandoned,
+    ConnectionLost,
+    RemoteParty,
+    Upload,
+    why_harness,
+)
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Host, Inventory
 
@@ -67,7 +79,9 @@ __all__ = [
 ]
 
 _DIRECTORIES = ["Programs", "Programs/Bytecode", "Programs/Schedules", "Programs/Public-Input",
-                "Player-Data", "Persistence"]
+                "Player-Data", "Persistence", "Upload"]
+# What the clients send a server (as opposed to the program, keys and certificates).
+_CLIENT_DATA = ("Persistence/", "Upload/", "Player-Data/Input-P")
 _GRACE_SECONDS = 5.0  # for workers to see their killed party's channel close
 _SETTLE_SECONDS = 0.5  # after a first failure, for the others' failures to arrive
 _COLLATERAL = "another party encountered a problem"  # MP-SPDZ, when a peer went away
@@ -143,8 +157,11 @@ class SshCluster(PartyStaging):
         self.protocol = protocol
         self.connect_options = connect_options or ConnectOptions()
         self.aggregate_plan: Path | None = None
+        self.expand_plan: Path | None = None
+        self.expanded_bytes = 0  # each server's share file, once expanded from its seeds
         self.shares_on_client = False
-        self.client_share_bytes: list[int] | None = None
+        # Bytes of the clients' data that reached each server, counted as sent: set by run.
+        self.client_sent_bytes: list[int] | None = None
         super().__init__(len(inventory.hosts), workdir)
         # With a [client] machine the shares are prepared and sent from there
         # (prepare_on_client); without one, here, as before.
@@ -153,18 +170,24 @@ class SshCluster(PartyStaging):
             self.client_host = ClientHost(inventory.client, inventory.known_hosts,
                                           inventory_path, self.connect_options, workdir)
 
-    def prepare_on_client(self, data, sketch, layout, noise, frac_bits: int,
-                          timeout: float) -> Prepared:
+    def prepare_on_client(self, data, sketch, layout, noise, frac_bits: int, timeout: float,
+                          fmt: ShareFormat = ADDITIVE, sharing: str = "full") -> Prepared:
         assert self.client_host is not None
         self.shares_on_client = True
         try:
-            prepared = self.client_host.prepare(data, sketch, layout, noise, frac_bits,
-                                                self.parties, timeout)
+            return self.client_host.prepare(data, sketch, layout, noise, frac_bits,
+                                            self.parties, timeout, fmt, sharing)
         except BaseException:
             self.client_host.remove()
             raise
-        self.client_share_bytes = [b + len(SHARE_HEADER) for b in prepared.upload_bytes]
-        return prepared
+
+    def expand_on_hosts(self, layout: Layout, fmt: ShareFormat, clients: int,
+                        copies: int) -> None:
+        """Seeded sharing: each server expands its own seeds into its share file on its host
+        (``ltm hosts setup`` installed the harness there), timed there as ``expand_s``."""
+        self.expand_plan = self.workdir / EXPAND_PLAN
+        save_expand_plan(self.expand_plan, layout, fmt, self.parties, clients, copies)
+        self.expanded_bytes = len(fmt.header) + 8 * layout.total_rows * layout.d * fmt.words
 
     def aggregate_on_hosts(self, layout: Layout, fmt: ShareFormat = ADDITIVE) -> None:
         """The ``local`` program: each server sums its own shares on its host before the run.
@@ -198,10 +221,15 @@ class SshCluster(PartyStaging):
                 files.append(Upload(f"Player-Data/{name}", local=path))
             elif name == f"P{i}.key" or name.startswith(f"Input-P{i}-"):
                 files.append(Upload(f"Player-Data/{name}", local=path, mode=0o600))
-        share = self.share_file(i)
-        if share.exists():
-            name = share.name if self.aggregate_plan is None else f"Received-P{i}.data"
-            files.append(Upload(f"Persistence/{name}", local=share, mode=0o600))
+        if not self.shares_on_client:
+            if self.expand_plan is not None:
+                for path in upload_files(self.party_dir(i)):
+                    files.append(Upload(f"Upload/{path.name}", local=path, mode=0o600))
+            elif self.share_file(i).exists():
+                files.append(Upload(self._received_name(i), local=self.share_file(i),
+                                    mode=0o600))
+        if self.expand_plan is not None:
+            files.append(Upload(EXPAND_PLAN, local=self.expand_plan))
         if self.aggregate_plan is not None:
             files.append(Upload(AGGREGATE_PLAN, local=self.aggregate_plan))
         if self.shares_on_client:
@@ -209,6 +237,24 @@ class SshCluster(PartyStaging):
             files.append(Upload("client.pem", local=self.client_host.cert))
         files.append(Upload("ip", content=self.ip_file(base_port).encode()))
         return files
+
+    def _received_name(self, i: int) -> str:
+        # The local program aggregates what arrives into the share file MP-SPDZ reads.
+        name = f"Transactions-P{i}.data" if self.aggregate_plan is None else f"Received-P{i}.data"
+        return f"Persistence/{name}"
+
+    def client_files(self, i: int) -> list[tuple[str, str]]:
+        """What the client host sends server ``i``: (its path there, the path on server i)."""
+        assert self.client_host is not None
+        if self.expand_plan is not None:
+            return [(name, f"Upload/{Path(name).name}") for name, _ in self.client_host.files[i]]
+        return [(name, self._received_name(i)) for name, _ in self.client_host.files[i]]
+
+    def _extra_bytes(self, i: int) -> int:
+        """Disk a server needs beyond its uploads: the client host's files, its expansion."""
+        received = (sum(size for _, size in self.client_host.files[i])
+                    if self.shares_on_client and self.client_host is not None else 0)
+        return received + self.expanded_bytes
 
     # --- the run ---------------------------------------------------------------------
 
@@ -223,11 +269,14 @@ class SshCluster(PartyStaging):
                                spec.party_count_args(self.parties))
                    for i, h in enumerate(self.inventory.hosts)]
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
+        client_files = ([self.client_files(i) for i in range(self.parties)]
+                        if self.shares_on_client else None)
         group = _Group(parties, self.inventory.known_hosts, self.inventory_path,
                        self.connect_options, aggregate=self.aggregate_plan is not None,
-                       timeout=timeout, base_port=base,
+                       expand=self.expand_plan is not None, timeout=timeout, base_port=base,
                        client_host=self.client_host if self.shares_on_client else None,
-                       received_bytes=self.client_share_bytes)
+                       client_files=client_files,
+                       extra_bytes=[self._extra_bytes(i) for i in range(self.parties)])
         try:
             results = group.run(uploads, program.name, timeout)
         finally:
@@ -240,7 +289,16 @@ class SshCluster(PartyStaging):
             stats["upload_s"] = party.upload_s
             if party.aggregate_s is not None:
                 stats["aggregate_s"] = party.aggregate_s
+            if party.expand_s is not None:
+                stats["expand_s"] = party.expand_s
             runs.append(PartyRun(party.index, result.completed, stats))
+        if self.shares_on_client:
+            # As counted by each receiving server.
+            self.client_sent_bytes = [p.received_bytes or 0 for p in parties]
+        else:
+            self.client_sent_bytes = [sum(_size(u) for u in party_uploads
+                                          if u.remote.startswith(_CLIENT_DATA))
+                                      for party_uploads in uploads]
         return runs
 
 
@@ -249,16 +307,19 @@ class _Group:
 
     def __init__(self, parties: list[RemoteParty], known_hosts: Path,
                  inventory_path: Path | None, options: ConnectOptions, *,
-                 aggregate: bool = False, timeout: float = 900.0, base_port: int = 0,
-                 client_host: ClientHost | None = None,
-                 received_bytes: list[int] | None = None) -> None:
+                 aggregate: bool = False, expand: bool = False, timeout: float = 900.0,
+                 base_port: int = 0, client_host: ClientHost | None = None,
+                 client_files: list[list[tuple[str, str]]] | None = None,
+                 extra_bytes: list[int] | None = None) -> None:
         self.parties = parties
         self.aggregate = aggregate
+        self.expand = expand
         self.timeout = timeout
         self.base_port = base_port
         self.client_host = client_host
-        # What each server receives apart from the uploads (from the client host).
-        self.received_bytes = list(received_bytes or [0] * len(parties))
+        self.client_files = client_files
+        # Disk each server needs apart from the uploads (client host's files, expansion).
+        self.extra_bytes = list(extra_bytes or [0] * len(parties))
         self.known_hosts = known_hosts
         self.inventory_path = inventory_path
         self.options = options
@@ -283,28 +344,39 @@ class _Group:
     # --- phase 1: connect, check, upload (nothing runs yet) ----------------------------
 
     def _prepare(self, uploads: list[list[Upload]]) -> None:
+        receive = self.client_host is not None
+        harness_for = (why_harness(self.expand, self.aggregate, receive)
+                       if receive or self.expand or self.aggregate else None)
+
         def prepare(party: RemoteParty) -> None:
             party.open(self.known_hosts, self.options, self.inventory_path)
             if self.abandon.is_set():
                 raise Abandoned
-            party.make_dir()
+            party.make_dir(harness_for)
             party.check_space(sum(_size(u) for u in uploads[party.index])
-                              + self.received_bytes[party.index])
+                              + self.extra_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
-            if self.client_host is not None:
-                party.start_receive(self.base_port + party.index, self.aggregate, self.timeout)
+            if self.client_files is not None:
+                party.start_receive(self.base_port + party.index,
+                                    [there for _, there in self.client_files[party.index]],
+                                    expand=self.expand, aggregate=self.aggregate,
+                                    timeout=self.timeout)
 
         self._all(prepare)
         if self.client_host is not None:
-            self._send_from_client()  # a receiver aggregates what it received itself
-        elif self.aggregate:
-            self._all(lambda party: party.aggregate(self.timeout))
+            self._send_from_client()  # a receiver expands and aggregates what it received
+        elif self.expand or self.aggregate:
+            # Expansion first: the local program aggregates the expanded share file.
+            self._all(lambda party: party.process_shares(self.timeout, expand=self.expand,
+                                                         aggregate=self.aggregate))
 
     def _send_from_client(self) -> None:
         """The client host sends each server its own shares, directly."""
         assert self.client_host is not None
+        assert self.client_files is not None
         servers = [(p.index, p.host, self.base_port + p.index,
-                    p.log_dir.parent / f"P{p.index}" / "Player-Data" / f"P{p.index}.pem")
+                    p.log_dir.parent / f"P{p.index}" / "Player-Data" / f"P{p.index}.pem",
+                    self.client_files[p.index])
                    for p in self.parties]
         try:
             seconds = self.client_host.send(servers, self.timeout)

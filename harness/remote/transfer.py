@@ -1,23 +1,26 @@
 """What the client host and the servers run for a ``[client]`` inventory.
 
 ``python -m harness.remote.transfer prepare DIR`` (on the client host) prepares
-every server's share file from the clients' data in DIR, exactly as
+every server's share file (or, with seeded sharing, its seeds and the full
+words) from the clients' data in DIR, exactly as
 :func:`harness.clients.prepare.prepare_inputs` does on this machine, and prints
-what the runner needs to verify the result (the plaintext sketch's encoding),
-never the shares.
+what the runner needs to verify the result (the plaintext sketch's encoding)
+and the files it made for each server, never the shares.
 
 ``python -m harness.remote.transfer receive ...`` (on server i) accepts one
-TLS connection from the client host and writes what it sends to its share file;
-``python -m harness.remote.transfer send ...`` (on the client host) sends each
-server its own file, to all servers at once. Both sides pin the other's
-per-run certificate (the servers' are MP-SPDZ's own ``P<i>.pem``; the client's
-is made for the run), so nobody else can send a server shares or receive them.
-Each transfer starts with its length, so a cut connection is an error, not a
-short file.
+TLS connection from the client host and writes the files it sends, which must
+be exactly the ones it was told to expect; then, as told, it expands its seeds
+and aggregates its shares. ``python -m harness.remote.transfer send ...`` (on
+the client host) sends each server its own files, to all servers at once. Both
+sides pin the other's per-run certificate (the servers' are MP-SPDZ's own
+``P<i>.pem``; the client's is made for the run), so nobody else can send a
+server shares or receive them. Each file travels with its name and length, so
+a cut connection is an error, not a short file.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
@@ -34,6 +37,7 @@ __all__ = ["main"]
 _CHUNK = 1 << 20
 _TIMEOUT = 600.0
 _HEADER = struct.Struct("!Q")
+_NAME = struct.Struct("!H")
 
 
 def _context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
@@ -48,44 +52,76 @@ def _context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
     return ctx
 
 
-def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path,
-            aggregate: tuple[Path, Path] | None = None) -> None:
-    """Receive this server's shares; with ``aggregate`` (plan, dest), the ``local``
-    program's aggregation follows at once, its modules loaded while waiting."""
+def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list[str],
+            expand: tuple[int, Path, Path] | None = None,
+            aggregate: tuple[Path, Path, Path] | None = None) -> None:
+    """Receive this server's files (``names``, relative to here) and nothing else.
+
+    ``expand`` (party, plan, out): seeded sharing, the seeds in ``Upload/`` are
+    expanded into ``out`` at once; ``aggregate`` (source, plan, dest): the
+    ``local`` program's aggregation follows, after any expansion. Their modules
+    load while the receiver waits, so neither counts their import.
+    """
     ctx = _context(True, cert, key, peer)
-    loader = None
-    if aggregate is not None:
-        loader = threading.Thread(target=__import__, args=("harness.engine.aggregate",))
+    modules = (["harness.clients.seeded"] if expand else []) + \
+        (["harness.engine.aggregate"] if aggregate else [])
+    loader = threading.Thread(target=lambda: [__import__(m) for m in modules])
     with socket.create_server((bind, port), reuse_port=False) as listener:
         listener.settimeout(_TIMEOUT)
         print("listening", flush=True)
-        if loader is not None:
-            loader.start()
+        loader.start()
         conn, _ = listener.accept()
     conn.settimeout(_TIMEOUT)
     with ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False) as tls:
         started = time.perf_counter()
+        got = _receive_files(tls, names)
+        tls.sendall(b"ok")
+    print(f"received {got} {time.perf_counter() - started:.6f}", flush=True)
+    loader.join()
+    if expand is not None:
+        from harness.clients.seeded import expand_file
+
+        party, plan, out = expand
+        print(f"expand_s {expand_file(party, plan, out):.6f}", flush=True)
+    if aggregate is not None:
+        from harness.engine.aggregate import aggregate_file
+
+        source, plan, dest = aggregate
+        print(f"aggregate_s {aggregate_file(source, plan, dest):.6f}", flush=True)
+        source.unlink()
+
+
+def _receive_files(tls: ssl.SSLSocket, names: list[str]) -> int:
+    """Every expected file, each once; returns the bytes of their contents."""
+    (count,) = _HEADER.unpack(_read_exactly(tls, _HEADER.size))
+    if count != len(names):
+        raise ConnectionError(f"the client host sends {count} files, {len(names)} expected")
+    waiting = set(names)
+    total = 0
+    for _ in range(count):
+        (length,) = _NAME.unpack(_read_exactly(tls, _NAME.size))
+        name = _read_exactly(tls, length).decode()
+        if name not in waiting:
+            # Only names the runner gave: the client host cannot write anywhere else.
+            raise ConnectionError(f"the client host sent {name!r}, which is not expected "
+                                  "here (or twice)")
+        waiting.discard(name)
         (size,) = _HEADER.unpack(_read_exactly(tls, _HEADER.size))
+        out = Path(name)
+        for parent in reversed(out.parents[:-1]):
+            parent.mkdir(mode=0o700, exist_ok=True)
         got = 0
-        out.parent.mkdir(parents=True, exist_ok=True)
-        # Private from creation: these are secret shares.
+        # Private from creation: these are secret shares or seeds.
         with open(out, "wb", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
             while got < size:
                 data = tls.recv(min(_CHUNK, size - got))
                 if not data:
-                    raise ConnectionError(f"the client host sent {got} of {size} bytes")
+                    raise ConnectionError(f"the client host sent {got} of {size} bytes of "
+                                          f"{name}")
                 fh.write(data)
                 got += len(data)
-        tls.sendall(b"ok")
-    print(f"received {got} {time.perf_counter() - started:.6f}", flush=True)
-    if aggregate is not None:
-        assert loader is not None
-        loader.join()
-        from harness.engine.aggregate import aggregate_file
-
-        plan, dest = aggregate
-        print(f"aggregate_s {aggregate_file(out, plan, dest):.6f}", flush=True)
-        out.unlink()
+        total += got
+    return total
 
 
 def _read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
@@ -99,7 +135,8 @@ def _read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
 
 
 def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:
-    """Each target: party, host, port, peer (its certificate), file. All at once."""
+    """Each target: party, host, port, peer (its certificate), files ([local, name] pairs,
+    the name being where the server keeps it). All at once; seconds each."""
     seconds: dict[int, float] = {}
     errors: list[str] = []
 
@@ -107,13 +144,16 @@ def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:
         try:
             ctx = _context(False, cert, key, Path(t["peer"]))
             started = time.perf_counter()
-            path = Path(t["file"])
-            size = path.stat().st_size
             with socket.create_connection((t["host"], t["port"]), timeout=_TIMEOUT) as raw, \
-                    ctx.wrap_socket(raw) as tls, open(path, "rb") as fh:
-                tls.sendall(_HEADER.pack(size))
-                while block := fh.read(_CHUNK):
-                    tls.sendall(block)
+                    ctx.wrap_socket(raw) as tls:
+                tls.sendall(_HEADER.pack(len(t["files"])))
+                for local, name in t["files"]:
+                    encoded = name.encode()
+                    with open(local, "rb") as fh:
+                        size = os.fstat(fh.fileno()).st_size
+                        tls.sendall(_NAME.pack(len(encoded)) + encoded + _HEADER.pack(size))
+                        while block := fh.read(_CHUNK):
+                            tls.sendall(block)
                 if _read_exactly(tls, 2) != b"ok":
                     raise ConnectionError("no acknowledgement")
             seconds[t["party"]] = time.perf_counter() - started
@@ -137,6 +177,8 @@ def prepare(directory: Path) -> dict:
     from harness.clients.layout import Layout
     from harness.clients.noise import NoiseSpec, noise_rng
     from harness.clients.prepare import ShareSink, prepare_inputs
+    from harness.clients.seeded import SeededSink, upload_files
+    from harness.clients.sharing import share_format
     from harness.clients.sketch import Sketch
 
     os.umask(0o077)  # the share files are secret from creation
@@ -149,33 +191,56 @@ def prepare(directory: Path) -> dict:
     else:
         layout = Layout.plain(sketch, d)
     fp = FixedPoint(params["frac_bits"])
-    sink = ShareSink([directory / f"Transactions-P{i}.data" for i in range(params["parties"])])
+    fmt = share_format(params.get("format", "additive"))
+    parties = params["parties"]
+    seeded = params.get("sharing", "full") == "seeded"
+    if seeded:
+        party_dirs = [directory / f"P{i}" for i in range(parties)]
+        sink = SeededSink(party_dirs, layout, fmt, sketch.n, sketch.s, d)
+    else:
+        sink = ShareSink([directory / f"Transactions-P{i}.data" for i in range(parties)], fmt)
     prepared = prepare_inputs(data, sketch, layout, NoiseSpec(**params["noise"]), fp, sink,
                               noise_rng())
     # The shares stay here; only what verification needs goes back to the runner.
     (directory / "data.npy").unlink()
+    if seeded:
+        files = [[[str(p.relative_to(directory)), p.stat().st_size]
+                  for p in upload_files(party_dir)] for party_dir in party_dirs]
+    else:
+        files = [[[f"Transactions-P{i}.data", (directory / f"Transactions-P{i}.data")
+                   .stat().st_size]] for i in range(parties)]
     return {"expected": base64.b64encode(prepared.expected.astype("<u8").tobytes()).decode(),
             "abs_sums": base64.b64encode(prepared.abs_sums.astype("<f8").tobytes()).decode(),
             "shape": list(prepared.expected.shape), "upload_bytes": prepared.upload_bytes,
-            "seconds": prepared.seconds, "stats": prepared.stats}
+            "files": files, "seconds": prepared.seconds, "stats": prepared.stats}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    command = args[0] if args else ""
-    if command == "prepare" and len(args) == 2:
-        print(json.dumps(prepare(Path(args[1]))))
-    elif command == "receive" and len(args) in (7, 9):
-        bind, port, cert, key, peer, out = args[1:7]
-        aggregate = (Path(args[7]), Path(args[8])) if len(args) == 9 else None
-        receive(bind, int(port), Path(cert), Path(key), Path(peer), Path(out), aggregate)
-    elif command == "send" and len(args) == 4:
-        targets = json.loads(Path(args[1]).read_text())
-        print(json.dumps(send(targets, Path(args[2]), Path(args[3]))))
+    parser = argparse.ArgumentParser(prog="python -m harness.remote.transfer")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("prepare")
+    p.add_argument("dir", type=Path)
+    p = commands.add_parser("receive")
+    for name in ("bind", "port", "cert", "key", "peer"):
+        p.add_argument(name)
+    p.add_argument("--file", action="append", required=True, dest="files")
+    p.add_argument("--expand", nargs=3, metavar=("PARTY", "PLAN", "OUT"))
+    p.add_argument("--aggregate", nargs=3, metavar=("SOURCE", "PLAN", "DEST"))
+    p = commands.add_parser("send")
+    for name in ("targets", "cert", "key"):
+        p.add_argument(name, type=Path)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "prepare":
+        print(json.dumps(prepare(args.dir)))
+    elif args.command == "receive":
+        expand = args.expand and (int(args.expand[0]), Path(args.expand[1]),
+                                  Path(args.expand[2]))
+        aggregate = args.aggregate and tuple(Path(a) for a in args.aggregate)
+        receive(args.bind, int(args.port), Path(args.cert), Path(args.key), Path(args.peer),
+                args.files, expand or None, aggregate or None)
     else:
-        print("usage: python -m harness.remote.transfer prepare DIR | receive BIND PORT CERT "
-              "KEY PEER OUT [PLAN DEST] | send TARGETS.json CERT KEY", file=sys.stderr)
-        return 2
+        targets = json.loads(args.targets.read_text())
+        print(json.dumps(send(targets, args.cert, args.key)))
     return 0
 
 
