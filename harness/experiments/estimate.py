@@ -31,8 +31,10 @@ from harness.experiments.run import RunConfig, default_input_mode, upload_model_
 
 if TYPE_CHECKING:
     from harness.experiments.reproduce import ReproduceConfig
+    from harness.experiments.sweeps import Cell
 
-__all__ = ["COST_NS", "Estimate", "estimate_sweep", "HOSTS_SETUP_S", "MPC_START_S", "SETUP_S"]
+__all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
+           "MPC_START_S", "SETUP_S"]
 
 # (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
 # benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, both
@@ -115,14 +117,47 @@ class Estimate:
                 f"{self.setup_s / 60:.0f} min){left}; {cost}")
 
 
+@dataclass(frozen=True)
+class CellCost:
+    """One repetition of one cell: seconds here, and bytes the clients upload."""
+
+    prepare_s: float
+    mpc_s: float
+    expand_s: float
+    upload_bytes: float
+
+
 def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
-    if run_cfg.sharing != "seeded":
+    if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
     comps = components(run_cfg.share_format, run_cfg.parties)
     # Holders of the full component get its words; every seeded component held, a seed per client.
     return sum(8 * values * comps.holds_full(i)
                + SEED_BYTES * run_cfg.clients * len(comps.seeded(i))
                for i in range(run_cfg.parties))
+
+
+def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
+    """What one repetition of ``cell`` costs under ``cfg``'s settings (see the module)."""
+    program, protocol = cell.program or cfg.program, cell.protocol or cfg.protocol
+    if (protocol, program) not in COST_NS:
+        raise LtmError(f"no measured cost for --protocol {protocol} --program {program}; "
+                       "add it to harness/experiments/estimate.py's COST_NS")
+    prepare_ns, mpc_ns = COST_NS[(protocol, program)]
+    run_cfg = RunConfig(out=cfg.out, parties=cell.servers, clients=cell.clients,
+                        program=program, protocol=protocol, sharing=cfg.sharing,
+                        input_mode=default_input_mode(program))
+    values = cell.sparsity * cell.clients * cell.dim
+    prepare = values * prepare_ns * 1e-9
+    expand = 0.0
+    if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
+        comps = components(run_cfg.share_format, cell.servers)
+        prepare += values * (comps.count - 1) * SEEDED_PREPARE_NS * 1e-9
+        # the servers expand at once, each its own: the sweep waits for the slowest
+        slowest = max(len(comps.seeded(i)) for i in range(cell.servers))
+        expand = values * slowest * EXPAND_NS * 1e-9
+    return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
+                    expand_s=expand, upload_bytes=_upload_bytes(run_cfg, values))
 
 
 def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BASELINE_GBIT,
@@ -140,26 +175,13 @@ def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BAS
     reps = upload_bytes = prepare = mpc = expand = 0.0
     servers = 2
     for cell, k in cells:
-        program, protocol = cell.program or cfg.program, cell.protocol or cfg.protocol
-        run_cfg = RunConfig(out=cfg.out, parties=cell.servers, clients=cell.clients,
-                            program=program, protocol=protocol, sharing=cfg.sharing,
-                            input_mode=default_input_mode(program))
-        prepare_ns, mpc_ns = COST_NS.get((protocol, program), (None, None))
-        if prepare_ns is None:
-            raise LtmError(f"no measured cost for --protocol {protocol} --program {program}; "
-                           "add it to harness/experiments/estimate.py's COST_NS")
-        values = cell.sparsity * cell.clients * cell.dim
+        cost = cell_cost(cfg, cell)
         servers = max(servers, cell.servers)
         reps += k
-        upload_bytes += k * _upload_bytes(run_cfg, values)
-        prepare += k * values * prepare_ns * 1e-9
-        mpc += k * (MPC_START_S + values * mpc_ns * 1e-9)
-        if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
-            comps = components(run_cfg.share_format, cell.servers)
-            seeded = comps.count - 1
-            prepare += k * values * seeded * SEEDED_PREPARE_NS * 1e-9
-            slowest = max(len(comps.seeded(i)) for i in range(cell.servers))
-            expand += k * values * slowest * EXPAND_NS * 1e-9
+        upload_bytes += k * cost.upload_bytes
+        prepare += k * cost.prepare_s
+        mpc += k * cost.mpc_s
+        expand += k * cost.expand_s
     return Estimate(repetitions=int(reps), upload_gb=upload_bytes / 1e9, prepare_s=prepare,
                     upload_s=upload_bytes * 8 / (bandwidth_gbit * 1e9), mpc_s=mpc,
                     expand_s=expand, setup_s=reps * SETUP_S + HOSTS_SETUP_S,
