@@ -43,6 +43,8 @@ __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HO
 # combination, to two digits. That sweep ran on a loaded machine before the
 # preparation was put on threads; benchmarks/README's clients benchmark prepares
 # at ~80 ns per value on a quiet one, so the prepare figures are on the safe side.
+# The table sweeps committed beside it ran on a faster (AMD) machine: semi2k's
+# reference there took ~270 ns per value, not 1300; a planning model errs long.
 COST_NS: dict[tuple[str, str], tuple[float, float]] = {
     ("semi2k", "fast"): (600, 57),
     ("semi2k", "local"): (420, 10),
