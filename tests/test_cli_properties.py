@@ -148,6 +148,7 @@ REPRODUCE_OPTIONS = {
     "--bandwidth": wild_number(),
     "--program": st.sampled_from(["fast", "reference", "local"]),
     "--noise": st.sampled_from(["gaussian", "none"]),
+    "--sharing": st.sampled_from(["full", "seeded"]),
 }
 
 

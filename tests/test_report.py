@@ -321,3 +321,48 @@ def test_write_report_alone_links_the_files(tmp_path):
                         settings={})
     assert path.name == "report.md"
     assert "[table4.csv](table4.csv)" in path.read_text()
+
+
+# --- T_end_to_end ---------------------------------------------------------------
+
+
+def test_end_to_end_beside_t_mpc_with_what_it_contains(tmp_path):
+    cell = cell_of("table4", 100000)
+    rows = raw_rows(cell, [[1.0, 2.0], [3.0, 1.0]])
+    for row, e2e in zip(rows, (5.0, 5.0, 9.0, 9.0), strict=True):
+        row.update(sharing="seeded", t_end_to_end_s=e2e, upload_measured=False,
+                   expand_s=0.5 + row["party"])
+    raw = pd.DataFrame(rows)
+    summary = summarize(raw, "table4")
+    r = summary.iloc[0]
+    assert r["t_mpc_mean_s"] == 2.5  # the slowest party, as before
+    assert (r["t_end_to_end_mean_s"], r["t_end_to_end_std_s"]) == (7.0, pytest.approx(2.8284271))
+    assert r["expand_mean_s"] == 1.5 and r["sharing"] == "seeded"
+    assert not r["upload_measured"]
+    write_all(raw, ["table4"], tmp_path, machine=MACHINE, settings=SETTINGS)
+    md = (tmp_path / "table4.md").read_text()
+    # beside the paper's T_MPC column, never instead of it
+    assert "| n | T_MPC (sec) | T_end_to_end (sec) | C_MPC (MB) |" in md
+    assert "| 7.000 ± 2.828 |" in md
+    tex = (tmp_path / "table4.tex").read_text()
+    assert r"$T_{\mathrm{end\textrm{-}to\textrm{-}end}}$ (sec)" in tex
+    report = (tmp_path / "report.md").read_text()
+    assert "## T_end_to_end" in report
+    assert "not measured: the share files are written in place on this machine, so it " \
+           "counts as 0 s" in report
+    assert "computationally hiding" in report
+    csv = pd.read_csv(tmp_path / "table4.csv")
+    assert csv.loc[0, "t_end_to_end_mean_s"] == 7.0
+
+
+def test_rows_before_end_to_end_render_as_before(tmp_path):
+    # Rows written before sharing and T_end_to_end existed (the committed sweeps'):
+    # no such column in the tables, full sharing, no T_end_to_end section.
+    raw = full_raw(("table4",), reps=2)
+    assert "t_end_to_end_s" not in raw.columns
+    write_all(raw, ["table4"], tmp_path, machine=MACHINE, settings=SETTINGS)
+    md = (tmp_path / "table4.md").read_text()
+    assert "| n | T_MPC (sec) | C_MPC (MB) |" in md and "T_end_to_end" not in md
+    assert "T_end_to_end" not in (tmp_path / "report.md").read_text()
+    summary = summarize(raw, "table4")
+    assert summary["t_end_to_end_mean_s"].isna().all() and set(summary["sharing"]) == {"full"}

@@ -158,3 +158,45 @@ def test_a_second_command_on_the_same_out_is_refused_naming_the_first(tmp_path, 
         in err
     assert first.returncode == 143  # the first was not disturbed: it ran until stopped
     assert not (out.parent / f".{out.name}.lock").exists()
+
+
+_LATER = ("sharing", "expand_s", "t_end_to_end_s", "upload_measured")
+
+
+def test_a_sweep_from_before_sharing_and_protocol_resumes(sweep, program_cache, monkeypatch):
+    # sweep.json and raw rows as written before --protocol and --sharing existed
+    import json
+
+    record = json.loads((sweep / "sweep.json").read_text())
+    for key in ("sharing", "protocol"):
+        del record["settings"][key]
+    (sweep / "sweep.json").write_text(json.dumps(record))
+    rows = [json.loads(line) for line in _lines(sweep)]
+    (sweep / RAW_FILE).write_text("".join(
+        json.dumps({k: v for k, v in row.items() if k not in _LATER}) + "\n" for row in rows))
+    counter = _Count()
+    monkeypatch.setattr(rp, "execute", counter)
+    reproduce(_cfg(sweep, program_cache))  # read as semi2k and full: the same sweep
+    assert counter.calls == 0
+    assert "T_end_to_end" not in (sweep / "table4.md").read_text()
+    with pytest.raises(LtmError, match="sharing 'full' there, 'seeded' now"):
+        reproduce(_cfg(sweep, program_cache, sharing="seeded"))
+
+
+@pytest.mark.parametrize("name, tables, repeat", [("fast", "all", None),
+                                                  ("security", "security", 2)])
+def test_committed_sweeps_resume_and_render_unchanged(tmp_path, program_cache, monkeypatch,
+                                                      name, tables, repeat):
+    committed = ROOT / "benchmarks" / "reproduction" / name
+    out = tmp_path / name
+    out.mkdir()
+    for file in ("sweep.json", RAW_FILE):
+        (out / file).write_bytes((committed / file).read_bytes())
+    counter = _Count()
+    monkeypatch.setattr(rp, "execute", counter)
+    reproduce(ReproduceConfig(tables=tables, out=out, repeat=repeat, cache_dir=program_cache,
+                              progress=False))
+    assert counter.calls == 0  # every repetition is there: nothing runs
+    for md in committed.glob("*.md"):
+        if md.name != "report.md":  # it names the machine
+            assert (out / md.name).read_text() == md.read_text(), md.name

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.cli.run import add_protocol_argument
 from harness.clients.noise import NOISE_KINDS
-from harness.experiments.run import PROGRAMS
+from harness.experiments.run import PROGRAMS, SHARINGS
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +30,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="multiply every n by F, for quick looks (default 1)")
     p.add_argument("--program", choices=PROGRAMS, help="server program (default fast)")
     add_protocol_argument(p)
+    p.add_argument("--sharing", choices=SHARINGS, default="full",
+                   help="full: every server receives all its share words; seeded: all but "
+                        "one sharing component travel as 32-byte seeds per client, which the "
+                        "servers expand (computationally hiding; cells without share files "
+                        "are left out; default full)")
     p.add_argument("--hosts", type=Path, metavar="FILE",
                    help="hosts inventory: run party i on the i-th host over SSH")
     p.add_argument("--network", metavar="PROFILE",
@@ -57,27 +62,23 @@ def _handle(args: argparse.Namespace) -> int:
     from harness.errors import InputError
     from harness.experiments.reproduce import ReproduceConfig, reproduce
 
-    if args.estimate:
-        from harness.experiments.estimate import estimate_sweep
-        from harness.experiments.sweeps import resolve_tables
-
-        if args.scale <= 0:
-            raise InputError(f"--scale must be positive, got {args.scale}")
-        est = estimate_sweep(resolve_tables(args.tables), repeat=args.repeat, scale=args.scale,
-                             bandwidth_gbit=args.bandwidth)
-        print(f"ltm reproduce {args.tables}: expected {est.describe()}")
-        return 0
-    if args.out is None:
+    if args.out is None and not args.estimate:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
-
     if args.tables == "security" and (args.program or args.protocol):
         raise InputError("ltm reproduce security runs every protocol and program itself; "
                          "drop --program and --protocol")
-    cfg = ReproduceConfig(tables=args.tables, out=args.out, repeat=args.repeat,
+    # An estimate plans the same cells as the sweep would, so it gets the same settings.
+    cfg = ReproduceConfig(tables=args.tables, out=args.out or Path("."), repeat=args.repeat,
                           scale=args.scale, program=args.program or "fast",
-                          protocol=args.protocol or "semi2k", hosts=args.hosts,
-                          network=args.network, noise=args.noise, seed=args.seed,
-                          timeout=args.timeout, mp_spdz=args.mp_spdz, progress=args.progress,
-                          install_mpspdz=args.install_mpspdz)
+                          protocol=args.protocol or "semi2k", sharing=args.sharing,
+                          hosts=args.hosts, network=args.network, noise=args.noise,
+                          seed=args.seed, timeout=args.timeout, mp_spdz=args.mp_spdz,
+                          progress=args.progress, install_mpspdz=args.install_mpspdz)
+    if args.estimate:
+        from harness.experiments.estimate import estimate_sweep
+
+        est = estimate_sweep(cfg, bandwidth_gbit=args.bandwidth)
+        print(f"ltm reproduce {args.tables}: expected {est.describe()}")
+        return 0
     reproduce(cfg, echo=print)
     return 0

@@ -1,27 +1,82 @@
 """How long a sweep should take, and what it costs on AWS, before running it.
 
-Per repetition of a cell: preparing the clients' shares here (a measured
-rate per share written), uploading every server's shares from one client
-machine at a given bandwidth, the parties' T_MPC (the paper's value for the
-cell: the reference point the sweep is compared with) and a fixed set-up and
-clean-up cost, plus setting the hosts up once. A model for planning, not a
-measurement: the report of the finished sweep has the real numbers.
+The estimate plans exactly the cells the sweep would run (``plan_sweep``: cells
+it leaves out, e.g. spdz2k's ``fast``, cost nothing) and charges each
+repetition of a cell with V = s * n * d noisy values:
+
+- preparing the clients' shares here: ``prepare_ns * V``;
+- the parties, as the sweep waits for them (their wall time, not only T_MPC):
+  ``MPC_START_S + mpc_ns * V``;
+- with ``--sharing seeded``: the clients' extra expansion of each seeded
+  component, and the slowest server's expansion of its own (``expand``);
+- a fixed ``SETUP_S`` for everything else in a repetition;
+- uploading every server's shares from one client machine at a given
+  bandwidth (the modelled AWS transfer; locally the files are written in place);
+
+plus setting the hosts up once. ``prepare_ns`` and ``mpc_ns`` are per protocol
+x program (:data:`COST_NS`): the ``reference`` program reads every value
+through MP-SPDZ's input and costs 10-100 times ``fast``, most of all under the
+replicated protocols. A model for planning, calibrated on this 2-core machine:
+the report of the finished sweep has the real numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from harness.errors import InputError
-from harness.experiments.sweeps import expand, load_spec, paper_values
+from harness.clients.seeded import SEED_BYTES, components
+from harness.errors import InputError, LtmError
+from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
 
-__all__ = ["Estimate", "estimate_sweep", "HOSTS_SETUP_S", "PREPARE_NS_PER_SHARE", "SETUP_S"]
+if TYPE_CHECKING:
+    from harness.experiments.reproduce import ReproduceConfig
+    from harness.experiments.sweeps import Cell
 
-# Measured on the 2-core development machine: preparing Table 5's s = 50 cell
-# (250M entries, 3 shares each) takes about 27 s, i.e. ~36 ns per share written.
-PREPARE_NS_PER_SHARE = 36.0
-# Certificates, connections, directories, party start-up and clean-up.
-SETUP_S = 2.0
+__all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
+           "MPC_START_S", "SETUP_S"]
+
+# (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
+# benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, both
+# repetitions, every n of Table 3 and n = 500k at s = 10): prepare_ns is
+# sum(prepare_s) / sum(V) and mpc_ns sum(wall_s - MPC_START_S) / sum(V), per
+# combination, to two digits. That sweep ran on a loaded machine before the
+# preparation was put on threads; benchmarks/README's clients benchmark prepares
+# at ~80 ns per value on a quiet one, so the prepare figures are on the safe side.
+# The table sweeps committed beside it ran on a faster (AMD) machine: semi2k's
+# reference there took ~270 ns per value, not 1300; a planning model errs long.
+COST_NS: dict[tuple[str, str], tuple[float, float]] = {
+    ("semi2k", "fast"): (600, 57),
+    ("semi2k", "local"): (420, 10),
+    ("semi2k", "reference"): (500, 1300),
+    ("replicated-ring", "fast"): (410, 100),
+    ("replicated-ring", "local"): (330, 1.4),
+    ("replicated-ring", "reference"): (440, 7200),
+    ("ps-rep-ring", "fast"): (600, 110),
+    ("ps-rep-ring", "local"): (460, 5.1),
+    ("ps-rep-ring", "reference"): (560, 6500),
+    ("malicious-rep-ring", "fast"): (460, 97),
+    ("malicious-rep-ring", "local"): (400, 5.2),
+    ("malicious-rep-ring", "reference"): (350, 5300),
+    ("spdz2k", "local"): (150, 47),
+    # spdz2k's party input (it runs only up to 200,000 values): 1.84 s per 200,000
+    # values (MP-SPDZ v0.4.2, measured for issue 10); preparing is semi2k's.
+    ("spdz2k", "reference"): (500, 9200),
+}
+# The parties' start-up and shut-down around T_MPC: the median of wall_s - T_MPC
+# over the same rows.
+MPC_START_S = 0.2
+# The rest of a repetition (workload per cell, certificates, directories,
+# verification, clean-up): the mean of the time between consecutive
+# repetitions' stamps (1 s resolution) minus their prepare_s and wall_s, same rows
+# (the one pause of 12 minutes between two sessions left out).
+SETUP_S = 1.8
+# --sharing seeded, per value and seeded component (benchmarks/README, clients.py:
+# 50M values at S = 3, two seeded components): the clients expand each one to
+# subtract it (prepare 9.66 s against 3.88 s full: ~58 ns), a server expands
+# its own (3.89 s: ~78 ns).
+SEEDED_PREPARE_NS = 58.0
+EXPAND_NS = 78.0
 # Once per cluster: cloud-init's OS packages and `ltm hosts setup` (the harness's
 # venv from PyPI, MP-SPDZ's release); the rehearsal on this machine takes ~75 s for
 # `ltm hosts setup` alone, an EC2 instance's first boot and apt a few minutes more.
@@ -39,10 +94,12 @@ class Estimate:
     setup_s: float
     instances: int
     hourly_usd: float | None
+    expand_s: float = 0.0
+    left_out_cells: int = 0
 
     @property
     def total_s(self) -> float:
-        return self.prepare_s + self.upload_s + self.mpc_s + self.setup_s
+        return self.prepare_s + self.upload_s + self.expand_s + self.mpc_s + self.setup_s
 
     @property
     def cost_usd(self) -> float | None:
@@ -53,40 +110,83 @@ class Estimate:
     def describe(self) -> str:
         cost = (f"${self.cost_usd:.2f} for {self.instances} instances at "
                 f"${self.hourly_usd:.4f}/h" if self.cost_usd is not None else "cost unknown")
+        expand = f", expand {self.expand_s / 60:.0f} min" if self.expand_s else ""
+        left = (f"; {self.left_out_cells} cells left out, as the sweep would"
+                if self.left_out_cells else "")
         return (f"{self.repetitions} repetitions, about {self.total_s / 3600:.2f} h "
                 f"(prepare {self.prepare_s / 60:.0f} min, upload {self.upload_gb:.0f} GB in "
-                f"{self.upload_s / 60:.0f} min, MPC {self.mpc_s / 60:.0f} min, set-up "
-                f"{self.setup_s / 60:.0f} min); {cost}")
+                f"{self.upload_s / 60:.0f} min{expand}, MPC {self.mpc_s / 60:.0f} min, set-up "
+                f"{self.setup_s / 60:.0f} min){left}; {cost}")
 
 
-def estimate_sweep(tables: list[str], *, repeat: int | None = None, scale: float = 1.0,
-                   bandwidth_gbit: float = T3_LARGE_BASELINE_GBIT,
+@dataclass(frozen=True)
+class CellCost:
+    """One repetition of one cell: seconds here, and bytes the clients upload."""
+
+    prepare_s: float
+    mpc_s: float
+    expand_s: float
+    upload_bytes: float
+
+
+def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
+    if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
+        return upload_model_mb(run_cfg, values) * 1e6
+    comps = components(run_cfg.share_format, run_cfg.parties)
+    # Holders of the full component get its words; every seeded component held, a seed per client.
+    return sum(8 * values * comps.holds_full(i)
+               + SEED_BYTES * run_cfg.clients * len(comps.seeded(i))
+               for i in range(run_cfg.parties))
+
+
+def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
+    """What one repetition of ``cell`` costs under ``cfg``'s settings (see the module)."""
+    program, protocol = cell.program or cfg.program, cell.protocol or cfg.protocol
+    if (protocol, program) not in COST_NS:
+        raise LtmError(f"no measured cost for --protocol {protocol} --program {program}; "
+                       "add it to harness/experiments/estimate.py's COST_NS")
+    prepare_ns, mpc_ns = COST_NS[(protocol, program)]
+    run_cfg = RunConfig(out=cfg.out, parties=cell.servers, clients=cell.clients,
+                        program=program, protocol=protocol, sharing=cfg.sharing,
+                        input_mode=default_input_mode(program))
+    values = cell.sparsity * cell.clients * cell.dim
+    prepare = values * prepare_ns * 1e-9
+    expand = 0.0
+    if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
+        comps = components(run_cfg.share_format, cell.servers)
+        prepare += values * (comps.count - 1) * SEEDED_PREPARE_NS * 1e-9
+        # the servers expand at once, each its own: the sweep waits for the slowest
+        slowest = max(len(comps.seeded(i)) for i in range(cell.servers))
+        expand = values * slowest * EXPAND_NS * 1e-9
+    return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
+                    expand_s=expand, upload_bytes=_upload_bytes(run_cfg, values))
+
+
+def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BASELINE_GBIT,
                    instance_type: str = "t3.large", instances: int | None = None) -> Estimate:
-    """The expected duration of ``tables`` and its cost on ``instances`` machines.
+    """The expected duration of ``cfg``'s sweep and its cost on ``instances`` machines.
 
     ``instances`` defaults to the largest S of the sweep plus one client machine.
     """
+    from harness.experiments.reproduce import plan_sweep
     from infra._pricing import hourly_price
 
     if not bandwidth_gbit > 0:
         raise InputError(f"the bandwidth must be positive, got {bandwidth_gbit} Gbit/s")
-    paper = paper_values()
-    reps = upload_bytes = prepare = mpc = 0.0
+    cells, left_out = plan_sweep(cfg, cfg.validate())
+    reps = upload_bytes = prepare = mpc = expand = 0.0
     servers = 2
-    for table in tables:
-        spec = load_spec(table)
-        k = repeat or spec.repeat
-        for cell in expand(spec, scale):
-            servers = max(servers, cell.servers)
-            shares = cell.servers * cell.sparsity * cell.clients * cell.dim
-            row = paper[(paper["table"] == spec.paper) & (paper["sparsity"] == cell.sparsity)
-                        & (paper["clients"] == cell.paper_clients)]
-            t_paper = float(row["t_mpc_mean_s"].iloc[0]) * scale if len(row) else 0.0
-            reps += k
-            upload_bytes += k * 8 * shares
-            prepare += k * shares * PREPARE_NS_PER_SHARE * 1e-9
-            mpc += k * t_paper
+    for cell, k in cells:
+        cost = cell_cost(cfg, cell)
+        servers = max(servers, cell.servers)
+        reps += k
+        upload_bytes += k * cost.upload_bytes
+        prepare += k * cost.prepare_s
+        mpc += k * cost.mpc_s
+        expand += k * cost.expand_s
     return Estimate(repetitions=int(reps), upload_gb=upload_bytes / 1e9, prepare_s=prepare,
                     upload_s=upload_bytes * 8 / (bandwidth_gbit * 1e9), mpc_s=mpc,
-                    setup_s=reps * SETUP_S + HOSTS_SETUP_S, instances=instances or servers + 1,
-                    hourly_usd=hourly_price(instance_type))
+                    expand_s=expand, setup_s=reps * SETUP_S + HOSTS_SETUP_S,
+                    instances=instances or servers + 1, hourly_usd=hourly_price(instance_type),
+                    left_out_cells=sum(len(points) for reasons in left_out.values()
+                                       for points in reasons.values()))

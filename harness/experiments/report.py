@@ -8,6 +8,11 @@ runner). Per cell:
   mean and the sample std (ddof=1; n/a with one repetition) over repetitions.
   A repetition missing a party's row cannot give its slowest party: it is left
   out and reported.
+- T_end_to_end of a repetition (``t_end_to_end_s``, the same in each party's
+  row) is prepare + upload + expand + T_MPC as ``ltm run`` measures it. It is
+  shown beside T_MPC, never instead of it, and only when the rows hold it:
+  rows written before it existed lack the column and their tables look as
+  they did.
 - C_MPC is the measured ``c_mpc_mb`` (the clients' uploads to all servers plus
   the data the servers sent), mean over repetitions, beside the paper's model
   S * 8 * (s*n*d + m*d) bytes at the run's n.
@@ -59,9 +64,10 @@ RAW_COLUMNS = ("table", "variant", "cell", "servers", "clients", "paper_clients"
 # Summary columns, in order; the CSV holds exactly these.
 SUMMARY_COLUMNS = (
     "table", "cell", "variant", "servers", "clients", "paper_clients", "sparsity", "rows", "dim",
-    "scale", "repetitions", "t_mpc_mean_s", "t_mpc_std_s", "c_mpc_mean_mb", "model_c_mpc_mb",
-    "paper_servers", "paper_servers_by_comm", "paper_t_mpc_mean_s", "paper_t_mpc_std_s",
-    "paper_c_mpc_mb", "t_ratio", "c_ratio", "c_model_ratio",
+    "scale", "repetitions", "t_mpc_mean_s", "t_mpc_std_s", "t_end_to_end_mean_s",
+    "t_end_to_end_std_s", "expand_mean_s", "upload_measured", "sharing", "c_mpc_mean_mb",
+    "model_c_mpc_mb", "paper_servers", "paper_servers_by_comm", "paper_t_mpc_mean_s",
+    "paper_t_mpc_std_s", "paper_c_mpc_mb", "t_ratio", "c_ratio", "c_model_ratio",
 )
 
 
@@ -129,13 +135,47 @@ def _table_rows(raw: pd.DataFrame, table: str) -> pd.DataFrame:
     return rows
 
 
+# Columns that rows written before seeded sharing and T_end_to_end lack, with
+# what such a row means: full sharing, nothing measured.
+_LATER_COLUMNS = {"sharing": "full", "t_end_to_end_s": np.nan, "expand_s": np.nan,
+                  "upload_measured": np.nan}
+
+
 def _repetitions(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (cell, repetition): slowest party's time, C_MPC, and completeness."""
+    """One row per (cell, repetition): slowest party's time, C_MPC, and completeness.
+
+    Also T_end_to_end, the slowest server's expansion and whether the upload was
+    measured (NaN where the rows predate them).
+    """
+    rows = rows.assign(**{c: rows[c] if c in rows.columns else v
+                          for c, v in _LATER_COLUMNS.items()})
+    rows["sharing"] = rows["sharing"].fillna("full")
     per = rows.groupby(["cell", "repetition"], sort=False).agg(
         t_mpc_s=("time_s", "max"), c_mpc_mb=("c_mpc_mb", "mean"),
+        t_end_to_end_s=("t_end_to_end_s", "max"), expand_s=("expand_s", "max"),
+        upload_measured=("upload_measured", "first"), sharing=("sharing", "first"),
         parties=("party", "nunique"), servers=("servers", "first")).reset_index()
     per["complete"] = per["parties"] >= per["servers"]
     return per
+
+
+def _end_to_end_stats(per: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: T_end_to_end mean and std, mean expansion, upload measured, sharing."""
+    def measured(values: pd.Series) -> object:
+        known = values.dropna()
+        # "partly": a resumed sweep whose repetitions differ; NaN: rows that predate it
+        return np.nan if known.empty else bool(known.all()) if known.nunique() == 1 \
+            else "partly"
+
+    return per.groupby("cell", sort=False).agg(
+        t_end_to_end_mean_s=("t_end_to_end_s", "mean"),
+        t_end_to_end_std_s=("t_end_to_end_s", "std"), expand_mean_s=("expand_s", "mean"),
+        upload_measured=("upload_measured", measured), sharing=("sharing", "first"))
+
+
+def _has_end_to_end(summary: pd.DataFrame) -> bool:
+    return "t_end_to_end_mean_s" in summary.columns \
+        and bool(summary["t_end_to_end_mean_s"].notna().any())
 
 
 def summarize(raw: pd.DataFrame, table: str) -> pd.DataFrame:
@@ -149,6 +189,7 @@ def summarize(raw: pd.DataFrame, table: str) -> pd.DataFrame:
     stats = per.groupby("cell", sort=False).agg(
         repetitions=("t_mpc_s", "size"), t_mpc_mean_s=("t_mpc_s", "mean"),
         t_mpc_std_s=("t_mpc_s", "std"), c_mpc_mean_mb=("c_mpc_mb", "mean"))
+    stats = stats.join(_end_to_end_stats(per))
     params = rows.groupby("cell", sort=False)[
         ["table", "variant", "servers", "clients", "paper_clients", "sparsity", "rows", "dim",
          "scale"]].first()
@@ -243,7 +284,11 @@ def _layout(summary: pd.DataFrame, spec: Spec, tex: bool) -> tuple[list[str], li
     if multi:
         cols.append("$S$" if tex else "S")
     t, c = head("T_MPC", r"$T_{\mathrm{MPC}}$"), head("C_MPC", r"$C_{\mathrm{MPC}}$")
-    cols += [f"{t} (sec)", f"{c} (MB)", f"model {c} (MB)", f"paper {t} (sec)",
+    e2e = _has_end_to_end(summary)
+    cols += [f"{t} (sec)"]
+    if e2e:
+        cols.append(f"{head('T_end_to_end', _TEX_MATH['T_end_to_end'])} (sec)")
+    cols += [f"{c} (MB)", f"model {c} (MB)", f"paper {t} (sec)",
              f"paper {c} (MB)", f"{t} / paper", f"{c} / paper", "runs"]
     body = []
     for r in summary.itertuples():
@@ -252,8 +297,10 @@ def _layout(summary: pd.DataFrame, spec: Spec, tex: bool) -> tuple[list[str], li
             line.append(str(r.paper_clients))
         if multi:
             line.append(str(r.servers))
-        line += [_pm(r.t_mpc_mean_s, r.t_mpc_std_s, tex), _num(r.c_mpc_mean_mb),
-                 _num(r.model_c_mpc_mb),
+        line += [_pm(r.t_mpc_mean_s, r.t_mpc_std_s, tex)]
+        if e2e:
+            line.append(_pm(r.t_end_to_end_mean_s, r.t_end_to_end_std_s, tex))
+        line += [_num(r.c_mpc_mean_mb), _num(r.model_c_mpc_mb),
                  _pm(r.paper_t_mpc_mean_s, r.paper_t_mpc_std_s, tex), _num(r.paper_c_mpc_mb),
                  _num(r.t_ratio, 2), _num(r.c_ratio, 3), str(r.repetitions)]
         body.append(line)
@@ -274,11 +321,12 @@ def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                 "^": r"\textasciicircum{}", "±": r"$\pm$", "×": r"$\times$"}
-_TEX_MATH = {"T_MPC": r"$T_{\mathrm{MPC}}$", "C_MPC": r"$C_{\mathrm{MPC}}$"}
+_TEX_MATH = {"T_MPC": r"$T_{\mathrm{MPC}}$", "C_MPC": r"$C_{\mathrm{MPC}}$",
+             "T_end_to_end": r"$T_{\mathrm{end\textrm{-}to\textrm{-}end}}$"}
 
 
 def _tex_text(text: str) -> str:
-    parts = re.split(r"(T_MPC|C_MPC)", text)
+    parts = re.split(r"(T_end_to_end|T_MPC|C_MPC)", text)
     return "".join(_TEX_MATH[p] if p in _TEX_MATH else
                    "".join(_TEX_SPECIAL.get(ch, ch) for ch in p) for p in parts)
 
@@ -322,11 +370,46 @@ def caption(spec: Spec, summary: pd.DataFrame) -> str:
              "C_MPC: measured clients' uploads plus data the servers sent, mean over "
              "repetitions; model: S*8*(s*n*d + m*d) bytes at the run's n.",
              f"Paper values for S as in the paper ({_paper_servers_text(spec)})."]
+    if _has_end_to_end(summary):
+        parts.append(END_TO_END_CAPTION)
     if scale is not None and scale != 1.0:
         parts.append(f"Run at --scale {scale:g}: n is the paper's n times {scale:g} (at least "
                      "m), so the ratios to the paper compare different n and are not "
                      "like-for-like; C_MPC / model is.")
     return " ".join(parts)
+
+
+END_TO_END_CAPTION = ("T_end_to_end: prepare + upload + expand + T_MPC per repetition, mean ± "
+                      "std (upload 0 where the share files are written in place).")
+
+
+def end_to_end_lines(raw: pd.DataFrame) -> list[str]:
+    """What T_end_to_end holds in these rows, for report.md; none for rows without it."""
+    if "t_end_to_end_s" not in raw.columns or raw["t_end_to_end_s"].isna().all():
+        return []
+    rows = raw[raw["t_end_to_end_s"].notna()]
+    measured = rows["upload_measured"].astype(bool) if "upload_measured" in rows.columns \
+        else pd.Series(False, index=rows.index)
+    sharings = sorted(set(rows["sharing"].fillna("full"))) if "sharing" in rows.columns \
+        else ["full"]
+    upload = ("measured in every repetition (through the emulated network or from the "
+              "clients' host)" if measured.all() else
+              "not measured: the share files are written in place on this machine, so it "
+              "counts as 0 s" if not measured.any() else
+              "measured in some repetitions and counted as 0 s in the others (share files "
+              "written in place)")
+    return [
+        "T_end_to_end is shown beside the paper's T_MPC, never instead of it: per "
+        "repetition, the clients' preparation of every share (prepare), their upload to "
+        "the servers, the servers' expansion of seeded shares (expand, the slowest "
+        "server; 0 with full sharing) and T_MPC. The paper's T_MPC counts only the "
+        "servers' computation.",
+        f"Upload: {upload}.",
+        f"Sharing: {', '.join(sharings)}"
+        + (" (seeded: all but one component travel as 32-byte seeds per client, "
+           "computationally hiding; the clients' upload is then below the full-sharing "
+           "model)." if "seeded" in sharings else "."),
+    ]
 
 
 # --- the plot ---------------------------------------------------------------
@@ -475,13 +558,17 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
     lines.append("- in the raw rows: " + "; ".join(
         f"{name} {_unique(chosen, column)}" for column, name in (
             ("program", "program"), ("network", "network"), ("scale", "scale"),
-            ("protocol", "protocol"), ("hosts", "hosts"), ("host", "host names"))))
+            ("protocol", "protocol"), ("sharing", "sharing"), ("hosts", "hosts"),
+            ("host", "host names"))))
     lines += ["", "## Machine", ""]
     for key in ("host", "cpu", "cpu_count", "platform", "python"):
         if key in machine:
             lines.append(f"- {key}: {machine[key]}")
     lines += [f"- MP-SPDZ version: {_unique(chosen, 'mp_spdz_version')}",
               f"- harness version: {_unique(chosen, 'harness_version')}"]
+    e2e = end_to_end_lines(chosen)
+    if e2e:
+        lines += ["", "## T_end_to_end", ""] + [f"- {line}" for line in e2e]
     for table in tables:
         spec = load_spec(table)
         if spec.protocols:
@@ -525,8 +612,9 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
 SECURITY_COLUMNS = (
     "cell", "protocol", "security", "program", "servers", "clients", "paper_clients",
     "sparsity", "rows", "dim", "scale", "repetitions", "t_mpc_mean_s", "t_mpc_std_s",
-    "servers_sent_mb", "client_upload_mb", "model_client_upload_mb", "upload_model_ratio",
-    "t_vs_semi2k", "servers_sent_vs_semi2k",
+    "t_end_to_end_mean_s", "t_end_to_end_std_s", "expand_mean_s", "upload_measured",
+    "sharing", "servers_sent_mb", "client_upload_mb", "model_client_upload_mb",
+    "upload_model_ratio", "t_vs_semi2k", "servers_sent_vs_semi2k",
 )
 
 
@@ -547,6 +635,7 @@ def summarize_security(raw: pd.DataFrame, table: str) -> pd.DataFrame:
         repetitions=("t_mpc_s", "size"), t_mpc_mean_s=("t_mpc_s", "mean"),
         t_mpc_std_s=("t_mpc_s", "std"), servers_sent_mb=("servers_sent_mb", "mean"),
         client_upload_mb=("client_upload_mb", "mean"))
+    stats = stats.join(_end_to_end_stats(per))
     params = rows.groupby("cell", sort=False)[
         ["protocol", "security", "program", "servers", "clients", "paper_clients",
          "sparsity", "rows", "dim", "scale", "model_client_upload_mb"]].first()
@@ -572,15 +661,22 @@ def _security_layout(summary: pd.DataFrame, tex: bool) -> tuple[list[str], list[
     cols = ["protocol", "model", "program", "$n$" if tex else "n"]
     if scaled:
         cols.append("paper $n$" if tex else "paper n")
-    cols += ["$s$" if tex else "s", f"{t} (sec)", f"{t} / semi2k", "servers sent (MB)",
-             "sent / semi2k", "client upload (MB)", "upload / model", "runs"]
+    e2e = _has_end_to_end(summary)
+    cols += ["$s$" if tex else "s", f"{t} (sec)", f"{t} / semi2k"]
+    if e2e:
+        cols.append(f"{_TEX_MATH['T_end_to_end'] if tex else 'T_end_to_end'} (sec)")
+    cols += ["servers sent (MB)", "sent / semi2k", "client upload (MB)", "upload / model",
+             "runs"]
     body = []
     for r in summary.itertuples():
         line = [r.protocol, r.security, r.program, str(r.clients)]
         if scaled:
             line.append(str(r.paper_clients))
         line += [str(r.sparsity), _pm(r.t_mpc_mean_s, r.t_mpc_std_s, tex),
-                 _num(r.t_vs_semi2k, 2), _num(r.servers_sent_mb), _num(r.servers_sent_vs_semi2k, 2),
+                 _num(r.t_vs_semi2k, 2)]
+        if e2e:
+            line.append(_pm(r.t_end_to_end_mean_s, r.t_end_to_end_std_s, tex))
+        line += [_num(r.servers_sent_mb), _num(r.servers_sent_vs_semi2k, 2),
                  _num(r.client_upload_mb), _num(r.upload_model_ratio, 3), str(r.repetitions)]
         body.append(line)
     return cols, body
@@ -593,6 +689,11 @@ def _security_caption(spec: Spec, summary: pd.DataFrame) -> str:
              "sent. Client upload: bytes of shares (or input text) the clients wrote for all "
              "servers; model: S x words per share x 8 x s n d bytes (8 s n d for party "
              "input). Ratios are to semi2k's same program and cell."]
+    if _has_end_to_end(summary):
+        parts.append(END_TO_END_CAPTION)
+    if (summary["sharing"] == "seeded").any() if len(summary) else False:
+        parts.append("Seeded sharing: all but one component travel as 32-byte seeds per "
+                     "client, so the upload is below the model.")
     scale = _scale_of(summary)
     if scale is not None and scale != 1.0:
         parts.append(f"Run at --scale {scale:g}: n is the paper's n times {scale:g}.")

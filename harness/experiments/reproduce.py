@@ -29,11 +29,13 @@ from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
 from harness.experiments.run import (
     PROGRAMS,
+    SHARINGS,
     RunConfig,
     build_workload,
     check_placement,
     check_protocol_usable,
     check_workload_size,
+    default_input_mode,
     execute,
     program_for,
     public_input_for,
@@ -41,7 +43,8 @@ from harness.experiments.run import (
 from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
 from harness.fileio import output_lock, write_atomic
 
-__all__ = ["ReproduceConfig", "reproduce", "load_raw", "RAW_FILE", "SWEEP_FILE"]
+__all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
+           "SWEEP_FILE"]
 
 RAW_FILE = "raw.jsonl"
 MAX_REPEAT = 100_000
@@ -49,7 +52,11 @@ MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
-_IDENTITY = ("program", "protocol", "scale", "network", "hosts", "noise", "seed")
+_IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise", "seed")
+# sweep.json files written before a setting existed ran what is now its default
+# (the committed benchmarks/reproduction/*/sweep.json): read a missing key as that,
+# so that those sweeps still resume.
+_DEFAULTS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full"}
 # spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
 # inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
 # noisy value costs that per 200,000 values; above this many it is left out.
@@ -73,15 +80,18 @@ class ReproduceConfig:
     cache_dir: Path | None = None
     progress: bool = True
     install_mpspdz: bool = False  # install the release on first use (the CLI's default)
+    sharing: str = "full"
 
     def identity(self) -> dict:
         # A sweep whose spec names its protocols and programs runs them all.
         per_cell = any(load_spec(t).protocols for t in resolve_tables(self.tables))
-        return {"program": "per cell" if per_cell else self.program,
-                "protocol": "per cell" if per_cell else self.protocol,
-                "scale": self.scale, "network": self.network or "none",
-                "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
-                "seed": self.seed}
+        values = {"program": "per cell" if per_cell else self.program,
+                  "protocol": "per cell" if per_cell else self.protocol,
+                  "sharing": self.sharing, "scale": self.scale,
+                  "network": self.network or "none",
+                  "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
+                  "seed": self.seed}
+        return {k: values[k] for k in _IDENTITY}
 
     def validate(self) -> list[str]:
         tables = resolve_tables(self.tables)
@@ -97,9 +107,18 @@ class ReproduceConfig:
         if self.seed is not None:
             check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
         check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
+        if self.sharing not in SHARINGS:
+            raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
+        per_cell = any(load_spec(t).protocols for t in tables)
+        if self.sharing == "seeded" and not per_cell \
+                and default_input_mode(self.program) != "shares":
+            # A table sweep runs one program: refuse it whole rather than leave out every cell.
+            raise InputError(f"--sharing seeded compresses the servers' share files, and "
+                             f"--program {self.program} has party 0 input the noisy rows "
+                             "(no share files); use --program fast or local, or --sharing full")
         # the same rules as one run's (cells' server counts are checked per cell)
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
-                  protocol=self.protocol,
+                  protocol=self.protocol, sharing=self.sharing,
                   parties=protocol_for(self.protocol).exact_parties or 2).validate()
         return tables
 
@@ -118,10 +137,14 @@ def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None
         return _reproduce_locked(cfg, tables, echo)
 
 
-def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
-                      echo: Callable[[str], None] | None) -> Path:
-    mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
-    plan = []
+def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
+               ) -> tuple[list[tuple[Cell, int]], dict[str, dict[str, list[str]]]]:
+    """The cells that run, each with its repetitions, and why the others are left out.
+
+    Without ``mp`` (an estimate, on any machine) whether this MP-SPDZ build has
+    a protocol's binary is not asked.
+    """
+    cells = []
     left_out: dict[str, dict[str, list[str]]] = {}  # "protocol program" -> reason -> points
     for table in tables:
         spec = load_spec(table)
@@ -132,7 +155,15 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
                 combo = left_out.setdefault(f"{cell.protocol} {cell.program}".strip(), {})
                 combo.setdefault(why, []).append(f"n={cell.paper_clients} s={cell.sparsity}")
                 continue
-            plan += [_Task(cell, r) for r in range(repeat)]
+            cells.append((cell, repeat))
+    return cells, left_out
+
+
+def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
+                      echo: Callable[[str], None] | None) -> Path:
+    mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
+    cells, left_out = plan_sweep(cfg, tables, mp)
+    plan = [_Task(cell, r) for cell, repeat in cells for r in range(repeat)]
     if not plan:
         raise InputError("nothing of this sweep can run here: " + "; ".join(
             f"{k}: {'; '.join(v)}" for k, v in left_out.items()))
@@ -210,16 +241,23 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
         shutil.rmtree(workroot, ignore_errors=True)
 
 
-def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz) -> str | None:
+def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None:
     """Why a cell of a per-protocol sweep is not run here, or None to run it.
 
     A table sweep's protocol was checked up front: there nothing is left out.
     """
     run_cfg = _run_config(cfg, cell, Path(cfg.out))
     if not cell.protocol:
-        check_protocol_usable(mp, run_cfg.protocol)
+        if mp is not None:
+            check_protocol_usable(mp, run_cfg.protocol)
         protocol_for(run_cfg.protocol).check_parties(cell.servers)
         return None
+    if cfg.sharing == "seeded" and default_input_mode(run_cfg.program) != "shares":
+        # Said here for the report: run_cfg.validate()'s line names a fix (--input
+        # shares) that ltm reproduce does not offer.
+        return (f"--sharing seeded compresses the servers' share files, and {run_cfg.program} "
+                "has party 0 input the noisy rows, so there are none to seed (a --sharing "
+                "full sweep measures it)")
     try:
         run_cfg.validate()
     except InputError as exc:
@@ -229,6 +267,8 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz) -> str | None:
         return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "
                 f"per 200,000 values (MP-SPDZ v0.4.2, measured for issue 10), i.e. minutes "
                 f"and gigabytes per run here; run only up to {_SPDZ2K_PARTY_INPUT_MAX} values")
+    if mp is None:
+        return None
     try:
         check_protocol_usable(mp, run_cfg.protocol)
     except LtmError as exc:
@@ -243,7 +283,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      program=cell.program or cfg.program,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
-                     hosts=cfg.hosts, network=cfg.network)
+                     hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing)
 
 
 def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
@@ -264,10 +304,13 @@ def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
         "security": result["parameters"]["security"],
         "verified": result["verification"]["ok"],
         "prepare_s": result["timings"]["prepare_s"],
+        "sharing": result["parameters"]["sharing"],
+        "t_end_to_end_s": result["t_end_to_end_s"],
+        "upload_measured": result["upload_measured"],
         "format_version": FORMAT_VERSION, **meta,
     }
     keep = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb", "wall_s",
-            "upload_s", "mpc_time_s", "aggregate_s")
+            "upload_s", "mpc_time_s", "aggregate_s", "expand_s")
     return [{**common, **{k: p[k] for k in keep if k in p}} for p in result["parties"]]
 
 
@@ -383,7 +426,7 @@ def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("settings"), dict):
             raise InputError(f"{sweep} is damaged (it is JSON but has no 'settings' object); "
                              "restore it or choose another --out")
-        recorded = recorded["settings"]
+        recorded = {**_DEFAULTS_BEFORE, **recorded["settings"]}
         differs = {k: (recorded.get(k), v) for k, v in cfg.identity().items()
                    if recorded.get(k) != v}
         if differs:
