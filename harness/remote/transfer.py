@@ -12,8 +12,8 @@ TLS connection from the client host and writes what it sends to its share file;
 server its own file, to all servers at once. Both sides pin the other's
 per-run certificate (the servers' are MP-SPDZ's own ``P<i>.pem``; the client's
 is made for the run), so nobody else can send a server shares or receive them.
-Each transfer starts with its length, so a cut connection is an error, not a
-short file.
+The transfer itself is :mod:`harness.engine.upload`'s, the same one that carries
+the clients' upload through the emulated network (``--network``).
 """
 
 from __future__ import annotations
@@ -21,63 +21,32 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
-import ssl
-import struct
 import sys
 import threading
-import time
 from pathlib import Path
 
+from harness.engine.upload import TIMEOUT, receive_files, send_files
+
 __all__ = ["main"]
-
-_CHUNK = 1 << 20
-_TIMEOUT = 600.0
-_HEADER = struct.Struct("!Q")
-
-
-def _context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
-    # The peer's own self-signed certificate is the only trust anchor: pinning.
-    ctx.load_verify_locations(cafile=str(peer))
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    if not server:
-        ctx.check_hostname = False  # names are "P<i>", not host names; the pin decides
-    return ctx
 
 
 def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path,
             aggregate: tuple[Path, Path] | None = None) -> None:
     """Receive this server's shares; with ``aggregate`` (plan, dest), the ``local``
     program's aggregation follows at once, its modules loaded while waiting."""
-    ctx = _context(True, cert, key, peer)
     loader = None
     if aggregate is not None:
         loader = threading.Thread(target=__import__, args=("harness.engine.aggregate",))
-    with socket.create_server((bind, port), reuse_port=False) as listener:
-        listener.settimeout(_TIMEOUT)
+
+    def listening() -> None:
         print("listening", flush=True)
         if loader is not None:
             loader.start()
-        conn, _ = listener.accept()
-    conn.settimeout(_TIMEOUT)
-    with ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False) as tls:
-        started = time.perf_counter()
-        (size,) = _HEADER.unpack(_read_exactly(tls, _HEADER.size))
-        got = 0
-        out.parent.mkdir(parents=True, exist_ok=True)
-        # Private from creation: these are secret shares.
-        with open(out, "wb", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-            while got < size:
-                data = tls.recv(min(_CHUNK, size - got))
-                if not data:
-                    raise ConnectionError(f"the client host sent {got} of {size} bytes")
-                fh.write(data)
-                got += len(data)
-        tls.sendall(b"ok")
-    print(f"received {got} {time.perf_counter() - started:.6f}", flush=True)
+
+    # The runner decides where this server's one file goes, whatever the sender calls it.
+    got, seconds = receive_files(bind, port, cert, key, peer, lambda _name: out,
+                                 timeout=TIMEOUT, on_listening=listening)
+    print(f"received {got} {seconds:.6f}", flush=True)
     if aggregate is not None:
         assert loader is not None
         loader.join()
@@ -88,46 +57,10 @@ def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, out: Path,
         out.unlink()
 
 
-def _read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        data = tls.recv(n - len(buf))
-        if not data:
-            raise ConnectionError("the connection closed early")
-        buf += data
-    return buf
-
-
 def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:
     """Each target: party, host, port, peer (its certificate), file. All at once."""
-    seconds: dict[int, float] = {}
-    errors: list[str] = []
-
-    def one(t: dict) -> None:
-        try:
-            ctx = _context(False, cert, key, Path(t["peer"]))
-            started = time.perf_counter()
-            path = Path(t["file"])
-            size = path.stat().st_size
-            with socket.create_connection((t["host"], t["port"]), timeout=_TIMEOUT) as raw, \
-                    ctx.wrap_socket(raw) as tls, open(path, "rb") as fh:
-                tls.sendall(_HEADER.pack(size))
-                while block := fh.read(_CHUNK):
-                    tls.sendall(block)
-                if _read_exactly(tls, 2) != b"ok":
-                    raise ConnectionError("no acknowledgement")
-            seconds[t["party"]] = time.perf_counter() - started
-        except Exception as exc:  # reported for the runner to name the server
-            errors.append(f"P{t['party']} at {t['host']}:{t['port']}: {exc}")
-
-    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise ConnectionError("; ".join(errors))
-    return seconds
+    return send_files([{**t, "files": [[t["file"], Path(t["file"]).name]]} for t in targets],
+                      cert, key, timeout=TIMEOUT)
 
 
 def prepare(directory: Path) -> dict:
