@@ -296,6 +296,7 @@ def test_ltm_run_with_network_profile(tmp_path, mp_spdz, program_cache):
                            sparsity=2, noise="none", seed=11, cache_dir=program_cache,
                            timeout=60, network="t3.large"))
     assert result["verification"]["ok"] and result["parameters"]["network"] == "t3.large"
+    assert result["upload_measured"] and result["timings"]["client_upload_s"] > 0
     assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
 
 
