@@ -1,5 +1,5 @@
 """The clients' side, side by side: preparation against the write limit, full
-against seeded sharing.
+against seeded sharing, and both end to end through the emulated network.
 
 One workload, by default a fifth of Table 5's largest cell (n = 100,000 of its
 500,000 clients, d = 10, m = 100, s = 50, S = 3: 50 million noisy entries,
@@ -10,19 +10,24 @@ One workload, by default a fifth of Table 5's largest cell (n = 100,000 of its
   page cache's speed, which preparation cannot beat);
 - prepare-seeded: the same with ``--sharing seeded``: the clients' work,
   including expanding every seeded component to subtract it;
-- expand: the slowest server's expansion of its seeds into its share file.
+- expand: the slowest server's expansion of its seeds into its share file;
+- e2e-full, e2e-seeded: a whole ``ltm run`` of the same cell, ``fast``
+  program, under ``--network t3.large-baseline`` (needs root): T_end_to_end =
+  prepare + upload (measured through the shaped links) + expand + T_MPC,
+  verified bit for bit.
 
-Every seeded repetition's share files are checked to sum to the encoded rows
-(no MPC: the engine is measured by ``benchmarks.programs``). The last lines
-are ratios: prepare/write-limit, seeded/full upload bytes, and seeded/full
-clients-plus-servers preparation time (prepare + slowest expand).
+The first seeded repetition's share files are checked to sum to the encoded
+rows. The last lines are ratios: prepare/write-limit, seeded/full upload
+bytes, and seeded/full end-to-end time (medians).
 
-    python -m benchmarks.clients [--clients N] [--sparsity S] [--repeat K] [--json FILE]
+    python -m benchmarks.clients [--clients N] [--sparsity S] [--repeat K]
+                                 [--network PROFILE] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -35,8 +40,10 @@ import numpy as np
 from harness.clients.noise import noise_rng
 from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
 from harness.clients.seeded import SeededSink, expand_party
+from harness.engine.netns import check_requirements
+from harness.errors import LtmError
 from harness.experiments.results import metadata
-from harness.experiments.run import RunConfig, build_workload
+from harness.experiments.run import RunConfig, build_workload, run
 
 _WRITE_CHUNK = 1 << 22  # words per write, as large as the sinks' chunks
 
@@ -67,11 +74,27 @@ def _check_seeded(paths: list[Path], work, fmt, expected: np.ndarray) -> None:
         raise SystemExit("seeded shares do not give the expected sketch")
 
 
+_E2E_PARTS = ("prepare_s", "client_upload_s", "expand_s", "t_mpc_s", "t_end_to_end_s")
+
+
+def _end_to_end(cfg: RunConfig, sharing: str, out: Path) -> dict:
+    """One verified ``ltm run`` of the cell with ``sharing``: its parts, in seconds."""
+    result = run(dataclasses.replace(cfg, out=out, sharing=sharing, force=True))
+    if not result["upload_measured"]:
+        raise SystemExit("the upload was not measured: the run did not cross the network")
+    parts = {**result["timings"], **result}
+    sent = [p["upload_bytes_sent"] for p in result["parties"]]
+    slowest = max(result["parties"], key=lambda p: p["upload_s"])
+    return {**{k: float(parts.get(k, 0.0)) for k in _E2E_PARTS}, "upload_bytes_sent": sent,
+            "goodput_mbit": slowest["upload_bytes_sent"] * 8 / slowest["upload_s"] / 1e6}
+
+
 def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Path,
-            echo=print) -> dict:
+            network: str = "t3.large-baseline", echo=print) -> dict:
     cfg = RunConfig(out=workdir / "unused", parties=parties, clients=clients, dim=10,
-                    rows=100, sparsity=sparsity, noise="gaussian", seed=1)
+                    rows=100, sparsity=sparsity, noise="gaussian", seed=1, network=network)
     cfg.validate()
+    check_requirements()  # root and iproute2 now, not after minutes of preparing
     work = build_workload(cfg)
     fmt = cfg.share_format
     dirs = [workdir / f"P{i}" for i in range(parties)]
@@ -80,11 +103,12 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
         p.parent.mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {k: [] for k in
                                        ("prepare-full", "write-limit", "prepare-seeded",
-                                        "expand")}
+                                        "expand", "e2e-full", "e2e-seeded")}
     uploads: dict[str, list[int]] = {}
+    e2e: dict[str, list[dict]] = {"full": [], "seeded": []}
     for rep in range(repeat):
-        steps = ["full", "seeded", "write"]
-        steps = steps[rep % 3:] + steps[:rep % 3]
+        steps = ["full", "seeded", "write", "e2e-full", "e2e-seeded"]
+        steps = steps[rep % len(steps):] + steps[:rep % len(steps)]
         for step in steps:
             if step == "full":
                 prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise,
@@ -103,8 +127,12 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
                                  work.sketch.s) for i in range(parties)))
                 if rep == 0:
                     _check_seeded(paths, work, fmt, prepared.expected)
-            else:
+            elif step == "write":
                 samples["write-limit"].append(_write_limit(paths, sizes, fmt.header))
+            else:
+                sharing = step.removeprefix("e2e-")
+                e2e[sharing].append(_end_to_end(cfg, sharing, workdir / f"run-{sharing}"))
+                samples[step].append(e2e[sharing][-1]["t_end_to_end_s"])
         echo(f"round {rep + 1}/{repeat}: " + ", ".join(
             f"{k} {v[-1]:.2f} s" for k, v in samples.items() if v))
     medians = {k: statistics.median(v) for k, v in samples.items()}
@@ -113,13 +141,16 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
         "metadata": metadata(mp_spdz=None, protocol=cfg.protocol, parties=parties),
         "workload": {"clients": work.n, "dim": work.d, "rows": work.sketch.m,
                      "sparsity": work.sketch.s, "parties": parties, "repeat": repeat},
-        "samples": samples, "medians": medians,
+        "network": network, "samples": samples, "medians": medians,
         "upload_bytes": {"full": uploads["full"], "seeded": uploads["seeded"]},
+        "end_to_end": e2e,
+        "end_to_end_medians": {
+            sharing: {k: statistics.median(r[k] for r in runs) for k in
+                      (*_E2E_PARTS, "goodput_mbit")} for sharing, runs in e2e.items()},
         "ratios": {
             "prepare/write-limit": medians["prepare-full"] / medians["write-limit"],
             "seeded/full upload": up_seeded / up_full,
-            "seeded/full prepare+expand": (medians["prepare-seeded"] + medians["expand"])
-            / medians["prepare-full"],
+            "seeded/full end-to-end": medians["e2e-seeded"] / medians["e2e-full"],
         },
     }
 
@@ -131,10 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sparsity", type=int, default=50)
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--network", default="t3.large-baseline", metavar="PROFILE",
+                        help="the emulated network of the end-to-end runs (needs root)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="ltm-bench-clients-") as tmp:
-        out = measure(args.clients, args.sparsity, args.parties, args.repeat, Path(tmp))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ltm-bench-clients-") as tmp:
+            out = measure(args.clients, args.sparsity, args.parties, args.repeat, Path(tmp),
+                          network=args.network)
+    except LtmError as exc:  # bad input, no root: one line
+        print(f"benchmarks.clients: error: {exc}", file=sys.stderr)
+        return 1
     print(f"{'step':<16}{'median s':>10}{'min':>9}{'max':>9}")
     for key, values in out["samples"].items():
         print(f"{key:<16}{statistics.median(values):>10.3f}{min(values):>9.3f}"
@@ -142,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     up = out["upload_bytes"]
     print(f"upload bytes full {sum(up['full']):,} per server {up['full']}")
     print(f"upload bytes seeded {sum(up['seeded']):,} per server {up['seeded']}")
+    print(f"end to end under --network {out['network']} (medians, s):")
+    print(f"{'sharing':<10}{'prepare':>9}{'upload':>9}{'expand':>9}{'T_MPC':>9}{'total':>9}"
+          f"{'Mbit/s':>9}")
+    for sharing, m in out["end_to_end_medians"].items():
+        print(f"{sharing:<10}{m['prepare_s']:>9.3f}{m['client_upload_s']:>9.3f}"
+              f"{m['expand_s']:>9.3f}{m['t_mpc_s']:>9.3f}{m['t_end_to_end_s']:>9.3f}"
+              f"{m['goodput_mbit']:>9.0f}")
     for name, value in out["ratios"].items():
         print(f"{name}: {value:.2f}")
     if args.json:

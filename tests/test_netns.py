@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 import harness.engine.netns as netns
+from harness.clients.seeded import SEED_BYTES
+from harness.engine import upload
 from harness.engine.cluster import LocalCluster
 from harness.engine.netns import (
     PROFILES,
@@ -24,7 +26,7 @@ from harness.engine.netns import (
 )
 from harness.engine.parse import parse_output
 from harness.engine.process import Command, run_group
-from harness.errors import InputError, PartyError
+from harness.errors import InputError, PartyError, TamperDetectedError
 from harness.experiments.run import (
     RunConfig,
     build_workload,
@@ -274,7 +276,10 @@ def test_mpspdz_parties_verify_over_t3_large(tmp_path, mp_spdz, program_cache, p
     cluster = LocalCluster(mp_spdz, parties, tmp_path / "work", network="t3.large")
     prepared = prepare_cluster(cfg, work, cluster)
     before = set(_namespaces())
-    runs = cluster.run(program, public_input_for(cfg, work), timeout=cfg.timeout)
+    with cluster.network_session():  # one network for the upload and the MPC
+        uploaded = cluster.upload(timeout=cfg.timeout)
+        runs = cluster.run(program, public_input_for(cfg, work), timeout=cfg.timeout)
+    assert sorted(uploaded) == list(range(parties))
     m, d = work.sketch.m, work.d
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
     assert np.array_equal(revealed, prepared.expected)
@@ -291,4 +296,104 @@ def test_ltm_run_with_network_profile(tmp_path, mp_spdz, program_cache):
                            sparsity=2, noise="none", seed=11, cache_dir=program_cache,
                            timeout=60, network="t3.large"))
     assert result["verification"]["ok"] and result["parameters"]["network"] == "t3.large"
+    assert result["upload_measured"] and result["timings"]["client_upload_s"] > 0
     assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
+
+
+# --- the clients' upload through the emulated network ----------------------------------------
+
+def test_a_receiver_refuses_names_outside_its_directory(tmp_path):
+    assert upload.safe_destination(tmp_path, "Upload/Seeds-C0.bin") == \
+        tmp_path / "Upload" / "Seeds-C0.bin"
+    for name in ("../P1/Persistence/x", "/etc/passwd", "Upload/../../x", "", "a//b", "./a"):
+        with pytest.raises(ConnectionError, match="not a plain relative path"):
+            upload.safe_destination(tmp_path, name)
+
+
+@pytest.mark.mpspdz
+@needs_root
+def test_upload_writes_private_files_bit_for_bit_and_empties_the_outbox(tmp_path, mp_spdz):
+    rng = np.random.default_rng(7)
+    files = {0: {"Persistence/Transactions-P0.data": rng.bytes(3 * (1 << 20) + 5)},
+             1: {"Upload/Seeds-C1.bin": rng.bytes(32 * 1000), "Upload/Full.data": b"",
+                 "Upload/Extra.bin": rng.bytes(1 << 16)}}
+    cluster = LocalCluster(mp_spdz, 2, tmp_path / "work", network="none")
+    for party, named in files.items():
+        for name, content in named.items():
+            path = cluster.outbox(party) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+    previous = os.umask(0o022)  # a permissive umask must not leak into the received files
+    try:
+        uploaded = cluster.upload(timeout=60)
+    finally:
+        os.umask(previous)
+    for party, named in files.items():
+        assert uploaded[party]["upload_s"] > 0
+        assert uploaded[party]["upload_bytes_sent"] == sum(len(c) for c in named.values())
+        for name, content in named.items():
+            got = cluster.party_dir(party) / name
+            assert got.read_bytes() == content
+            assert got.stat().st_mode & 0o777 == 0o600
+            assert got.parent.stat().st_mode & 0o777 == 0o700
+    assert not (tmp_path / "work" / "client" / "outbox").exists()  # the clients keep nothing
+    assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
+
+
+# 20 Mbit/s: 2.5 MB/s, so 1-2 MB per server takes most of a second, well above the
+# handshake and the receivers' start; the bucket (128 KiB) passes at once.
+_SLOW = Profile("test-20mbit", rate_mbit=20)
+
+
+@pytest.mark.mpspdz
+@needs_root
+def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_cache,
+                                                     monkeypatch):
+    monkeypatch.setitem(netns.PROFILES, _SLOW.name, _SLOW)
+    result = run(RunConfig(out=tmp_path / "out", parties=2, clients=12_000, rows=10, dim=5,
+                           sparsity=2, noise="gaussian", seed=4, cache_dir=program_cache,
+                           timeout=60, network=_SLOW.name))
+    assert result["verification"]["ok"]  # bit for bit, after crossing the network
+    assert result["upload_measured"]
+    t = result["timings"]
+    parties = result["parties"]
+    assert t["client_upload_s"] == max(p["upload_s"] for p in parties) > 0
+    for p in parties:
+        sent = p["upload_bytes_sent"]
+        assert sent >= result["client_upload_bytes"][p["party"]]  # + padding and header
+        floor = (sent - netns.MIN_BUCKET) * 8 / (_SLOW.rate_mbit * 1e6)
+        # at the link's rate, give or take TCP/TLS overhead and a loaded machine
+        assert floor <= p["upload_s"] <= 2 * floor + 1.0, (p["upload_s"], floor)
+    assert result["t_end_to_end_s"] == pytest.approx(
+        t["prepare_s"] + t["client_upload_s"] + result["t_mpc_s"])
+    assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
+
+
+@pytest.mark.mpspdz
+@needs_root
+@pytest.mark.parametrize("program", ["fast", "local"])
+def test_seeded_upload_through_the_network(tmp_path, mp_spdz, program_cache, program):
+    n = 3000
+    result = run(RunConfig(out=tmp_path / "out", parties=3, clients=n, rows=10, dim=3,
+                           sparsity=2, noise="gaussian", epsilon=5.0, seed=5,
+                           cache_dir=program_cache, timeout=60, network="t3.large-baseline",
+                           program=program, sharing="seeded"))
+    assert result["verification"]["ok"] and result["upload_measured"]
+    sent = [p["upload_bytes_sent"] for p in result["parties"]]
+    assert sent[:2] == [n * SEED_BYTES] * 2  # the seeded servers receive seeds only
+    assert sent[2] >= 8 * 2 * n * 3  # the full component, its padding rows included
+    t = result["timings"]
+    assert t["client_upload_s"] == max(p["upload_s"] for p in result["parties"]) > 0
+    assert result["t_end_to_end_s"] == pytest.approx(
+        t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
+
+
+@pytest.mark.mpspdz
+@needs_root
+def test_tampering_after_the_upload_is_detected(tmp_path, mp_spdz, program_cache):
+    cfg = RunConfig(out=tmp_path / "out", parties=3, clients=2000, rows=10, dim=3,
+                    sparsity=2, noise="none", seed=5, cache_dir=program_cache, timeout=60,
+                    network="none", protocol="ps-rep-ring", tamper=1)
+    with pytest.raises(TamperDetectedError, match="ps-rep-ring"):
+        run(cfg)
+    assert not (tmp_path / "out").exists()

@@ -4,9 +4,10 @@ Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), the protocols it runs and
 their binaries (:mod:`.protocols`), rendering and compiling
 the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
-:mod:`.staging`), the local cluster (:mod:`.cluster`) and its emulated network
-(:mod:`.netns`), parsing what parties print (:mod:`.parse`) and the servers'
-local aggregation (:mod:`.aggregate`).
+:mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
+(:mod:`.netns`) and the clients' TLS upload through it (:mod:`.upload`), parsing
+what parties print (:mod:`.parse`) and the servers' local aggregation
+(:mod:`.aggregate`).
 
 May import: the top-level shared modules and :mod:`harness.clients` (for the
 share-file format and layout the programs read).

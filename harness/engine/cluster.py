@@ -7,16 +7,28 @@ file and nothing else).
 
 With a network profile (``--network``) each party also runs in its own network
 namespace behind an emulated, shaped link (:mod:`harness.engine.netns`); the parties
-then find each other through an ip file instead of ``localhost``.
+then find each other through an ip file instead of ``localhost``. The clients then
+write each server's files into their own outbox (``client/outbox/P<i>``, laid out as
+the party's directory) and :meth:`LocalCluster.upload` sends them through the
+emulated network, from the clients' namespace into a receiver in each party's
+(:mod:`harness.engine.upload`), timed per server. The network stays up from the
+upload to the end of the MPC, so a profile's credits spent on the upload stay spent.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
 import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.engine.certs import make_certificates
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
 from harness.engine.parse import parse_stats
@@ -24,7 +36,8 @@ from harness.engine.process import Command, Completed, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
-from harness.errors import InputError
+from harness.errors import InputError, PartyError
+from harness.fileio import private_dir
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun"]
 
@@ -35,6 +48,8 @@ PROTOCOL = DEFAULT_PROTOCOL
 _ALL_OUTPUT = ("-OF", ".")
 # Each party has its namespace to itself, so any port is free there; MP-SPDZ's default.
 _NETNS_PORT = 5000
+# The receivers' port in each party's namespace (they are gone before the parties start).
+_UPLOAD_PORT = 4999
 
 
 def _port_free(port: int) -> bool:
@@ -87,8 +102,93 @@ class LocalCluster(PartyStaging):
         self.protocol = protocol
         self.binary = mp.binary(spec.binary)
         self._count_args = spec.party_count_args(parties)
+        self._net: NetworkEmulation | None = None
         super().__init__(parties, workdir)
 
+    # --- the clients' upload ----------------------------------------------------------
+
+    def outbox(self, i: int) -> Path:
+        """Where the clients write party i's files, laid out as its directory.
+
+        Without a network the clients write into the party's directory itself (the
+        upload is not measured); with one, into their own outbox, and
+        :meth:`upload` carries the files across.
+        """
+        if self.network is None:
+            return self.party_dir(i)
+        return self.workdir / "client" / "outbox" / f"P{i}"
+
+    @contextmanager
+    def network_session(self) -> Iterator[None]:
+        """The emulated network (with the clients' namespace) for everything inside."""
+        if self.network is None or self._net is not None:
+            yield
+            return
+        with NetworkEmulation(self.network, self.parties, client=True) as net:
+            self._net = net
+            try:
+                yield
+            finally:
+                self._net = None
+
+    def upload(self, timeout: float) -> dict[int, dict] | None:
+        """Send every party its files from the outbox through the emulated network.
+
+        Per party: ``upload_s`` (the sender's clock, handshake to the receiver's
+        acknowledgement that the last byte is written) and ``upload_bytes_sent``
+        (what crossed the link, the files' padding and headers included). None
+        without a network: the files are already in place.
+        """
+        if self.network is None:
+            return None
+        with self.network_session():
+            assert self._net is not None
+            return self._upload(self._net, timeout)
+
+    def _upload(self, net: NetworkEmulation, timeout: float) -> dict[int, dict]:
+        client_dir = private_dir(self.workdir / "client")
+        [(key, cert, _)] = make_certificates(1, client_dir / "cert")
+        targets, sent = [], {}
+        for i in range(self.parties):
+            root = self.outbox(i)
+            files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+            sent[i] = sum(p.stat().st_size for p in files)
+            targets.append({"party": i, "host": net.address(i), "port": _UPLOAD_PORT,
+                            "peer": str(self._cert(i)),
+                            "files": [[str(p), p.relative_to(root).as_posix()] for p in files]})
+        (client_dir / "targets.json").write_text(json.dumps(targets))
+        env = _harness_env()
+        commands = []
+        for i in range(self.parties):
+            argv = [sys.executable, "-m", "harness.engine.upload", "receive", "0.0.0.0",
+                    str(_UPLOAD_PORT), str(self._cert(i)), str(self._key(i)), str(cert),
+                    str(self.party_dir(i))]
+            commands.append(Command(f"receive-P{i}", net.wrap(i, argv), self.party_dir(i),
+                                    env=env, log_dir=self.workdir / "logs"))
+        argv = [sys.executable, "-m", "harness.engine.upload", "send",
+                str(client_dir / "targets.json"), str(cert), str(key)]
+        commands.append(Command("clients", net.wrap_client(argv), client_dir, env=env,
+                                log_dir=self.workdir / "logs"))
+        try:
+            done = run_group(commands, timeout)
+        except PartyError as exc:
+            tail = " | ".join((exc.stderr or "").strip().splitlines()[-2:])
+            raise PartyError(f"the clients' upload failed: {exc}" + (f": {tail}" if tail else ""),
+                             party=exc.party, returncode=exc.returncode, stdout=exc.stdout,
+                             stderr=exc.stderr) from exc
+        seconds = json.loads(done[-1].stdout.strip().splitlines()[-1])
+        # The clients keep no copy once the servers have their files.
+        shutil.rmtree(client_dir / "outbox", ignore_errors=True)
+        return {i: {"upload_s": float(seconds[str(i)]), "upload_bytes_sent": sent[i]}
+                for i in range(self.parties)}
+
+    def _cert(self, i: int) -> Path:
+        return self.party_dir(i) / "Player-Data" / f"P{i}.pem"
+
+    def _key(self, i: int) -> Path:
+        return self.party_dir(i) / "Player-Data" / f"P{i}.key"
+
+    # --- the MPC ------------------------------------------------------------------------
 
     def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
@@ -116,7 +216,9 @@ class LocalCluster(PartyStaging):
                              f"[1024, {65535 - self.parties}]")
         for i in range(self.parties):
             link_program(program, self.party_dir(i), public_input)
-        with NetworkEmulation(self.network, self.parties) as net:
+        with self.network_session():
+            net = self._net
+            assert net is not None
             # Ports in the file override -pn; party i is reached at its namespace's address.
             ip_file = self.workdir / "ip-file"
             ip_file.write_text("".join(f"{net.address(i)}:{port + i}\n"
@@ -136,3 +238,11 @@ class LocalCluster(PartyStaging):
     @staticmethod
     def _results(done: list[Completed]) -> list[PartyRun]:
         return [PartyRun(i, c, parse_stats(c.name, c.stderr)) for i, c in enumerate(done)]
+
+
+def _harness_env() -> dict[str, str]:
+    """The environment with this very ``harness`` first on the path: the receivers and
+    the sender must run the code that prepared the files, whatever is installed."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}

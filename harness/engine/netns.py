@@ -4,7 +4,9 @@ A run with prefix ``ltm-<pid>-<hex>`` creates, and afterwards removes:
 
 * ``<prefix>-sw``, the "switch": a bridge ``br0`` and one veth end ``p<i>`` per party;
 * ``<prefix>-p<i>`` for party i: ``lo`` and ``eth0`` (the other veth end) with the
-  address ``10.231.0.<i+1>/24``.
+  address ``10.231.0.<i+1>/24``;
+* with ``client=True``, ``<prefix>-c`` for the clients: ``eth0`` at ``10.231.0.254/24``,
+  its switch end ``c``. The clients' upload starts there.
 
 Nothing is created in the host's own namespace, so the host's interfaces, routes and
 firewall stay untouched, interface names only need to be unique within their namespace
@@ -15,6 +17,14 @@ Each party's link is shaped like an instance's NIC, in both directions: the egre
 receives (EC2 quotes its bandwidth for inbound and outbound traffic simultaneously).
 The kernel here has tbf/htb but no netem, so bandwidth is emulated, latency, jitter and
 loss are not.
+
+The clients' link is not shaped. The client namespace stands for n independent client
+devices, each sending a few kilobytes, not for one machine whose NIC carries every
+share; what limits the upload is each server's inbound link, which all clients share.
+So each server receives at its profile's rate, all servers at once, and the upload
+lasts as long as the slowest server's (the one receiving the most bytes). (An AWS
+``[client]`` host is different: one NIC sends every server its shares, see
+:mod:`harness.experiments.estimate`.)
 """
 
 from __future__ import annotations
@@ -37,7 +47,8 @@ __all__ = ["Profile", "PROFILES", "profile_for", "check_requirements", "NetworkE
 
 NAME_PREFIX = "ltm-"
 SUBNET = "10.231.0"  # /24, private; every run has its own bridge, so runs may share it
-_STALE = re.compile(r"^ltm-(\d+)-[0-9a-f]+-(?:sw|p\d+)$")
+_STALE = re.compile(r"^ltm-(\d+)-[0-9a-f]+-(?:sw|p\d+|c)$")
+CLIENT_HOST = 254  # the clients' address in SUBNET, above the 250 parties
 _COMMAND_TIMEOUT = 30.0
 # The veths use GSO, so one queued "packet" can be ~64 KiB plus headers. A bucket smaller
 # than that would make tbf split or drop such packets; 128 KiB leaves room.
@@ -235,11 +246,12 @@ class NetworkEmulation:
     BRIDGE = "br0"
     PARTY_DEV = "eth0"
 
-    def __init__(self, profile: Profile | str, parties: int) -> None:
+    def __init__(self, profile: Profile | str, parties: int, *, client: bool = False) -> None:
         self.profile = profile_for(profile)
         if not 1 <= parties <= 250:
             raise InputError(f"--network supports 1 to 250 parties, got {parties}")
         self.parties = parties
+        self.client = client
         self.prefix = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
         self.switch = f"{self.prefix}-sw"
         self._ip = self._tc = ""
@@ -253,15 +265,32 @@ class NetworkEmulation:
             raise IndexError(f"party {i} of {self.parties}")
         return f"{SUBNET}.{i + 1}"
 
+    @property
+    def client_namespace(self) -> str:
+        return f"{self.prefix}-c"
+
+    @property
+    def client_address(self) -> str:
+        return f"{SUBNET}.{CLIENT_HOST}"
+
+    def wrap_client(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run in the clients' namespace (created with ``client=True``)."""
+        if not self.client:
+            raise RuntimeError("NetworkEmulation.wrap_client without client=True")
+        return self._exec(self.client_namespace, argv)
+
     def wrap(self, i: int, argv: Sequence[str]) -> list[str]:
         """``argv`` run in party i's namespace.
 
         ``ip netns exec`` switches namespace and then execs (it forks only in batch
         mode), so the command keeps the pid and process group the caller started.
         """
+        return self._exec(self.namespace(i), argv)
+
+    def _exec(self, ns: str, argv: Sequence[str]) -> list[str]:
         if not self._active:
             raise RuntimeError("NetworkEmulation.wrap outside its `with` block")
-        return [self._ip, "netns", "exec", self.namespace(i), *argv]
+        return [self._ip, "netns", "exec", ns, *argv]
 
     def __enter__(self) -> NetworkEmulation:
         self._ip, self._tc = check_requirements()
@@ -295,20 +324,26 @@ class NetworkEmulation:
         _run([ip, "-n", sw, "link", "set", self.BRIDGE, "up"])
         for i in range(self.parties):
             ns, port_dev = self.namespace(i), f"p{i}"
-            _run([ip, "netns", "add", ns])
-            _run([ip, "-n", ns, "link", "set", "lo", "up"])
-            # Created inside the switch namespace with the peer straight in the party's:
-            # no interface ever appears in the host's namespace.
-            _run([ip, "-n", sw, "link", "add", "name", port_dev, "type", "veth",
-                  "peer", "name", self.PARTY_DEV, "netns", ns])
-            _run([ip, "-n", sw, "link", "set", port_dev, "master", self.BRIDGE, "up"])
-            _run([ip, "-n", ns, "addr", "add", f"{self.address(i)}/24",
-                  "dev", self.PARTY_DEV])
-            _run([ip, "-n", ns, "link", "set", self.PARTY_DEV, "up"])
+            self._attach(ns, port_dev, self.address(i))
             if self.profile.shaped:
                 shape = tbf_args(self.profile)
                 _run([tc, "-n", ns, "qdisc", "add", "dev", self.PARTY_DEV, "root", *shape])
                 _run([tc, "-n", sw, "qdisc", "add", "dev", port_dev, "root", *shape])
+        if self.client:  # never shaped: see the module's docstring
+            self._attach(self.client_namespace, "c", self.client_address)
+
+    def _attach(self, ns: str, port_dev: str, address: str) -> None:
+        """A namespace ``ns`` with ``eth0`` at ``address``, plugged into the bridge."""
+        ip, sw = self._ip, self.switch
+        _run([ip, "netns", "add", ns])
+        _run([ip, "-n", ns, "link", "set", "lo", "up"])
+        # Created inside the switch namespace with the peer straight in ``ns``: no
+        # interface ever appears in the host's namespace.
+        _run([ip, "-n", sw, "link", "add", "name", port_dev, "type", "veth",
+              "peer", "name", self.PARTY_DEV, "netns", ns])
+        _run([ip, "-n", sw, "link", "set", port_dev, "master", self.BRIDGE, "up"])
+        _run([ip, "-n", ns, "addr", "add", f"{address}/24", "dev", self.PARTY_DEV])
+        _run([ip, "-n", ns, "link", "set", self.PARTY_DEV, "up"])
 
     def _teardown(self) -> list[str]:
         # Everything under our prefix, not a list of what we think we made: a command

@@ -34,5 +34,13 @@ class PartyStaging:
     def share_file(self, i: int) -> Path:
         return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"
 
+    def outbox(self, i: int) -> Path:
+        """Where the clients write party i's files, laid out as :meth:`party_dir`: here
+        the party's directory itself (a cluster that carries them across overrides it)."""
+        return self.party_dir(i)
+
+    def outbox_share_file(self, i: int) -> Path:
+        return self.outbox(i) / self.share_file(i).relative_to(self.party_dir(i))
+
     def input_file(self) -> Path:
         return self.party_dir(0) / "Player-Data" / "Input-P0-0"

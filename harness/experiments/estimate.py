@@ -11,13 +11,19 @@ repetition of a cell with V = s * n * d noisy values:
   component, and the slowest server's expansion of its own (``expand``);
 - a fixed ``SETUP_S`` for everything else in a repetition;
 - uploading every server's shares from one client machine at a given
-  bandwidth (the modelled AWS transfer; locally the files are written in place);
+  bandwidth times the share of it that TLS over TCP delivers (measured through
+  the emulated network; locally the files are written in place);
 
 plus setting the hosts up once. ``prepare_ns`` and ``mpc_ns`` are per protocol
 x program (:data:`COST_NS`): the ``reference`` program reads every value
 through MP-SPDZ's input and costs 10-100 times ``fast``, most of all under the
 replicated protocols. A model for planning, calibrated on this 2-core machine:
 the report of the finished sweep has the real numbers.
+
+On AWS the inventory's ``[client]`` host is one machine: its NIC carries
+every server's shares, so the upload takes all servers' bytes at that one
+link's rate. (The emulated network's clients stand for n separate devices
+instead, see :mod:`harness.engine.netns`; the rate per link is what carries over.)
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ if TYPE_CHECKING:
     from harness.experiments.sweeps import Cell
 
 __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
-           "MPC_START_S", "SETUP_S"]
+           "MPC_START_S", "SETUP_S", "UPLOAD_GOODPUT"]
 
 # (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
 # benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, both
@@ -82,6 +88,11 @@ EXPAND_NS = 78.0
 # `ltm hosts setup` alone, an EC2 instance's first boot and apt a few minutes more.
 HOSTS_SETUP_S = 300.0
 T3_LARGE_BASELINE_GBIT = 0.512
+# Measured (benchmarks/README.md, clients.py): the clients' TLS upload through an
+# emulated 0.512 Gbit/s link delivered 0.485 Gbit/s of shares. tbf counts whole frames,
+# so this is Ethernet, IP, TCP and TLS framing (1448 payload bytes per 1514-byte frame
+# alone is 0.956), which is the same at any rate.
+UPLOAD_GOODPUT = 0.485 / 0.512
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class Estimate:
     hourly_usd: float | None
     expand_s: float = 0.0
     left_out_cells: int = 0
+    upload_gbit: float | None = None  # shares per second actually delivered
 
     @property
     def total_s(self) -> float:
@@ -113,10 +125,12 @@ class Estimate:
         expand = f", expand {self.expand_s / 60:.0f} min" if self.expand_s else ""
         left = (f"; {self.left_out_cells} cells left out, as the sweep would"
                 if self.left_out_cells else "")
+        rate = (f" at {self.upload_gbit:.3f} Gbit/s of shares" if self.upload_gbit is not None
+                else "")
         return (f"{self.repetitions} repetitions, about {self.total_s / 3600:.2f} h "
                 f"(prepare {self.prepare_s / 60:.0f} min, upload {self.upload_gb:.0f} GB in "
-                f"{self.upload_s / 60:.0f} min{expand}, MPC {self.mpc_s / 60:.0f} min, set-up "
-                f"{self.setup_s / 60:.0f} min){left}; {cost}")
+                f"{self.upload_s / 60:.0f} min{rate}{expand}, MPC {self.mpc_s / 60:.0f} min, "
+                f"set-up {self.setup_s / 60:.0f} min){left}; {cost}")
 
 
 @dataclass(frozen=True)
@@ -185,7 +199,8 @@ def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BAS
         mpc += k * cost.mpc_s
         expand += k * cost.expand_s
     return Estimate(repetitions=int(reps), upload_gb=upload_bytes / 1e9, prepare_s=prepare,
-                    upload_s=upload_bytes * 8 / (bandwidth_gbit * 1e9), mpc_s=mpc,
+                    upload_s=upload_bytes * 8 / (bandwidth_gbit * 1e9 * UPLOAD_GOODPUT),
+                    mpc_s=mpc, upload_gbit=bandwidth_gbit * UPLOAD_GOODPUT,
                     expand_s=expand, setup_s=reps * SETUP_S + HOSTS_SETUP_S,
                     instances=instances or servers + 1, hourly_usd=hourly_price(instance_type),
                     left_out_cells=sum(len(points) for reasons in left_out.values()

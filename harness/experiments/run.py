@@ -8,6 +8,7 @@ computation, write the results. The output directory appears only complete.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import shutil
@@ -312,10 +313,10 @@ def prepare_cluster(cfg: RunConfig, work: Workload, cluster: LocalCluster) -> Pr
     if cfg.input_mode == "party":
         sink = TextSink(cluster.input_file(), cfg.parties)
     elif cfg.sharing == "seeded":
-        sink = SeededSink([cluster.party_dir(i) for i in range(cfg.parties)], work.layout,
+        sink = SeededSink([cluster.outbox(i) for i in range(cfg.parties)], work.layout,
                           cfg.share_format, work.n, work.sketch.s, work.d)
     else:
-        sink = ShareSink([cluster.share_file(i) for i in range(cfg.parties)],
+        sink = ShareSink([cluster.outbox_share_file(i) for i in range(cfg.parties)],
                          cfg.share_format)
     prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise, work.fp, sink,
                               noise_rng())
@@ -458,33 +459,40 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     cluster = make_cluster(cfg, mp, workdir)
     prepared = prepare_cluster(cfg, work, cluster)
     timings["prepare_s"] = prepared.seconds
+    uploaded = None
     expand_s = None
-    if cfg.sharing == "seeded" and cfg.hosts is None:
-        # Each server expands its own seeds (on separate machines, at the same time).
-        expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i), work.layout,
-                                 cfg.share_format, cfg.parties, work.n, work.sketch.s)
-                    for i in range(cfg.parties)]
-    elif cfg.sharing == "seeded":  # on each server's host, before any aggregation, timed there
-        cluster.expand_on_hosts(work.layout, cfg.share_format, work.n, work.sketch.s)
     aggregate_s = None
-    if cfg.program == "local":
-        if cfg.hosts is None:
-            aggregate_s = aggregate_locally(cluster, work, cfg)
-        else:  # each server aggregates on its own host, timed there
-            cluster.aggregate_on_hosts(work.layout, cfg.share_format)
-    if cfg.tamper is not None:
-        tamper_input(cfg, work, cluster)
-    launched = time.perf_counter()
-    if schedule is None:
-        schedule = public_input_for(cfg, work)
-    try:
-        runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
-    except PartyError as exc:
-        raise_if_detected(cfg.spec, exc, workdir)
-        refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
-        if refusal:
-            raise MpSpdzError(refusal) from exc
-        raise
+    # Under --network one emulated network carries the upload and then the MPC.
+    with network_session(cluster):
+        if cfg.input_mode == "shares" and isinstance(cluster, LocalCluster):
+            # Measured where it crosses an emulated network; else the files are in place.
+            uploaded = cluster.upload(cfg.timeout)
+        if cfg.sharing == "seeded" and cfg.hosts is None:
+            # Each server expands its own seeds (on separate machines, at the same time).
+            expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i),
+                                     work.layout, cfg.share_format, cfg.parties, work.n,
+                                     work.sketch.s)
+                        for i in range(cfg.parties)]
+        elif cfg.sharing == "seeded":  # on each server's host, before any aggregation
+            cluster.expand_on_hosts(work.layout, cfg.share_format, work.n, work.sketch.s)
+        if cfg.program == "local":
+            if cfg.hosts is None:
+                aggregate_s = aggregate_locally(cluster, work, cfg)
+            else:  # each server aggregates on its own host, timed there
+                cluster.aggregate_on_hosts(work.layout, cfg.share_format)
+        if cfg.tamper is not None:  # after the upload: a server changes what it received
+            tamper_input(cfg, work, cluster)
+        launched = time.perf_counter()
+        if schedule is None:
+            schedule = public_input_for(cfg, work)
+        try:
+            runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+        except PartyError as exc:
+            raise_if_detected(cfg.spec, exc, workdir)
+            refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
+            if refusal:
+                raise MpSpdzError(refusal) from exc
+            raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
     m, d, s = work.sketch.m, work.d, work.sketch.s
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
@@ -500,6 +508,8 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         timings["expand_s"] = max(expand_s)
     for r in runs:
         row = {"party": r.party, **r.stats, "wall_s": r.completed.wall_seconds}
+        if uploaded is not None:
+            row.update(uploaded[r.party])
         if expand_s is not None:
             row["expand_s"] = expand_s[r.party]
         if cfg.program == "local":
@@ -552,6 +562,13 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         "timings": timings,
         "_revealed": revealed,
     }
+
+
+def network_session(cluster) -> contextlib.AbstractContextManager:
+    """The emulated network of a local cluster, if any, kept up for what runs inside."""
+    if isinstance(cluster, LocalCluster):
+        return cluster.network_session()
+    return contextlib.nullcontext()
 
 
 def end_to_end(timings: dict, t_mpc: float) -> dict:

@@ -14,8 +14,10 @@ and aggregates its shares. ``python -m harness.remote.transfer send ...`` (on
 the client host) sends each server its own files, to all servers at once. Both
 sides pin the other's per-run certificate (the servers' are MP-SPDZ's own
 ``P<i>.pem``; the client's is made for the run), so nobody else can send a
-server shares or receive them. Each file travels with its name and length, so
-a cut connection is an error, not a short file.
+server shares or receive them. The wire is :mod:`harness.engine.upload`'s, the
+same one that carries the clients' upload through the emulated network
+(``--network``): each file travels with its name and length, so a cut
+connection is an error, not a short file.
 """
 
 from __future__ import annotations
@@ -24,32 +26,13 @@ import argparse
 import base64
 import json
 import os
-import socket
-import ssl
-import struct
 import sys
 import threading
-import time
 from pathlib import Path
 
+from harness.engine.upload import TIMEOUT, receive_files, send_files
+
 __all__ = ["main"]
-
-_CHUNK = 1 << 20
-_TIMEOUT = 600.0
-_HEADER = struct.Struct("!Q")
-_NAME = struct.Struct("!H")
-
-
-def _context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
-    # The peer's own self-signed certificate is the only trust anchor: pinning.
-    ctx.load_verify_locations(cafile=str(peer))
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    if not server:
-        ctx.check_hostname = False  # names are "P<i>", not host names; the pin decides
-    return ctx
 
 
 def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list[str],
@@ -62,21 +45,30 @@ def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list
     ``local`` program's aggregation follows, after any expansion. Their modules
     load while the receiver waits, so neither counts their import.
     """
-    ctx = _context(True, cert, key, peer)
     modules = (["harness.clients.seeded"] if expand else []) + \
         (["harness.engine.aggregate"] if aggregate else [])
     loader = threading.Thread(target=lambda: [__import__(m) for m in modules])
-    with socket.create_server((bind, port), reuse_port=False) as listener:
-        listener.settimeout(_TIMEOUT)
+    waiting = set(names)
+
+    def place(name: str) -> Path:
+        if name not in waiting:
+            # Only names the runner gave: the client host cannot write anywhere else.
+            raise ConnectionError(f"the client host sent {name!r}, which is not expected "
+                                  "here (or twice)")
+        waiting.discard(name)
+        return Path(name)
+
+    def complete() -> None:
+        if waiting:
+            raise ConnectionError(f"the client host did not send {sorted(waiting)}")
+
+    def listening() -> None:
         print("listening", flush=True)
         loader.start()
-        conn, _ = listener.accept()
-    conn.settimeout(_TIMEOUT)
-    with ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False) as tls:
-        started = time.perf_counter()
-        got = _receive_files(tls, names)
-        tls.sendall(b"ok")
-    print(f"received {got} {time.perf_counter() - started:.6f}", flush=True)
+
+    got, seconds = receive_files(bind, port, cert, key, peer, place, timeout=TIMEOUT,
+                                 on_listening=listening, before_ack=complete)
+    print(f"received {got} {seconds:.6f}", flush=True)
     loader.join()
     if expand is not None:
         from harness.clients.seeded import expand_file
@@ -91,83 +83,10 @@ def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list
         source.unlink()
 
 
-def _receive_files(tls: ssl.SSLSocket, names: list[str]) -> int:
-    """Every expected file, each once; returns the bytes of their contents."""
-    (count,) = _HEADER.unpack(_read_exactly(tls, _HEADER.size))
-    if count != len(names):
-        raise ConnectionError(f"the client host sends {count} files, {len(names)} expected")
-    waiting = set(names)
-    total = 0
-    for _ in range(count):
-        (length,) = _NAME.unpack(_read_exactly(tls, _NAME.size))
-        name = _read_exactly(tls, length).decode()
-        if name not in waiting:
-            # Only names the runner gave: the client host cannot write anywhere else.
-            raise ConnectionError(f"the client host sent {name!r}, which is not expected "
-                                  "here (or twice)")
-        waiting.discard(name)
-        (size,) = _HEADER.unpack(_read_exactly(tls, _HEADER.size))
-        out = Path(name)
-        for parent in reversed(out.parents[:-1]):
-            parent.mkdir(mode=0o700, exist_ok=True)
-        got = 0
-        # Private from creation: these are secret shares or seeds.
-        with open(out, "wb", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-            while got < size:
-                data = tls.recv(min(_CHUNK, size - got))
-                if not data:
-                    raise ConnectionError(f"the client host sent {got} of {size} bytes of "
-                                          f"{name}")
-                fh.write(data)
-                got += len(data)
-        total += got
-    return total
-
-
-def _read_exactly(tls: ssl.SSLSocket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        data = tls.recv(n - len(buf))
-        if not data:
-            raise ConnectionError("the connection closed early")
-        buf += data
-    return buf
-
-
 def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:
     """Each target: party, host, port, peer (its certificate), files ([local, name] pairs,
     the name being where the server keeps it). All at once; seconds each."""
-    seconds: dict[int, float] = {}
-    errors: list[str] = []
-
-    def one(t: dict) -> None:
-        try:
-            ctx = _context(False, cert, key, Path(t["peer"]))
-            started = time.perf_counter()
-            with socket.create_connection((t["host"], t["port"]), timeout=_TIMEOUT) as raw, \
-                    ctx.wrap_socket(raw) as tls:
-                tls.sendall(_HEADER.pack(len(t["files"])))
-                for local, name in t["files"]:
-                    encoded = name.encode()
-                    with open(local, "rb") as fh:
-                        size = os.fstat(fh.fileno()).st_size
-                        tls.sendall(_NAME.pack(len(encoded)) + encoded + _HEADER.pack(size))
-                        while block := fh.read(_CHUNK):
-                            tls.sendall(block)
-                if _read_exactly(tls, 2) != b"ok":
-                    raise ConnectionError("no acknowledgement")
-            seconds[t["party"]] = time.perf_counter() - started
-        except Exception as exc:  # reported for the runner to name the server
-            errors.append(f"P{t['party']} at {t['host']}:{t['port']}: {exc}")
-
-    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise ConnectionError("; ".join(errors))
-    return seconds
+    return send_files(targets, cert, key, timeout=TIMEOUT)
 
 
 def prepare(directory: Path) -> dict:
