@@ -369,8 +369,6 @@ def test_seeded_security_sweep_leaves_out_what_has_no_share_files():
 @pytest.mark.parametrize("argv, message", [
     (["table3", "--program", "reference", "--sharing", "seeded"],
      "--program reference has party 0 input the noisy rows"),
-    (["table3", "--sharing", "seeded", "--hosts", "inventory.toml"],
-     "--sharing full with --hosts"),
 ])
 def test_seeded_where_it_cannot_apply_is_one_line(tmp_path, capsys, argv, message):
     for extra in ([], ["--estimate"]):
