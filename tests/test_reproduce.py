@@ -78,6 +78,26 @@ def test_scaled_sweeps_of_all_tables(tmp_path, mp_spdz, program_cache):
     for col in ("harness_version", "mp_spdz_version", "protocol", "host", "date"):
         assert raw[col].notna().all(), col
     assert set(raw["mp_spdz_version"]) == {"0.4.2"}
+    # the servers reran on each cell's first inputs: the clients' figures are repetition 0's
+    assert not raw[raw["repetition"] == 0]["inputs_reused"].any()
+    assert raw[raw["repetition"] == 1]["inputs_reused"].all()
+    first = raw[raw["repetition"] == 0].set_index(["cell", "party"])["prepare_s"]
+    again = raw[raw["repetition"] == 1].set_index(["cell", "party"])["prepare_s"]
+    assert (first.sort_index() == again.sort_index()).all()
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_local_program_reruns_on_the_same_inputs(tmp_path, mp_spdz, program_cache, fresh):
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=3, scale=0.002, program="local",
+               fresh_inputs=fresh)
+    reproduce(cfg)
+    raw = load_raw(cfg.out / RAW_FILE)
+    assert len(raw) == 5 * 2 * 3 and raw["verified"].all()
+    # every repetition aggregates the server's shares again: part of its T_MPC
+    assert (raw["aggregate_s"] > 0).all()
+    reused = raw["inputs_reused"]
+    assert (not reused.any()) if fresh else reused.eq(raw["repetition"] > 0).all()
+    assert not (cfg.out / ".work").exists()
 
 
 class _Interrupt:
@@ -199,6 +219,7 @@ def test_sweep_in_emulated_network(tmp_path, mp_spdz, program_cache):
     assert set(raw["network"]) == {"t3.large"}
     # the clients' upload crossed the emulated network, timed per server
     assert (raw["upload_s"] > 0).all() and (raw["client_upload_s"] > 0).all()
+    assert not raw["inputs_reused"].any()  # each repetition's upload is measured anew
     assert "network: t3.large" in (cfg.out / "report.md").read_text()
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"ltm-{os.getpid()}-" not in listed

@@ -35,6 +35,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "one sharing component travel as 32-byte seeds per client, which the "
                         "servers expand (computationally hiding; cells without share files "
                         "are left out; default full)")
+    p.add_argument("--fresh-inputs", action="store_true",
+                   help="prepare the clients' inputs anew for every repetition (default: "
+                        "once per cell, the servers rerun on them; always anew with "
+                        "--hosts or --network, where the upload is measured)")
     p.add_argument("--hosts", type=Path, metavar="FILE",
                    help="hosts inventory: run party i on the i-th host over SSH")
     p.add_argument("--network", metavar="PROFILE",
@@ -71,6 +75,7 @@ def _handle(args: argparse.Namespace) -> int:
     cfg = ReproduceConfig(tables=args.tables, out=args.out or Path("."), repeat=args.repeat,
                           scale=args.scale, program=args.program or "fast",
                           protocol=args.protocol or "semi2k", sharing=args.sharing,
+                          fresh_inputs=args.fresh_inputs,
                           hosts=args.hosts, network=args.network, noise=args.noise,
                           seed=args.seed, timeout=args.timeout, mp_spdz=args.mp_spdz,
                           progress=args.progress, install_mpspdz=args.install_mpspdz)

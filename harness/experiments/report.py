@@ -398,6 +398,13 @@ def end_to_end_lines(raw: pd.DataFrame) -> list[str]:
               "counts as 0 s" if not measured.any() else
               "measured in some repetitions and counted as 0 s in the others (share files "
               "written in place)")
+    reused = rows["inputs_reused"].fillna(False).astype(bool) if "inputs_reused" in rows \
+        else pd.Series(False, index=rows.index)
+    inputs = ("Inputs: every repetition prepared (and sent) its own." if not reused.any() else
+              "Inputs: prepared once per cell; the later repetitions reran the servers on "
+              "the same share files (a fresh run of the same computation), so their prepare, "
+              "upload and expand are the first repetition's and only T_MPC varies "
+              "(`--fresh-inputs` prepares anew every time).")
     return [
         "T_end_to_end is shown beside the paper's T_MPC, never instead of it: per "
         "repetition, the clients' preparation of every share (prepare), their upload to "
@@ -409,6 +416,7 @@ def end_to_end_lines(raw: pd.DataFrame) -> list[str]:
         + (" (seeded: all but one component travel as 32-byte seeds per client, "
            "computationally hiding; the clients' upload is then below the full-sharing "
            "model)." if "seeded" in sharings else "."),
+        inputs,
     ]
 
 

@@ -330,7 +330,8 @@ def aggregate_locally(cluster: LocalCluster, work: Workload, cfg: RunConfig) -> 
     for i in range(cluster.parties):
         raw = cluster.share_file(i)
         received = raw.with_name(f"Received-P{i}.data")
-        raw.rename(received)
+        if not received.exists():  # else a rerun on the same inputs: aggregate them again
+            raw.rename(received)
         dest = input_path(cluster, i) if cfg.inputs_aggregates else raw
         seconds.append(aggregate_share_file(received, work.layout, dest, cfg.share_format,
                                             as_input=cfg.inputs_aggregates))
@@ -445,36 +446,50 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path, workdir: 
     return result
 
 
+@dataclass
+class ServerInputs:
+    """The servers' inputs once the clients are done: their files in ``cluster``,
+    and the clients' measurements of making and sending them."""
+
+    cluster: LocalCluster
+    prepared: Prepared
+    uploaded: dict[int, dict] | None
+    expand_s: list[float] | None
+
+
 def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
-            workdir: Path, schedule: str | None = None) -> dict:
+            workdir: Path, schedule: str | None = None, *,
+            inputs: ServerInputs | None = None, keep_inputs: bool = False) -> dict:
     """One complete run in ``workdir``: fresh noise and masks, parties, verification.
 
     ``schedule`` is :func:`public_input_for`'s text, for callers that repeat a
     workload. Returns the result record (nothing is written outside ``workdir``);
     its ``_revealed`` entry holds the revealed ring elements.
+
+    ``keep_inputs`` (local parties, no network) adds ``_inputs``, the servers'
+    inputs as this run left them; passed back as ``inputs``, the next run reuses
+    them, so the servers compute again on the same shares and the clients' side
+    (prepare, upload, expand) is not repeated: its figures are the first run's.
     """
+    if keep_inputs and (cfg.hosts is not None or cfg.network is not None
+                        or cfg.tamper is not None):
+        raise ValueError("only local parties without --network or --tamper keep their inputs")
     timings: dict[str, float] = {}
     started = time.perf_counter()
     timings["compile_s"] = program.compile_seconds or 0.0
-    cluster = make_cluster(cfg, mp, workdir)
-    prepared = prepare_cluster(cfg, work, cluster)
+    if inputs is None:
+        cluster = make_cluster(cfg, mp, workdir)
+        prepared = prepare_cluster(cfg, work, cluster)
+        uploaded = expand_s = None
+    else:
+        cluster, prepared = inputs.cluster, inputs.prepared
+        uploaded, expand_s = inputs.uploaded, inputs.expand_s
     timings["prepare_s"] = prepared.seconds
-    uploaded = None
-    expand_s = None
     aggregate_s = None
     # Under --network one emulated network carries the upload and then the MPC.
     with network_session(cluster):
-        if cfg.input_mode == "shares" and isinstance(cluster, LocalCluster):
-            # Measured where it crosses an emulated network; else the files are in place.
-            uploaded = cluster.upload(cfg.timeout)
-        if cfg.sharing == "seeded" and cfg.hosts is None:
-            # Each server expands its own seeds (on separate machines, at the same time).
-            expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i),
-                                     work.layout, cfg.share_format, cfg.parties, work.n,
-                                     work.sketch.s)
-                        for i in range(cfg.parties)]
-        elif cfg.sharing == "seeded":  # on each server's host, before any aggregation
-            cluster.expand_on_hosts(work.layout, cfg.share_format, work.n, work.sketch.s)
+        if inputs is None:
+            uploaded, expand_s = deliver(cfg, work, cluster)
         if cfg.program == "local":
             if cfg.hosts is None:
                 aggregate_s = aggregate_locally(cluster, work, cfg)
@@ -527,7 +542,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     upload = getattr(cluster, "client_sent_bytes", None) or prepared.upload_bytes
     timings["total_s"] = time.perf_counter() - started
     t_mpc = max(p["time_s"] for p in parties)
-    return {
+    result = {
         "format_version": FORMAT_VERSION,
         "metadata": metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
                              parties=cfg.parties),
@@ -550,6 +565,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         "parties": parties,
         "t_mpc_s": t_mpc,
         **end_to_end(timings, t_mpc),
+        "inputs_reused": inputs is not None,
         "global_data_sent_mb": global_mb,
         "client_upload_bytes": upload,
         "c_mpc_mb": sum(upload) / 1e6 + global_mb,
@@ -562,6 +578,29 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         "timings": timings,
         "_revealed": revealed,
     }
+    if keep_inputs:
+        result["_inputs"] = ServerInputs(cluster, prepared, uploaded, expand_s)
+    return result
+
+
+def deliver(cfg: RunConfig, work: Workload, cluster) -> tuple[dict | None, list | None]:
+    """The clients' files to the servers, and the servers' expansion of any seeds.
+
+    Returns the upload per party (measured where it crosses an emulated network;
+    else None, the files being in place) and each server's ``expand_s`` when it
+    was timed here (on hosts it comes back with the parties' statistics).
+    """
+    uploaded = expand_s = None
+    if cfg.input_mode == "shares" and isinstance(cluster, LocalCluster):
+        uploaded = cluster.upload(cfg.timeout)
+    if cfg.sharing == "seeded" and cfg.hosts is None:
+        # Each server expands its own seeds (on separate machines, at the same time).
+        expand_s = [expand_party(i, cluster.party_dir(i), cluster.share_file(i), work.layout,
+                                 cfg.share_format, cfg.parties, work.n, work.sketch.s)
+                    for i in range(cfg.parties)]
+    elif cfg.sharing == "seeded":  # on each server's host, before any aggregation
+        cluster.expand_on_hosts(work.layout, cfg.share_format, work.n, work.sketch.s)
+    return uploaded, expand_s
 
 
 def network_session(cluster) -> contextlib.AbstractContextManager:
