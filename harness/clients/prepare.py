@@ -239,15 +239,15 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
             drawing = pool.submit(draw, starts[k + 1]) if k + 1 < len(starts) else None
             slots = layout.file_slot[start:start + step]
             real = slots >= 0
-            if drawn is None:
+            if drawn is None:  # R_D outputs zeros: neither data nor noise leaves the client
                 values = np.zeros((slots.size, d), dtype=np.float64)
             else:
                 values, total, squares = drawn
                 noise_sum += total
                 noise_sq += squares
-            # A padding slot (-1) reads client n - 1's row; zeroed right after.
-            values += np.take(data, slots % n, axis=0)
-            values[~real] = 0
+                # A padding slot (-1) reads client n - 1's row; zeroed right after.
+                values += np.take(data, slots % n, axis=0)
+                values[~real] = 0
             encoded, magnitude = fp.encode_in_place(values)
             if layout.kind == "blocked":
                 _add_blocks(acc, abs_acc, layout, start, encoded, magnitude)
