@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.clients.seeded import SEED_BYTES, components
+from harness.clients.seeded import components
 from harness.errors import InputError, LtmError
 from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
 
@@ -147,9 +147,8 @@ def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
     if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
     comps = components(run_cfg.share_format, run_cfg.parties)
-    # Holders of the full component get its words; every seeded component held, a seed per client.
-    return sum(8 * values * comps.holds_full(i)
-               + SEED_BYTES * run_cfg.clients * len(comps.seeded(i))
+    # Client j sends component j mod C in full, the others as seeds; no padding rows.
+    return sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
                for i in range(run_cfg.parties))
 
 
@@ -169,8 +168,10 @@ def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
     if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
         comps = components(run_cfg.share_format, cell.servers)
         prepare += values * (comps.count - 1) * SEEDED_PREPARE_NS * 1e-9
-        # the servers expand at once, each its own: the sweep waits for the slowest
-        slowest = max(len(comps.seeded(i)) for i in range(cell.servers))
+        # the servers expand at once, each its own: the sweep waits for the slowest, which
+        # expands each component it holds for the clients that do not lead with it
+        slowest = max(sum(1 - comps.full_clients(c, cell.clients) / cell.clients
+                          for c in comps.held[i]) for i in range(cell.servers))
         expand = values * slowest * EXPAND_NS * 1e-9
     return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
                     expand_s=expand, upload_bytes=_upload_bytes(run_cfg, values))
