@@ -238,7 +238,8 @@ class SeededSink:
 
     When preparation starts (:meth:`start`), a thread draws every client's seeds
     and sums its seeded components' keystreams (copy-ordered, one row per
-    client and copy). Encoded rows then arrive in file order and are never
+    client and copy). Encoded rows then arrive in file order (held, until the
+    masks are in, so that noise and encoding run on meanwhile) and are never
     written in the clear: each chunk's real rows are split by their client's
     full component, their masks gathered and subtracted, and the result
     appended to that component's full file at every server holding it. Padding
@@ -261,6 +262,8 @@ class SeededSink:
         self._seeds: np.ndarray | None = None
         self._masks: np.ndarray | None = None
         self._files: list[list] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._received = 0
 
     def start(self) -> None:
         """Draw the seeds and their masks in the background (preparation's clock runs)."""
@@ -291,29 +294,53 @@ class SeededSink:
             self._files.append(files)
 
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
+        self._received += encoded.shape[0]
         if self._masks is None:
             self.start()
             assert self._drawing is not None
+            if not self._drawing.done():
+                # Held until the masks are drawn, so noise and encoding run on meanwhile.
+                self._pending.append((encoded, real))
+                return
             self._seeds, self._masks = self._drawing.result()
             self._open()
+        while self._pending:
+            self._share(*self._pending.pop(0))
+        self._share(encoded, real)
+
+    def _share(self, encoded: np.ndarray, real: np.ndarray) -> None:
         n, s, count = self.clients, self.copies, self.comps.count
         rows = encoded.shape[0]
         slots = self.layout.file_slot[self._next:self._next + rows]
         self._next += rows
-        client = slots % n
-        lead = np.where(real, client % count, -1)
+        # Real rows grouped by the component their client sends in full (file order kept
+        # within each), with one gather of rows and one of masks; padding rows are dropped.
+        lead = (slots % n % count).astype(np.int8)
+        lead[~real] = count
+        order = np.argsort(lead, kind="stable")
+        ends = np.cumsum(np.bincount(lead, minlength=count + 1))
+        order = order[:ends[count - 1]]
+        slot = slots[order]
+        full = np.take(self._masks, (slot % n) * s + slot // n, axis=0)
+        np.subtract(np.take(encoded, order, axis=0), full, out=full)  # mod 2^64 by design
         for c in range(count):
-            idx = np.flatnonzero(lead == c)
-            if not idx.size:
-                continue
-            slot = slots[idx]
-            full = encoded[idx]
-            full -= self._masks[(slot % n) * s + slot // n]  # wraps mod 2^64 by design
+            part = memoryview(full[ends[c - 1] if c else 0:ends[c]]).cast("B")
             for party, fh in zip(self.holders[c], self._files[c], strict=True):
-                fh.write(memoryview(full).cast("B"))
-                self.upload_bytes[party] += full.nbytes
+                fh.write(part)
+                self.upload_bytes[party] += part.nbytes
 
     def close(self) -> None:
+        failed = None
+        try:
+            if self._pending and self._received == self.layout.total_rows:
+                assert self._drawing is not None
+                self._seeds, self._masks = self._drawing.result()
+                self._open()
+                while self._pending:
+                    self._share(*self._pending.pop(0))
+        except BaseException as exc:  # after the clean-up below: nothing half-written stays
+            failed = exc
+        self._pending = []
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for files in self._files:
@@ -325,6 +352,8 @@ class SeededSink:
                 for party in self.holders[c]:
                     _full_file(self.party_dirs[party], c).unlink(missing_ok=True)
             self._masks = self._seeds = None
+            if failed is not None:
+                raise failed
             return
         assert self._seeds is not None
         lead = np.arange(self.clients) % self.comps.count
@@ -406,18 +435,27 @@ def _expand(party: int, party_dir: Path, share_file: Path, file_slot: np.ndarray
             for first in range(0, file_slot.shape[0], _ROWS_PER_WRITE):
                 slots = file_slot[first:first + _ROWS_PER_WRITE]
                 client = slots % n
-                lead = np.where(slots >= 0, client % count, -1)
-                chunk = np.zeros((slots.size, d, fmt.words), dtype=np.uint64)
+                copy = slots // n
+                padding = slots < 0
+                lead = client % count
+                parts = []
                 for w, c in enumerate(held):
-                    idx = np.flatnonzero(lead == c)
-                    raw = fulls[w].read(8 * d * idx.size)
-                    if len(raw) != 8 * d * idx.size:
+                    # Every row gathers a mask (one contiguous take), then the rows this
+                    # component leads for get their full words and padding rows zeros.
+                    rank = client - np.maximum(0, (client - c + count - 1) // count)
+                    rows = rank * s + copy
+                    leads = (lead == c) & ~padding
+                    rows[leads | padding] = 0
+                    part = np.take(masks[w], rows, axis=0) if masks[w].size \
+                        else np.zeros((slots.size, d), dtype=np.uint64)
+                    k = int(np.count_nonzero(leads))
+                    raw = fulls[w].read(8 * d * k)
+                    if len(raw) != 8 * d * k:
                         raise ValueError(f"{_full_file(party_dir, c)} is too short")
-                    chunk[idx, :, w] = np.frombuffer(raw, "<u8").reshape(idx.size, d)
-                    idx = np.flatnonzero((lead >= 0) & (lead != c))
-                    j = client[idx]
-                    rank = j - np.maximum(0, (j - c + count - 1) // count)
-                    chunk[idx, :, w] = masks[w][rank * s + slots[idx] // n]
+                    part[leads] = np.frombuffer(raw, "<u8").reshape(k, d)
+                    part[padding] = 0
+                    parts.append(part)
+                chunk = parts[0] if len(parts) == 1 else np.stack(parts, axis=-1)
                 out.write(memoryview(chunk).cast("B"))
         for w, c in enumerate(held):
             if fulls[w].read(1):
