@@ -150,14 +150,14 @@ def _load_libcrypto():
     probe = np.frombuffer(bytes(range(SEED_BYTES)) * 2, np.uint8).reshape(2, SEED_BYTES)
     ours, theirs = np.empty((2, 37), np.uint64), np.empty((2, 37), np.uint64)
     try:
-        _aes_ctr_ctypes(lib, probe, ours)
+        _aes_ctr_ctypes(lib, probe, ours, np.arange(2))
     except (OSError, RuntimeError):
         return None
-    _aes_ctr_cryptography(probe, theirs)
+    _aes_ctr_cryptography(probe, theirs, np.arange(2))
     return lib if np.array_equal(ours, theirs) else None
 
 
-def _aes_ctr_ctypes(lib, seeds: np.ndarray, out: np.ndarray) -> None:
+def _aes_ctr_ctypes(lib, seeds: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
     size = 8 * out.shape[1]
     zeros = bytes(size)
     seeds = np.ascontiguousarray(seeds)
@@ -171,35 +171,64 @@ def _aes_ctr_ctypes(lib, seeds: np.ndarray, out: np.ndarray) -> None:
     try:
         if init(ctx, lib.EVP_aes_256_ctr(), None, None, _NONCE) != 1:
             raise RuntimeError("EVP_EncryptInit_ex failed")
-        for k in range(out.shape[0]):
+        for k, row in enumerate(rows.tolist()):
             if init(ctx, None, None, key + SEED_BYTES * k, _NONCE) != 1 \
-                    or update(ctx, base + size * k, where, zeros, size) != 1:
+                    or update(ctx, base + size * row, where, zeros, size) != 1:
                 raise RuntimeError("AES-256-CTR failed in libcrypto")
     finally:
         lib.EVP_CIPHER_CTX_free(ctx)
 
 
-def _aes_ctr_cryptography(seeds: np.ndarray, out: np.ndarray) -> None:
+def _aes_ctr_cryptography(seeds: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
     zeros = bytes(8 * out.shape[1])
-    rows = out.view(np.uint8)
-    for k, seed in enumerate(seeds):
-        stream = Cipher(algorithms.AES(seed.tobytes()), modes.CTR(_NONCE)).encryptor()
-        rows[k] = np.frombuffer(stream.update(zeros), np.uint8)
+    raw = out.view(np.uint8)
+    for k, row in enumerate(rows.tolist()):
+        stream = Cipher(algorithms.AES(seeds[k].tobytes()), modes.CTR(_NONCE)).encryptor()
+        raw[row] = np.frombuffer(stream.update(zeros), np.uint8)
 
 
-def expand(seeds: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarray:
-    """``(clients, words)`` uint64: each client's AES-256-CTR keystream under its seed."""
+# Below this many seeds a second thread costs more than it saves.
+_SEEDS_PER_THREAD = 4096
+
+
+def expand(seeds: np.ndarray, words: int, out: np.ndarray | None = None,
+           rows: np.ndarray | None = None) -> np.ndarray:
+    """Each client's AES-256-CTR keystream under its seed, ``words`` uint64 words: seed k's
+    into row ``rows[k]`` of ``out`` (default: row k of a new ``(clients, words)`` array)."""
+    if rows is None:
+        rows = np.arange(seeds.shape[0])
     if out is None:
         out = np.empty((seeds.shape[0], words), dtype=np.uint64)
-    assert out.shape == (seeds.shape[0], words) and out.flags.c_contiguous
-    if seeds.shape[0]:
-        lib = _libcrypto()
-        if lib is not None:
-            _aes_ctr_ctypes(lib, seeds, out)
-        else:
-            _aes_ctr_cryptography(seeds, out)
+    assert out.shape[1] == words and out.dtype == np.uint64 and out.flags.c_contiguous
+    assert rows.shape == (seeds.shape[0],) and (not rows.size or 0 <= rows.min() <= rows.max()
+                                                < out.shape[0])
+    lib = _libcrypto()
+    if lib is None:
+        _aes_ctr_cryptography(seeds, out, rows)
+        return out
+    # libcrypto runs without the GIL: on two cores, two threads expand twice as fast.
+    threads = min(os.cpu_count() or 1, 2, max(1, seeds.shape[0] // _SEEDS_PER_THREAD))
+    if threads == 1:
+        _aes_ctr_ctypes(lib, seeds, out, rows)
+        return out
+    cut = seeds.shape[0] // 2
+    errors: list[BaseException] = []
+
+    def run_helper() -> None:
+        try:
+            _aes_ctr_ctypes(lib, seeds[cut:], out, rows[cut:])
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+    helper = threading.Thread(target=run_helper)
+    helper.start()
+    try:
+        _aes_ctr_ctypes(lib, seeds[:cut], out, rows[:cut])
+    finally:
+        helper.join()
+    if errors:
+        raise errors[0]
     return out
 
 
@@ -415,18 +444,18 @@ def _expand(party: int, party_dir: Path, share_file: Path, file_slot: np.ndarray
     comps = components(fmt, parties)
     count, held = comps.count, comps.held[party]
     n, s = clients, copies
-    # Per held component, its seeded clients' masks, compactly in client order (a
-    # client's row is its rank among them), so that the share file can be written
-    # in file order with gathers only.
+    # Per held component, its seeded clients' masks in client order (the rows of the
+    # clients that send it in full stay unwritten), so that the share file can be
+    # written in file order with one gather per chunk.
     masks = []
     for c in held:
         seeds = np.fromfile(_seed_file(party_dir, c), dtype=np.uint8).reshape(-1, SEED_BYTES)
-        if seeds.shape[0] != n - comps.full_clients(c, n):
+        seeded = np.flatnonzero(comps.seeded_mask(c, n))
+        if seeds.shape[0] != seeded.size:
             raise ValueError(f"{_seed_file(party_dir, c)} holds {seeds.shape[0]} seeds, "
-                             f"not {n - comps.full_clients(c, n)}")
-        mask = np.empty((seeds.shape[0], s * d), dtype=np.uint64)
-        for first, last in _client_batches(seeds.shape[0], s * d):
-            expand(seeds[first:last], s * d, out=mask[first:last])
+                             f"not {seeded.size}")
+        mask = np.empty((n, s * d), dtype=np.uint64)
+        expand(seeds, s * d, out=mask, rows=seeded)
         masks.append(mask.reshape(-1, d))
     with ExitStack() as stack:
         fulls = [stack.enter_context(open(_full_file(party_dir, c), "rb")) for c in held]
@@ -434,20 +463,15 @@ def _expand(party: int, party_dir: Path, share_file: Path, file_slot: np.ndarray
             out.write(fmt.header)
             for first in range(0, file_slot.shape[0], _ROWS_PER_WRITE):
                 slots = file_slot[first:first + _ROWS_PER_WRITE]
-                client = slots % n
                 copy = slots // n
+                client = slots - copy * n
+                rows = client * s + copy  # a padding row's is a real row's, zeroed below
                 padding = slots < 0
-                lead = client % count
+                lead = np.where(padding, count, client % count)
                 parts = []
                 for w, c in enumerate(held):
-                    # Every row gathers a mask (one contiguous take), then the rows this
-                    # component leads for get their full words and padding rows zeros.
-                    rank = client - np.maximum(0, (client - c + count - 1) // count)
-                    rows = rank * s + copy
-                    leads = (lead == c) & ~padding
-                    rows[leads | padding] = 0
-                    part = np.take(masks[w], rows, axis=0) if masks[w].size \
-                        else np.zeros((slots.size, d), dtype=np.uint64)
+                    part = np.take(masks[w], rows, axis=0)
+                    leads = lead == c
                     k = int(np.count_nonzero(leads))
                     raw = fulls[w].read(8 * d * k)
                     if len(raw) != 8 * d * k:
