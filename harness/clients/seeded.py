@@ -29,19 +29,35 @@ word) are as close to information-theoretic as the generator allows.
 
 **The generator.** A component's words are the AES-256-CTR keystream under its
 seed (the key), the counter starting at zero: a fresh key per stream, so the
-fixed starting counter is safe. Measured on this loaded 2-core machine
-(``python -m benchmarks.prg``, microseconds per client, best of 3 over 20,000
-clients, w = s * d words per client):
+fixed starting counter is safe. Candidates, all cryptographic PRGs (a
+non-cryptographic generator such as PCG or Philox would let a server predict
+masks), measured with ``python -m benchmarks.prg`` on this 2-core machine at
+load average 7-8, microseconds per client (per-call set-up included), best of
+3 over 20,000 clients, w = s * d words per client:
 
-PRG_TABLE
+======  ========  ==============  ===============  =================  ==================
+w       SHAKE128  AES-CTR (pkg)   ChaCha20 (pkg)   AES-CTR libcrypto  ChaCha20 libcrypto
+======  ========  ==============  ===============  =================  ==================
+10      10.8      88.5            55.4             23.6               20.8
+50      13.5      80.2            55.1             34.3               26.4
+100     15.0      76.0            49.8             21.6               20.2
+500     44.9      82.6            43.7             19.8               19.7
+======  ========  ==============  ===============  =================  ==================
 
-AES-256-CTR through the system's libcrypto (one context, re-keyed per client,
-called through ctypes, which also lets expansion run beside other threads) is
-the fastest above a few dozen words, and within noise of SHAKE128 below; the
-``cryptography`` package's per-cipher object set-up costs 20-40 us per client,
-which rules out its AES and ChaCha20 here. Where libcrypto cannot be loaded
-(or gives a different keystream, checked once) the same AES-256-CTR keystream
-comes from ``cryptography``, slower, bit for bit the same.
+(SHAKE128: ``hashlib``; "pkg": the ``cryptography`` package, one cipher
+object per seed, whose set-up costs 40-90 us here; libcrypto: the system's,
+through ctypes, one context re-keyed per seed.) At a quieter moment a first
+version of the same loops gave AES-256-CTR through libcrypto 14, 8.6, 7.1 and
+8.7 us at w = 10, 50, 100 and 500, SHAKE128 8.5, 9.2, 11.1 and 24.5 us.
+SHAKE128 wins below about 100 words, where a client's expansion costs a few
+microseconds either way; AES-256-CTR through libcrypto wins where expansion
+costs time, at large s (2.3-2.8x at w = 500, Table 5's s = 50 cell), and runs
+without the GIL, so two threads expand at once. It is the one used; ChaCha20
+through libcrypto is within noise of it, and AES-256-CTR is already what full
+shares' masks come from (:mod:`harness.clients.sharing`). Where libcrypto
+cannot be loaded (or gives a different keystream, checked once) the same
+AES-256-CTR keystream comes from ``cryptography``, slower, bit for bit the
+same, so clients and servers always agree.
 
 On remote hosts a server runs ``python -m harness.clients.seeded expand PARTY
 PLAN SHARE_FILE`` in its working directory, with the public plan

@@ -77,12 +77,15 @@ MPC_START_S = 0.2
 # repetitions' stamps (1 s resolution) minus their prepare_s and wall_s, same rows
 # (the one pause of 12 minutes between two sessions left out).
 SETUP_S = 1.8
-# --sharing seeded, per value and seeded component (benchmarks/README, clients.py:
-# 50M values at S = 3, two seeded components): the clients expand each one to
-# subtract it (prepare 9.66 s against 3.88 s full: ~58 ns), a server expands
-# its own (3.89 s: ~78 ns).
-SEEDED_PREPARE_NS = 58.0
-EXPAND_NS = 78.0
+# --sharing seeded (benchmarks/README, clients.py: 50M values at S = 3, client j
+# sending component j mod 3 in full, medians of three rounds at load average 6-8):
+# the clients expand each of their C-1 seeded components to subtract it (prepare
+# 13.5 s against 10.7 s full in the end-to-end runs: ~28 ns per value and seeded
+# component, here 30), and a server expands, per component it holds, the seeds of
+# the clients that do not send it in full and writes its share file (3.8 s for 2/3
+# of 50M values: ~114 ns per value expanded).
+SEEDED_PREPARE_NS = 30.0
+EXPAND_NS = 114.0
 # Once per cluster: cloud-init's OS packages and `ltm hosts setup` (the harness's
 # venv from PyPI, MP-SPDZ's release); the rehearsal on this machine takes ~75 s for
 # `ltm hosts setup` alone, an EC2 instance's first boot and apt a few minutes more.
