@@ -230,3 +230,17 @@ def test_seeded_bad_input_is_one_line(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("ltm: error: ") and message in err
     assert err.count("\n") == 1 and not out.exists()
+
+
+def test_a_preparation_that_stops_half_way_sends_nothing(tmp_path):
+    n, d, s = 50, 3, 2
+    sketch = Sketch.generate(n, 4, s, seed=3)
+    layout = Layout.blocked(sketch, d)
+    dirs = [tmp_path / f"P{i}" for i in range(3)]
+    sink = SeededSink(dirs, layout, ADDITIVE, n, s, d)
+    sink.start()
+    half = layout.total_rows // 2
+    slots = layout.file_slot[:half]
+    sink.write(np.ones((half, d), dtype=np.uint64), slots >= 0)
+    sink.close()
+    assert all(upload_files(p) == [] for p in dirs)
