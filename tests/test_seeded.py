@@ -244,3 +244,28 @@ def test_a_preparation_that_stops_half_way_sends_nothing(tmp_path):
     sink.write(np.ones((half, d), dtype=np.uint64), slots >= 0)
     sink.close()
     assert all(upload_files(p) == [] for p in dirs)
+
+
+@pytest.mark.parametrize("pending_bytes", [0, 1 << 30])
+def test_rows_held_while_the_masks_are_drawn_are_shared_alike(tmp_path, monkeypatch,
+                                                               pending_bytes):
+    # Masks that come late: every row held (or, past the bound, waited for) still ends
+    # up in the servers' shares.
+    import threading
+
+    drawn = threading.Event()
+    original = SeededSink._draw
+
+    def late(self):
+        drawn.wait(5)
+        return original(self)
+
+    monkeypatch.setattr(SeededSink, "_draw", late)
+    monkeypatch.setattr(seeded_module, "_PENDING_BYTES", pending_bytes)
+    threading.Timer(0.3, drawn.set).start()
+    data = np.random.default_rng(6).uniform(-1, 1, size=(700, 3))
+    sketch, layout, _, _, files = _prepare_seeded(tmp_path, data, ADDITIVE, 3, s=3)
+    total = sum(f[:, :, 0] for f in files)
+    real = layout.file_slot >= 0
+    assert np.array_equal(total[real],
+                          FixedPoint(16).encode(data[layout.file_slot[real] % sketch.n]))

@@ -101,6 +101,9 @@ SEED_BYTES = 32
 _NONCE = bytes(16)
 # Clients' keystreams held at once on the client side before they are summed.
 _WORDS_PER_BATCH = 1 << 21
+# Encoded rows a client side holds while its masks are drawn: beyond this it waits,
+# so that peak memory stays the masks' plus this.
+_PENDING_BYTES = 256 << 20
 # Rows of a share file built and written at once: no second copy of the whole matrix.
 _ROWS_PER_WRITE = 1 << 16
 
@@ -345,7 +348,8 @@ class SeededSink:
         if self._masks is None:
             self.start()
             assert self._drawing is not None
-            if not self._drawing.done():
+            held = sum(rows.nbytes for rows, _ in self._pending) + encoded.nbytes
+            if not self._drawing.done() and held <= _PENDING_BYTES:
                 # Held until the masks are drawn, so noise and encoding run on meanwhile.
                 self._pending.append((encoded, real))
                 return
