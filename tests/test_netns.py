@@ -315,7 +315,7 @@ def test_a_receiver_refuses_names_outside_its_directory(tmp_path):
 def test_upload_writes_private_files_bit_for_bit_and_empties_the_outbox(tmp_path, mp_spdz):
     rng = np.random.default_rng(7)
     files = {0: {"Persistence/Transactions-P0.data": rng.bytes(3 * (1 << 20) + 5)},
-             1: {"Upload/Seeds-C1.bin": rng.bytes(32 * 1000), "Upload/Full.data": b"",
+             1: {"Upload/Seeds-C1.bin": rng.bytes(32 * 1000), "Upload/Full-C1.data": b"",
                  "Upload/Extra.bin": rng.bytes(1 << 16)}}
     cluster = LocalCluster(mp_spdz, 2, tmp_path / "work", network="none")
     for party, named in files.items():
@@ -380,8 +380,9 @@ def test_seeded_upload_through_the_network(tmp_path, mp_spdz, program_cache, pro
                            program=program, sharing="seeded"))
     assert result["verification"]["ok"] and result["upload_measured"]
     sent = [p["upload_bytes_sent"] for p in result["parties"]]
-    assert sent[:2] == [n * SEED_BYTES] * 2  # the seeded servers receive seeds only
-    assert sent[2] >= 8 * 2 * n * 3  # the full component, its padding rows included
+    # each server: the full words (s * d = 6) of the third of the clients that lead with
+    # its component, never padding rows, and a seed for each of the others
+    assert sent == [n // 3 * 8 * 6 + (n - n // 3) * SEED_BYTES] * 3
     t = result["timings"]
     assert t["client_upload_s"] == max(p["upload_s"] for p in result["parties"]) > 0
     assert result["t_end_to_end_s"] == pytest.approx(

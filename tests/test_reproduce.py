@@ -253,7 +253,8 @@ def test_estimate_follows_the_sweep_and_the_price(capsys):
     assert est.cost_usd == pytest.approx(3 * 0.0832 * est.total_s / 3600)
     assert main(["reproduce", "table4", "--repeat", "3", "--estimate"]) == 0
     assert f"{est.total_s / 3600:.2f} h" in capsys.readouterr().out
-    # seeded: the two seeded servers receive 32 bytes per client, and expansion costs time
+    # seeded: each client sends one component in full, the other as a 32-byte seed; the
+    # expansion costs time
     seeded = estimate_sweep(ReproduceConfig(tables="table4", out=Path("."), repeat=3,
                                             sharing="seeded"), bandwidth_gbit=1.0)
     assert seeded.upload_gb == pytest.approx((8 * values + 32 * 3 * sum(clients)) / 1e9)

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from harness.cli import main
+from harness.clients import seeded as seeded_module
 from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
 from harness.clients.noise import NoiseSpec
-from harness.clients.prepare import prepare_inputs, read_share_file
+from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
 from harness.clients.seeded import (
     SEED_BYTES,
     SeededSink,
@@ -67,14 +68,40 @@ def test_expanded_shares_sum_to_the_encoded_rows(tmp_path, fmt, parties, blocked
             assert np.array_equal(files[i][:, :, 0], files[(i + 1) % 3][:, :, 1])
 
 
-def test_uploads_are_seeds_for_seeded_servers(tmp_path):
+def test_uploads_are_seeds_and_a_third_of_the_full_words(tmp_path):
     data = np.zeros((40, 5))
     _, _, prepared, _, _ = _prepare_seeded(tmp_path, data, ADDITIVE, 3, s=3)
-    assert prepared.upload_bytes == [40 * SEED_BYTES, 40 * SEED_BYTES, 8 * 3 * 40 * 5]
+    # client j sends component j mod 3 in full: 14, 13 and 13 of the 40 clients
+    full = [8 * 3 * 5 * f for f in (14, 13, 13)]
+    seeds = [SEED_BYTES * (40 - f) for f in (14, 13, 13)]
+    assert prepared.upload_bytes == [full[i] + seeds[i] for i in range(3)]
     _, _, prepared, _, _ = _prepare_seeded(tmp_path / "r", data, REPLICATED, 3, s=3)
-    full = 8 * 3 * 40 * 5
-    assert prepared.upload_bytes == [40 * SEED_BYTES + full, 2 * 40 * SEED_BYTES,
-                                     full + 40 * SEED_BYTES]
+    # server i holds components i and i - 1
+    assert prepared.upload_bytes == [full[i] + seeds[i] + full[i - 1] + seeds[i - 1]
+                                     for i in range(3)]
+
+
+@pytest.mark.parametrize("fmt", [ADDITIVE, REPLICATED])
+def test_each_server_receives_a_third_of_its_full_upload(tmp_path, fmt):
+    # Bytes per server, seeded against full sharing of the same data at S = 3: the
+    # full words of the clients it leads for, a seed for each of the others.
+    n, d, s = 60, 16, 4
+    data = np.random.default_rng(5).uniform(-1, 1, size=(n, d))
+    sketch = Sketch.generate(n, 4, s, seed=3)
+    layout = Layout.blocked(sketch, d, share_words=fmt.words)
+    noise = NoiseSpec("none", n=n, m=4, d=d, s=s, epsilon=1.0, delta=1e-6, eta=1.0)
+    sinks = {"full": ShareSink([tmp_path / f"F{i}.data" for i in range(3)], fmt),
+             "seeded": SeededSink([tmp_path / f"P{i}" for i in range(3)], layout, fmt, n, s,
+                                  d)}
+    sent = {name: prepare_inputs(data, sketch, layout, noise, FixedPoint(16), sink,
+                                 np.random.default_rng(0)).upload_bytes
+            for name, sink in sinks.items()}
+    assert sent["full"] == [8 * fmt.words * s * n * d] * 3
+    for i in range(3):
+        assert sent["seeded"][i] == sent["full"][i] // 3 + fmt.words * (2 * n // 3) * SEED_BYTES
+        assert sent["seeded"][i] == sum(f.stat().st_size
+                                        for f in upload_files(tmp_path / f"P{i}"))
+    assert max(sent["seeded"]) / max(sent["full"]) < 0.38  # 1/3, plus 32 of 512 bytes
 
 
 def test_two_clients_with_equal_data_get_unrelated_shares(tmp_path):
@@ -117,10 +144,10 @@ def test_a_server_elsewhere_expands_from_the_plan_alone(tmp_path, fmt, parties, 
     save_plan(tmp_path / "plan.npz", layout, fmt, parties, n, s)
     for i in range(parties):
         # the same upload in both places: the plan must give what the layout gives
-        for name in ("Seeds-C0.bin", "Seeds-C1.bin", "Full.data"):
-            here = tmp_path / "here" / f"P{i}" / "Upload" / name
-            if here.exists():
-                here.write_bytes((tmp_path / "there" / f"P{i}" / "Upload" / name).read_bytes())
+        for there in upload_files(tmp_path / "there" / f"P{i}"):
+            here = tmp_path / "here" / f"P{i}" / "Upload" / there.name
+            assert here.exists()
+            here.write_bytes(there.read_bytes())
         expand_party(i, tmp_path / "here" / f"P{i}", tmp_path / f"here-{i}.data", layout, fmt,
                      parties, n, s)
         monkeypatch.chdir(tmp_path / "there" / f"P{i}")
@@ -139,6 +166,17 @@ def test_expand_is_a_deterministic_function_of_each_seed():
     assert not np.array_equal(first[0], first[1])
     # a longer expansion starts with the shorter one: word i depends on the seed alone
     assert np.array_equal(expand(seeds, 25)[:, :10], first)
+
+
+def test_expand_is_aes_256_ctr_under_the_seed():
+    # libcrypto through ctypes where it loads, the cryptography package elsewhere: one stream
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    seeds = np.frombuffer(bytes(range(96)), np.uint8).reshape(3, 32)
+    for k, words in enumerate(expand(seeds, 41)):
+        stream = Cipher(algorithms.AES(seeds[k].tobytes()), modes.CTR(bytes(16))).encryptor()
+        assert words.tobytes() == stream.update(bytes(8 * 41))
+    assert seeded_module._libcrypto() is not None  # the fast path is the one measured
 
 
 SMALL = {"clients": 203, "rows": 10, "dim": 3, "sparsity": 3, "noise": "gaussian",
@@ -166,8 +204,11 @@ def test_seeded_runs_verify(tmp_path, mp_spdz, program_cache, protocol, program,
     assert result["t_end_to_end_s"] == pytest.approx(
         t["prepare_s"] + t["expand_s"] + result["t_mpc_s"])
     assert result["t_end_to_end_s"] > result["t_mpc_s"] + t["expand_s"]
-    n = result["parameters"]["clients"]
-    assert min(result["client_upload_bytes"]) <= 2 * n * SEED_BYTES
+    # each server: full words for the clients that lead with its components, seeds else
+    n, s, d = SMALL["clients"], SMALL["sparsity"], SMALL["dim"]
+    comps = components(cfg.share_format, parties)
+    assert result["client_upload_bytes"] == [comps.upload_bytes(i, n, s * d)
+                                             for i in range(parties)]
 
 
 @pytest.mark.mpspdz
@@ -189,3 +230,42 @@ def test_seeded_bad_input_is_one_line(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("ltm: error: ") and message in err
     assert err.count("\n") == 1 and not out.exists()
+
+
+def test_a_preparation_that_stops_half_way_sends_nothing(tmp_path):
+    n, d, s = 50, 3, 2
+    sketch = Sketch.generate(n, 4, s, seed=3)
+    layout = Layout.blocked(sketch, d)
+    dirs = [tmp_path / f"P{i}" for i in range(3)]
+    sink = SeededSink(dirs, layout, ADDITIVE, n, s, d)
+    sink.start()
+    half = layout.total_rows // 2
+    slots = layout.file_slot[:half]
+    sink.write(np.ones((half, d), dtype=np.uint64), slots >= 0)
+    sink.close()
+    assert all(upload_files(p) == [] for p in dirs)
+
+
+@pytest.mark.parametrize("pending_bytes", [0, 1 << 30])
+def test_rows_held_while_the_masks_are_drawn_are_shared_alike(tmp_path, monkeypatch,
+                                                               pending_bytes):
+    # Masks that come late: every row held (or, past the bound, waited for) still ends
+    # up in the servers' shares.
+    import threading
+
+    drawn = threading.Event()
+    original = SeededSink._draw
+
+    def late(self):
+        drawn.wait(5)
+        return original(self)
+
+    monkeypatch.setattr(SeededSink, "_draw", late)
+    monkeypatch.setattr(seeded_module, "_PENDING_BYTES", pending_bytes)
+    threading.Timer(0.3, drawn.set).start()
+    data = np.random.default_rng(6).uniform(-1, 1, size=(700, 3))
+    sketch, layout, _, _, files = _prepare_seeded(tmp_path, data, ADDITIVE, 3, s=3)
+    total = sum(f[:, :, 0] for f in files)
+    real = layout.file_slot >= 0
+    assert np.array_equal(total[real],
+                          FixedPoint(16).encode(data[layout.file_slot[real] % sketch.n]))

@@ -195,14 +195,16 @@ def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_ca
 # --- seeded sharing: servers expand their own seeds on their hosts ---------------------------
 
 def _seeded_upload(result: dict, fmt_words: int) -> list[int]:
-    """What each server must receive: 32 bytes per client and seeded component it holds,
-    8 bytes per real word of the full component if it holds that."""
+    """What each server must receive: per component c it holds, 8 bytes per real word of
+    the clients j with j mod C = c (who send c in full), 32 bytes for every other client."""
     p = result["parameters"]
     n, parties = p["clients"], p["parties"]
-    full = 8 * n * p["sparsity"] * p["dim"]
-    if fmt_words == 1:  # additive: the last server holds the full component
-        return [32 * n] * (parties - 1) + [full]
-    return [32 * n + full, 2 * 32 * n, full + 32 * n]  # replicated: (a_i, a_{i-1})
+    count = parties if fmt_words == 1 else 3
+    held = [(i,) for i in range(parties)] if fmt_words == 1 else \
+        [(i, (i - 1) % 3) for i in range(3)]
+    leading = [len(range(c, n, count)) for c in range(count)]
+    return [sum(8 * p["sparsity"] * p["dim"] * leading[c] + 32 * (n - leading[c])
+                for c in held[i]) for i in range(parties)]
 
 
 @pytest.mark.mpspdz
@@ -251,7 +253,7 @@ def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_sp
     assert t["expand_s"] == max(row["expand_s"] for row in rows)
     if program == "local":  # aggregated after the expansion, on the same host
         assert all(row["aggregate_s"] > 0 for row in rows)
-    # the upload is what each server got: its seeds, and the full words if it holds them
+    # the upload is what each server got: per component, seeds and some clients' words
     words = 2 if protocol != "semi2k" else 1
     assert result["client_upload_bytes"] == _seeded_upload(result, words)
     assert result["upload_measured"]  # over SFTP from here, or from the client host
@@ -259,11 +261,9 @@ def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_sp
         t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
     comps = [(i, (i - 1) % 3) for i in range(3)] if words == 2 else \
         [(i,) for i in range(parties)]
-    full = 2 if words == 2 else parties - 1
     for i in range(parties):
-        expected = {f"Upload/Seeds-C{c}.bin" for c in comps[i] if c != full}
-        if full in comps[i]:
-            expected.add("Upload/Full.data")
+        expected = {f"Upload/{name}-C{c}.{ext}" for c in comps[i]
+                    for name, ext in (("Seeds", "bin"), ("Full", "data"))}
         assert set(seen[i]) == expected, (i, seen[i])
         assert set(seen[i].values()) == {0o600}
     assert remote_dirs(fakes) == []

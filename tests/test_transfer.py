@@ -63,7 +63,7 @@ def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, capsys, m
 
     # the client's certificate is right: the files arrive whole and private
     port = _port()
-    names = ["Upload/Seeds-C0.bin", "Upload/Full.data"]
+    names = ["Upload/Seeds-C0.bin", "Upload/Full-C0.data"]
     thread, outcome = _serve(server_cert, server_key, client_cert, names, port)
     _wait_listening(capsys)
     seconds = send(_target(port, server_cert, [(seeds, names[0]), (shares, names[1])]),

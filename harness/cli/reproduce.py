@@ -32,8 +32,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_protocol_argument(p)
     p.add_argument("--sharing", choices=SHARINGS, default="full",
                    help="full: every server receives all its share words; seeded: all but "
-                        "one sharing component travel as 32-byte seeds per client, which the "
-                        "servers expand (computationally hiding; cells without share files "
+                        "one sharing component (client j's component j mod C, spread over "
+                        "the servers) travel as 32-byte seeds per client, which the servers "
+                        "expand (computationally hiding; cells without share files "
                         "are left out; default full)")
     p.add_argument("--fresh-inputs", action="store_true",
                    help="prepare the clients' inputs anew for every repetition (default: "

@@ -42,8 +42,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "reveal a wrong sketch that verification reports")
     p.add_argument("--sharing", choices=SHARINGS, default="full",
                    help="full: every server receives all its share words; seeded: all but "
-                        "one sharing component travel as 32-byte seeds per client, which the "
-                        "servers expand (computationally hiding; default full)")
+                        "one sharing component (client j's component j mod C, spread over "
+                        "the servers) travel as 32-byte seeds per client, which the servers "
+                        "expand (computationally hiding; default full)")
     p.add_argument("--input", dest="input_mode", choices=INPUT_MODES,
                    help="shares: each server reads its own share file; party: party 0 inputs "
                         "the noisy rows (default: party for reference, shares otherwise)")

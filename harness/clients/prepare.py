@@ -207,6 +207,9 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
     without threads.
     """
     started = time.perf_counter()
+    # A seeded sink draws its seeds and masks beside the noise, on this clock.
+    if hasattr(sink, "start"):
+        sink.start()
     n, d = data.shape
     m = sketch.m
     acc_of_slot = accumulator_index(sketch).ravel()

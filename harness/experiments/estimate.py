@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.clients.seeded import SEED_BYTES, components
+from harness.clients.seeded import components
 from harness.errors import InputError, LtmError
 from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
 
@@ -77,12 +77,15 @@ MPC_START_S = 0.2
 # repetitions' stamps (1 s resolution) minus their prepare_s and wall_s, same rows
 # (the one pause of 12 minutes between two sessions left out).
 SETUP_S = 1.8
-# --sharing seeded, per value and seeded component (benchmarks/README, clients.py:
-# 50M values at S = 3, two seeded components): the clients expand each one to
-# subtract it (prepare 9.66 s against 3.88 s full: ~58 ns), a server expands
-# its own (3.89 s: ~78 ns).
-SEEDED_PREPARE_NS = 58.0
-EXPAND_NS = 78.0
+# --sharing seeded (benchmarks/README, clients.py: 50M values at S = 3, client j
+# sending component j mod 3 in full, medians of three rounds at load average 6-8):
+# the clients expand each of their C-1 seeded components to subtract it (prepare
+# 13.5 s against 10.7 s full in the end-to-end runs: ~28 ns per value and seeded
+# component, here 30), and a server expands, per component it holds, the seeds of
+# the clients that do not send it in full and writes its share file (3.8 s for 2/3
+# of 50M values: ~114 ns per value expanded).
+SEEDED_PREPARE_NS = 30.0
+EXPAND_NS = 114.0
 # Once per cluster: cloud-init's OS packages and `ltm hosts setup` (the harness's
 # venv from PyPI, MP-SPDZ's release); the rehearsal on this machine takes ~75 s for
 # `ltm hosts setup` alone, an EC2 instance's first boot and apt a few minutes more.
@@ -147,9 +150,8 @@ def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
     if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
     comps = components(run_cfg.share_format, run_cfg.parties)
-    # Holders of the full component get its words; every seeded component held, a seed per client.
-    return sum(8 * values * comps.holds_full(i)
-               + SEED_BYTES * run_cfg.clients * len(comps.seeded(i))
+    # Client j sends component j mod C in full, the others as seeds; no padding rows.
+    return sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
                for i in range(run_cfg.parties))
 
 
@@ -169,8 +171,10 @@ def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
     if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
         comps = components(run_cfg.share_format, cell.servers)
         prepare += values * (comps.count - 1) * SEEDED_PREPARE_NS * 1e-9
-        # the servers expand at once, each its own: the sweep waits for the slowest
-        slowest = max(len(comps.seeded(i)) for i in range(cell.servers))
+        # the servers expand at once, each its own: the sweep waits for the slowest, which
+        # expands each component it holds for the clients that do not lead with it
+        slowest = max(sum(1 - comps.full_clients(c, cell.clients) / cell.clients
+                          for c in comps.held[i]) for i in range(cell.servers))
         expand = values * slowest * EXPAND_NS * 1e-9
     return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
                     expand_s=expand, upload_bytes=_upload_bytes(run_cfg, values))

@@ -2,7 +2,7 @@
 
 The runner uploads the clients' data (the matrix, the public sketch and the
 noise parameters) to the client host, which prepares every server's share
-file there, or with seeded sharing its seeds and the full words
+file there, or with seeded sharing its seeds and full words per component
 (:mod:`harness.remote.transfer`), and later sends each server only its own
 files, directly, over the servers' ``mpc_host`` addresses, with TLS and
 per-run certificates pinned on both sides. What comes back to the runner is

@@ -4,8 +4,9 @@
 clients prepare shares into local staging directories (``party_dir(i)``), and
 ``run`` copies to each host only what that party may see: the compiled
 program, the public input, its own TLS key with everyone's certificates, and
-its own share file (with seeded sharing: its own seeds, and the full words if
-it holds them, which it expands on its host before the run). The parties then
+its own share file (with seeded sharing: per component it holds, its seeds and
+the full words of the clients that send that one in full, which it expands on
+its host before the run). The parties then
 start together and are one unit, like a local process group: if one fails,
 loses its connection or the timeout passes, all are stopped (their remote
 process groups killed) and one :class:`HostGroupError` names the failing

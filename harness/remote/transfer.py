@@ -1,11 +1,12 @@
 """What the client host and the servers run for a ``[client]`` inventory.
 
 ``python -m harness.remote.transfer prepare DIR`` (on the client host) prepares
-every server's share file (or, with seeded sharing, its seeds and the full
-words) from the clients' data in DIR, exactly as
-:func:`harness.clients.prepare.prepare_inputs` does on this machine, and prints
-what the runner needs to verify the result (the plaintext sketch's encoding)
-and the files it made for each server, never the shares.
+every server's share file (or, with seeded sharing, per component it holds,
+its seeds and the full words of the clients that send that one in full) from
+the clients' data in DIR, exactly as :func:`harness.clients.prepare.prepare_inputs`
+does on this machine, and prints what the runner needs to verify the result
+(the plaintext sketch's encoding) and the files it made for each server, never
+the shares.
 
 ``python -m harness.remote.transfer receive ...`` (on server i) accepts one
 TLS connection from the client host and writes the files it sends, which must
