@@ -445,8 +445,9 @@ class _Group:
         wait(pending)
 
     def _failure_message(self, failed: list[HostResult]) -> str:
-        # Parties that only lost a peer say so; the host that caused it goes first.
-        failed = sorted(failed, key=lambda r: (_COLLATERAL in self._stderr(r),
+        # Parties that only lost a peer say so, or die of SIGPIPE writing to it; the
+        # host that caused it goes first, however late its loss was noticed.
+        failed = sorted(failed, key=lambda r: (self._collateral(r),
                                                r.ended or float("inf"), r.party))
         parts = []
         for r in failed:
@@ -462,6 +463,12 @@ class _Group:
             if tail.strip():
                 message += f"\n  {r.host.name} stderr:{_tail(tail)}"
         return message
+
+    def _collateral(self, result: HostResult) -> bool:
+        if _COLLATERAL in self._stderr(result):
+            return True
+        done = result.completed
+        return done is not None and _describe_exit(done) == "was killed by SIGPIPE"
 
     def _stderr(self, result: HostResult) -> str:
         if result.completed is not None:
