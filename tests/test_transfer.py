@@ -44,6 +44,19 @@ def _wait_listening(capsys) -> None:
     raise AssertionError("the receiver did not start listening")
 
 
+def _refused(capsys, server: tuple, client_pem: Path, names: list[str], peer: Path,
+             files: list[tuple[Path, str]], sender: tuple, match: str | None = None) -> dict:
+    """Serve ``names`` as ``server`` (cert, key) for ``client_pem``; ``sender`` (cert, key)
+    sends ``files`` to it, pinning ``peer``, and must fail. The receiver's outcome."""
+    port = _port()
+    thread, outcome = _serve(*server, client_pem, names, port)
+    _wait_listening(capsys)
+    with pytest.raises(ConnectionError, match=match):
+        send(_target(port, peer, files), *sender)
+    thread.join(30)
+    return outcome
+
+
 def _target(port: int, peer: Path, files: list[tuple[Path, str]]) -> list[dict]:
     return [{"party": 0, "host": "127.0.0.1", "port": port, "peer": str(peer),
              "files": [[str(here), there] for here, there in files]}]
@@ -77,30 +90,18 @@ def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, capsys, m
         assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600)
 
     # a file the server was not told to expect is refused, not written
-    port = _port()
-    thread, outcome = _serve(server_cert, server_key, client_cert, ["mine"], port)
-    _wait_listening(capsys)
-    with pytest.raises(ConnectionError):
-        send(_target(port, server_cert, [(seeds, "../elsewhere")]), client_cert, client_key)
-    thread.join(30)
+    outcome = _refused(capsys, (server_cert, server_key), client_cert, ["mine"], server_cert,
+                       [(seeds, "../elsewhere")], (client_cert, client_key))
     assert "not expected" in str(outcome["error"])
     assert not (tmp_path / "elsewhere").exists() and not (server / "mine").exists()
 
     # a stranger's certificate is refused, and nothing is written
-    port = _port()
-    thread, outcome = _serve(server_cert, server_key, client_cert, ["not"], port)
-    _wait_listening(capsys)
-    with pytest.raises(ConnectionError):
-        send(_target(port, server_cert, [(shares, "not")]), other_cert, other_key)
-    thread.join(30)
+    outcome = _refused(capsys, (server_cert, server_key), client_cert, ["not"], server_cert,
+                       [(shares, "not")], (other_cert, other_key))
     assert "error" in outcome and not (server / "not").exists()
 
     # and the client will not send to a server whose certificate is not the pinned one
-    port = _port()
-    thread, outcome = _serve(other_cert, other_key, client_cert, ["fake"], port)
-    _wait_listening(capsys)
-    with pytest.raises(ConnectionError, match="certificate verify failed"):
-        send(_target(port, server_cert, [(shares, "fake")]), client_cert, client_key)
-    thread.join(30)
+    _refused(capsys, (other_cert, other_key), client_cert, ["fake"], server_cert,
+             [(shares, "fake")], (client_cert, client_key), match="certificate verify failed")
     assert not (server / "fake").exists()
     capsys.readouterr()
