@@ -28,20 +28,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks._cli import add_workload_arguments, run_benchmark
 from harness.clients.noise import noise_rng
 from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
 from harness.clients.seeded import SeededSink, expand_party
 from harness.engine.netns import check_requirements
-from harness.errors import LtmError
 from harness.experiments.results import metadata
 from harness.experiments.run import RunConfig, build_workload, run
 
@@ -90,9 +88,10 @@ def _end_to_end(cfg: RunConfig, sharing: str, out: Path) -> dict:
 
 
 def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Path,
-            network: str = "t3.large-baseline", echo=print) -> dict:
-    cfg = RunConfig(out=workdir / "unused", parties=parties, clients=clients, dim=10,
-                    rows=100, sparsity=sparsity, noise="gaussian", seed=1, network=network)
+            network: str = "t3.large-baseline", echo=print, dim: int = 10,
+            rows: int = 100) -> dict:
+    cfg = RunConfig(out=workdir / "unused", parties=parties, clients=clients, dim=dim,
+                    rows=rows, sparsity=sparsity, noise="gaussian", seed=1, network=network)
     cfg.validate()
     check_requirements()  # root and iproute2 now, not after minutes of preparing
     work = build_workload(cfg)
@@ -155,43 +154,38 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
     }
 
 
+def report(out: dict) -> str:
+    lines = [f"{'step':<16}{'median s':>10}{'min':>9}{'max':>9}"]
+    for key, values in out["samples"].items():
+        lines.append(f"{key:<16}{statistics.median(values):>10.3f}{min(values):>9.3f}"
+                     f"{max(values):>9.3f}")
+    up = out["upload_bytes"]
+    lines += [f"upload bytes full {sum(up['full']):,} per server {up['full']}",
+              f"upload bytes seeded {sum(up['seeded']):,} per server {up['seeded']}",
+              f"end to end under --network {out['network']} (medians, s):",
+              f"{'sharing':<10}{'prepare':>9}{'upload':>9}{'expand':>9}{'T_MPC':>9}"
+              f"{'total':>9}{'Mbit/s':>9}"]
+    for sharing, m in out["end_to_end_medians"].items():
+        lines.append(f"{sharing:<10}{m['prepare_s']:>9.3f}{m['client_upload_s']:>9.3f}"
+                     f"{m['expand_s']:>9.3f}{m['t_mpc_s']:>9.3f}{m['t_end_to_end_s']:>9.3f}"
+                     f"{m['goodput_mbit']:>9.0f}")
+    lines += [f"{name}: {value:.2f}" for name, value in out["ratios"].items()]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.clients",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=100_000)
-    parser.add_argument("--sparsity", type=int, default=50)
+    add_workload_arguments(parser, clients=100_000, sparsity=50, repeat=3)
     parser.add_argument("--parties", type=int, default=3)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--network", default="t3.large-baseline", metavar="PROFILE",
                         help="the emulated network of the end-to-end runs (needs root)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    try:
-        with tempfile.TemporaryDirectory(prefix="ltm-bench-clients-") as tmp:
-            out = measure(args.clients, args.sparsity, args.parties, args.repeat, Path(tmp),
-                          network=args.network)
-    except LtmError as exc:  # bad input, no root: one line
-        print(f"benchmarks.clients: error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{'step':<16}{'median s':>10}{'min':>9}{'max':>9}")
-    for key, values in out["samples"].items():
-        print(f"{key:<16}{statistics.median(values):>10.3f}{min(values):>9.3f}"
-              f"{max(values):>9.3f}")
-    up = out["upload_bytes"]
-    print(f"upload bytes full {sum(up['full']):,} per server {up['full']}")
-    print(f"upload bytes seeded {sum(up['seeded']):,} per server {up['seeded']}")
-    print(f"end to end under --network {out['network']} (medians, s):")
-    print(f"{'sharing':<10}{'prepare':>9}{'upload':>9}{'expand':>9}{'T_MPC':>9}{'total':>9}"
-          f"{'Mbit/s':>9}")
-    for sharing, m in out["end_to_end_medians"].items():
-        print(f"{sharing:<10}{m['prepare_s']:>9.3f}{m['client_upload_s']:>9.3f}"
-              f"{m['expand_s']:>9.3f}{m['t_mpc_s']:>9.3f}{m['t_end_to_end_s']:>9.3f}"
-              f"{m['goodput_mbit']:>9.0f}")
-    for name, value in out["ratios"].items():
-        print(f"{name}: {value:.2f}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return run_benchmark(
+        "benchmarks.clients", args.json,
+        lambda tmp: measure(args.clients, args.sparsity, args.parties, args.repeat, tmp,
+                            network=args.network, dim=args.dim, rows=args.rows),
+        report)
 
 
 if __name__ == "__main__":

@@ -21,20 +21,19 @@ of the medians of the slowest party's time.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks._cli import add_workload_arguments, run_benchmark
 from harness.engine.aggregate import aggregate_share_file, read_and_sum
 from harness.engine.cluster import LocalCluster
 from harness.engine.mpspdz import find_mpspdz
 from harness.engine.parse import parse_output
 from harness.engine.programs import compile_program
-from harness.errors import LtmError, VerificationError
+from harness.errors import VerificationError
 from harness.experiments.results import metadata
 from harness.experiments.run import (
     RunConfig,
@@ -153,30 +152,17 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=1_000_000)
-    parser.add_argument("--dim", type=int, default=10)
-    parser.add_argument("--rows", type=int, default=100)
-    parser.add_argument("--sparsity", type=int, default=1)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.programs",
+                                     description=__doc__.split("\n\n")[0])
+    add_workload_arguments(parser, clients=1_000_000, sparsity=1, repeat=5)
     parser.add_argument("--parties", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--mp-spdz", dest="mp_spdz")
-    parser.add_argument("--json", type=Path, help="also write the raw times here")
     args = parser.parse_args(argv)
-    try:
-        with tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp:
-            result = measure(args.clients, args.dim, args.rows, args.sparsity, args.parties,
-                             args.repeat, Path(tmp), args.mp_spdz)
-    except LtmError as exc:
-        print(f"benchmark: error: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        if args.json.exists():
-            print(f"benchmark: error: {args.json} exists; not overwriting it", file=sys.stderr)
-            return 1
-        args.json.write_text(json.dumps(result, indent=2))
-    print(report(result))
-    return 0
+    return run_benchmark(
+        "benchmarks.programs", args.json,
+        lambda tmp: measure(args.clients, args.dim, args.rows, args.sparsity, args.parties,
+                            args.repeat, tmp, args.mp_spdz),
+        report)
 
 
 if __name__ == "__main__":

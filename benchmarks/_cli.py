@@ -1,0 +1,48 @@
+"""What every benchmark's command line shares: the workload's options, and the run.
+
+The run refuses to overwrite ``--json`` before measuring anything (a benchmark
+takes minutes, and its results are never replaced silently), measures in a
+scratch directory, turns the harness's errors into one line, then writes the
+JSON and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.errors import LtmError
+
+__all__ = ["add_workload_arguments", "run_benchmark"]
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, clients: int, sparsity: int,
+                           repeat: int) -> None:
+    parser.add_argument("--clients", type=int, default=clients)
+    parser.add_argument("--dim", type=int, default=10)
+    parser.add_argument("--rows", type=int, default=100)
+    parser.add_argument("--sparsity", type=int, default=sparsity)
+    parser.add_argument("--repeat", type=int, default=repeat)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def run_benchmark(name: str, json_path: Path | None, measure: Callable[[Path], dict],
+                  report: Callable[[dict], str]) -> int:
+    """``measure(scratch_dir)``, then ``report(result)`` printed; the exit status."""
+    if json_path is not None and json_path.exists():
+        print(f"{name}: error: {json_path} exists; not overwriting it", file=sys.stderr)
+        return 1
+    try:
+        with tempfile.TemporaryDirectory(prefix="ltm-bench-") as tmp:
+            result = measure(Path(tmp))
+    except LtmError as exc:  # bad input, no root, no MP-SPDZ: one line
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 1
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    print(report(result))
+    return 0
