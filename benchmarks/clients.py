@@ -36,12 +36,16 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._cli import add_workload_arguments, run_benchmark
-from harness.clients.noise import noise_rng
-from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
-from harness.clients.seeded import SeededSink, expand_party
-from harness.engine.netns import check_requirements
-from harness.experiments.results import metadata
-from harness.experiments.run import RunConfig, build_workload, run
+from harness.clients import (
+    SeededSink,
+    ShareSink,
+    expand_party,
+    noise_rng,
+    prepare_inputs,
+    read_share_file,
+)
+from harness.engine import check_requirements
+from harness.experiments import RunConfig, build_workload, metadata, run
 
 _WRITE_CHUNK = 1 << 22  # words per write, as large as the sinks' chunks
 

@@ -28,16 +28,19 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._cli import add_workload_arguments, run_benchmark
-from harness.engine.aggregate import aggregate_share_file, read_and_sum
-from harness.engine.cluster import LocalCluster
-from harness.engine.mpspdz import find_mpspdz
-from harness.engine.parse import parse_output
-from harness.engine.programs import compile_program
+from harness.engine import (
+    LocalCluster,
+    aggregate_share_file,
+    compile_program,
+    find_mpspdz,
+    parse_output,
+    read_and_sum,
+)
 from harness.errors import VerificationError
-from harness.experiments.results import metadata
-from harness.experiments.run import (
+from harness.experiments import (
     RunConfig,
     build_workload,
+    metadata,
     prepare_cluster,
     program_for,
     public_input_for,

@@ -7,6 +7,7 @@ The public API is :mod:`infra.aws`'s; it is re-exported here so that its
 from __future__ import annotations
 
 from infra import aws as _aws
+from infra._pricing import hourly_price
 from infra.aws import *  # noqa: F403
 
-__all__ = list(_aws.__all__)
+__all__ = [*_aws.__all__, "hourly_price"]

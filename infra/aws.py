@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from harness.errors import InputError, LtmError
 from harness.fileio import write_atomic
-from harness.remote.hosts import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
+from harness.remote import DEFAULT_BASE_PORT, Host, Inventory, write_inventory
 from infra._pricing import cost_estimate
 from infra._ssh import scan_host_key, wait_for_ssh
 from infra._userdata import LOGIN_USER, READY_MARKER, REMOTE_MP_SPDZ, render_user_data
@@ -675,7 +675,7 @@ def _setup_hosts(plan: _Plan, recorded: bool, log: Log) -> bool:
         log(f"Not set up (--no-wait-ssh): once SSH answers, run `ltm hosts trust "
             f"{plan.inventory}` and `ltm hosts setup {plan.inventory} --mp-spdz {mode}`")
         return False
-    from harness.remote.setup import setup_hosts, wait_for_marker
+    from harness.remote import setup_hosts, wait_for_marker
 
     log("Waiting for the instances' OS packages (cloud-init) ...")
     wait_for_marker(plan.inventory, READY_MARKER, timeout=plan.options.ssh_timeout)

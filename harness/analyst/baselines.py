@@ -46,8 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analyst.analysis import lowrank_projection, ridge_from_gram, ridge_solve, split_target
-from harness.clients.noise import NoiseSpec
-from harness.clients.sketch import Sketch
+from harness.clients import NoiseSpec, Sketch
 from harness.errors import InputError
 
 __all__ = [

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients.matrices import load_matrix
+from harness.clients import load_matrix
 from harness.errors import InputError, check_memory
 
 __all__ = [

@@ -46,7 +46,7 @@ import numpy as np
 
 from harness.analyst import baselines
 from harness.analyst.analysis import ridge_from_gram
-from harness.clients.noise import NoiseSpec
+from harness.clients import NoiseSpec
 from harness.errors import InputError
 from harness.fileio import write_atomic
 

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.analyst import analysis, baselines, datasets
-from harness.clients.noise import NoiseSpec
-from harness.clients.sketch import Sketch
+from harness.clients import NoiseSpec, Sketch
 from harness.errors import InputError
 from harness.fileio import check_output_dir
 

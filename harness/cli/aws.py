@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.remote.hosts import DEFAULT_BASE_PORT
+from harness.remote import DEFAULT_BASE_PORT
 from infra import aws
 
 __all__ = ["add_commands"]

@@ -74,7 +74,7 @@ def _ask(question: str) -> bool:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from harness.remote._trust import trust_hosts  # paramiko loads only for this command
+    from harness.remote import trust_hosts  # paramiko loads only for this command
 
     trust_hosts(args.inventory, replace=args.replace, timeout=args.timeout,
                 confirm=None if args.yes else _ask)
@@ -82,8 +82,7 @@ def _trust(args: argparse.Namespace) -> int:
 
 
 def _setup(args: argparse.Namespace) -> int:
-    from harness.remote.hosts import load_inventory
-    from harness.remote.setup import setup_hosts
+    from harness.remote import load_inventory, setup_hosts
 
     if not args.yes:
         inventory = load_inventory(args.inventory)
@@ -97,7 +96,7 @@ def _setup(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from harness.remote._trust import check_hosts
+    from harness.remote import check_hosts
 
     checks = check_hosts(args.inventory)
     return 0 if all(c.ok for c in checks) else 1

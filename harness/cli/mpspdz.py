@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.engine.mpspdz import (
+from harness.engine import (
     ENV_VAR,
     NO_INSTALL_ENV_VAR,
     SUPPORTED_VERSION,

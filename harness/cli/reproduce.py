@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
 from harness.cli.run import add_protocol_argument
-from harness.clients.noise import NOISE_KINDS
-from harness.experiments.run import PROGRAMS, SHARINGS
+from harness.clients import NOISE_KINDS
+from harness.experiments import PROGRAMS, SHARINGS
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -65,7 +65,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     from harness.errors import InputError
-    from harness.experiments.reproduce import ReproduceConfig, reproduce
+    from harness.experiments import ReproduceConfig, reproduce
 
     if args.out is None and not args.estimate:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
@@ -81,7 +81,7 @@ def _handle(args: argparse.Namespace) -> int:
                           seed=args.seed, timeout=args.timeout, mp_spdz=args.mp_spdz,
                           progress=args.progress, install_mpspdz=args.install_mpspdz)
     if args.estimate:
-        from harness.experiments.estimate import estimate_sweep
+        from harness.experiments import estimate_sweep
 
         est = estimate_sweep(cfg, bandwidth_gbit=args.bandwidth)
         print(f"ltm reproduce {args.tables}: expected {est.describe()}")

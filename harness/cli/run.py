@@ -7,8 +7,8 @@ import datetime as dt
 from pathlib import Path
 
 from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
-from harness.clients.noise import NOISE_KINDS
-from harness.experiments.run import INPUT_MODES, PROGRAMS, PROTOCOLS, SHARINGS, RunConfig, run
+from harness.clients import NOISE_KINDS
+from harness.experiments import INPUT_MODES, PROGRAMS, PROTOCOLS, SHARINGS, RunConfig, run
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -14,22 +14,67 @@ from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
 from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
 from harness.clients.noise import NOISE_KINDS, NoiseSpec, noise_rng
-from harness.clients.prepare import Prepared, prepare_inputs
-from harness.clients.sharing import share
+from harness.clients.prepare import (
+    Prepared,
+    ShareSink,
+    TextSink,
+    format_integers,
+    prepare_inputs,
+    read_share_file,
+    tamper_share_file,
+    tamper_text_file,
+    write_share_file,
+)
+from harness.clients.seeded import (
+    SeededSink,
+    components,
+    expand_file,
+    expand_party,
+    save_plan,
+    upload_files,
+)
+from harness.clients.sharing import (
+    ADDITIVE,
+    FORMATS,
+    MALICIOUS_REPLICATED,
+    REPLICATED,
+    ShareFormat,
+    share,
+    share_format,
+)
 from harness.clients.sketch import Sketch, check_dimensions
 
 __all__ = [
-    "NOISE_KINDS",
+    "ADDITIVE",
+    "FORMATS",
     "FixedPoint",
     "Layout",
+    "MALICIOUS_REPLICATED",
+    "NOISE_KINDS",
     "NoiseSpec",
     "Prepared",
+    "REPLICATED",
+    "SeededSink",
+    "ShareFormat",
+    "ShareSink",
     "Sketch",
+    "TextSink",
     "check_dimensions",
     "check_matrix",
+    "components",
+    "expand_file",
+    "expand_party",
+    "format_integers",
     "load_matrix",
     "noise_rng",
     "prepare_inputs",
+    "read_share_file",
+    "save_plan",
     "share",
+    "share_format",
     "synthetic_matrix",
+    "tamper_share_file",
+    "tamper_text_file",
+    "upload_files",
+    "write_share_file",
 ]

@@ -13,35 +13,106 @@ May import: the top-level shared modules and :mod:`harness.clients` (for the
 share-file format and layout the programs read).
 """
 
-from harness.engine.cluster import LocalCluster, PartyRun
+from harness.engine.aggregate import (
+    aggregate_file,
+    aggregate_share_file,
+    read_and_sum,
+    save_plan,
+)
+from harness.engine.certs import (
+    make_certificates,
+)
+from harness.engine.cluster import (
+    PROTOCOL,
+    LocalCluster,
+    PartyRun,
+)
 from harness.engine.mpspdz import (
+    ENV_VAR,
+    NO_INSTALL_ENV_VAR,
+    OPTIONAL_BINARIES,
+    REQUIRED_BINARIES,
+    SUPPORTED_VERSION,
+    URL_ENV_VAR,
     MpSpdz,
     default_home,
     doctor,
     ensure_mpspdz,
     find_mpspdz,
     install,
+    release_url,
+)
+from harness.engine.netns import (
+    check_requirements,
+    profile_for,
+)
+from harness.engine.parse import (
+    OUTPUT_MARKER,
+    parse_output,
+    parse_stats,
 )
 from harness.engine.process import Command, Completed, check_call, run_group
 from harness.engine.programs import CompiledProgram, compile_program
-from harness.engine.protocols import PROTOCOLS, Protocol, protocol_for
+from harness.engine.protocols import (
+    DEFAULT_PROTOCOL,
+    PROTOCOLS,
+    Protocol,
+    build_refusal,
+    detected_tampering,
+    protocol_for,
+    unusable_reason,
+)
+from harness.engine.staging import (
+    PartyStaging,
+)
+from harness.engine.upload import (
+    TIMEOUT,
+    receive_files,
+    send_files,
+)
 
 __all__ = [
     "Command",
     "CompiledProgram",
     "Completed",
+    "DEFAULT_PROTOCOL",
+    "ENV_VAR",
     "LocalCluster",
     "MpSpdz",
+    "NO_INSTALL_ENV_VAR",
+    "OPTIONAL_BINARIES",
+    "OUTPUT_MARKER",
+    "PROTOCOL",
     "PROTOCOLS",
-    "Protocol",
     "PartyRun",
+    "PartyStaging",
+    "Protocol",
+    "REQUIRED_BINARIES",
+    "SUPPORTED_VERSION",
+    "TIMEOUT",
+    "URL_ENV_VAR",
+    "aggregate_file",
+    "aggregate_share_file",
+    "build_refusal",
     "check_call",
+    "check_requirements",
     "compile_program",
     "default_home",
+    "detected_tampering",
     "doctor",
     "ensure_mpspdz",
     "find_mpspdz",
     "install",
+    "make_certificates",
+    "parse_output",
+    "parse_stats",
+    "profile_for",
     "protocol_for",
+    "read_and_sum",
+    "receive_files",
+    "release_url",
     "run_group",
+    "save_plan",
+    "send_files",
+    "unusable_reason",
 ]

@@ -19,9 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients.layout import Layout
-from harness.clients.prepare import format_integers, write_share_file
-from harness.clients.sharing import ADDITIVE, FORMATS, ShareFormat
+from harness.clients import (
+    ADDITIVE,
+    FORMATS,
+    Layout,
+    ShareFormat,
+    format_integers,
+    write_share_file,
+)
 from harness.fileio import open_private
 
 __all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan", "main",

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.clients.sharing import ADDITIVE, MALICIOUS_REPLICATED, REPLICATED, ShareFormat
+from harness.clients import ADDITIVE, MALICIOUS_REPLICATED, REPLICATED, ShareFormat
 from harness.errors import InputError
 
 __all__ = ["DEFAULT_PROTOCOL", "PROTOCOLS", "Protocol", "binaries", "build_refusal",

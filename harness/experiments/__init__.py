@@ -9,7 +9,39 @@ May import: the top-level shared modules, :mod:`harness.clients`,
 :mod:`harness.engine`, :mod:`harness.remote` and :mod:`infra`.
 """
 
+from harness.experiments.estimate import (
+    estimate_sweep,
+)
 from harness.experiments.reproduce import ReproduceConfig, reproduce
-from harness.experiments.run import RunConfig, run
+from harness.experiments.results import (
+    metadata,
+)
+from harness.experiments.run import (
+    INPUT_MODES,
+    PROGRAMS,
+    PROTOCOLS,
+    SHARINGS,
+    RunConfig,
+    build_workload,
+    prepare_cluster,
+    program_for,
+    public_input_for,
+    run,
+)
 
-__all__ = ["ReproduceConfig", "RunConfig", "reproduce", "run"]
+__all__ = [
+    "INPUT_MODES",
+    "PROGRAMS",
+    "PROTOCOLS",
+    "ReproduceConfig",
+    "RunConfig",
+    "SHARINGS",
+    "build_workload",
+    "estimate_sweep",
+    "metadata",
+    "prepare_cluster",
+    "program_for",
+    "public_input_for",
+    "reproduce",
+    "run",
+]

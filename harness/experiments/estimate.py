@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.clients.seeded import components
+from harness.clients import components
 from harness.errors import InputError, LtmError
 from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
 
@@ -186,7 +186,7 @@ def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BAS
     ``instances`` defaults to the largest S of the sweep plus one client machine.
     """
     from harness.experiments.reproduce import plan_sweep
-    from infra._pricing import hourly_price
+    from infra import hourly_price
 
     if not bandwidth_gbit > 0:
         raise InputError(f"the bandwidth must be positive, got {bandwidth_gbit} Gbit/s")

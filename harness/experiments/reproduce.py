@@ -22,8 +22,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
-from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
+from harness.engine import DEFAULT_PROTOCOL, MpSpdz, ensure_mpspdz, protocol_for
 from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
 from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic

@@ -18,32 +18,41 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients.encoding import FixedPoint
-from harness.clients.layout import Layout
-from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
-from harness.clients.noise import NoiseSpec, noise_rng
-from harness.clients.prepare import (
+from harness.clients import (
+    ADDITIVE,
+    FixedPoint,
+    Layout,
+    NoiseSpec,
     Prepared,
+    SeededSink,
+    ShareFormat,
     ShareSink,
+    Sketch,
     TextSink,
+    check_dimensions,
+    check_matrix,
+    expand_party,
     format_integers,
+    load_matrix,
+    noise_rng,
     prepare_inputs,
+    synthetic_matrix,
     tamper_share_file,
     tamper_text_file,
 )
-from harness.clients.seeded import SeededSink, expand_party
-from harness.clients.sharing import ADDITIVE, ShareFormat
-from harness.clients.sketch import Sketch, check_dimensions
-from harness.engine.aggregate import aggregate_share_file
-from harness.engine.cluster import LocalCluster
-from harness.engine.mpspdz import MpSpdz, ensure_mpspdz
-from harness.engine.parse import OUTPUT_MARKER, parse_output
-from harness.engine.programs import CompiledProgram, compile_program
-from harness.engine.protocols import (
+from harness.engine import (
     DEFAULT_PROTOCOL,
+    OUTPUT_MARKER,
     PROTOCOLS,
+    CompiledProgram,
+    LocalCluster,
+    MpSpdz,
     Protocol,
+    aggregate_share_file,
     build_refusal,
+    compile_program,
+    ensure_mpspdz,
+    parse_output,
     protocol_for,
 )
 from harness.errors import (
@@ -62,7 +71,7 @@ from harness.experiments.results import (
     write_json_atomic,
 )
 from harness.fileio import open_private, output_lock
-from harness.remote.hosts import Inventory, check_distinct, load_inventory
+from harness.remote import Inventory, check_distinct, load_inventory
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
            "default_input_mode"]
@@ -172,7 +181,7 @@ class RunConfig:
             raise InputError("--network emulates a network between parties on this machine; "
                              "with --hosts the real network is used: drop one of them")
         if self.network is not None:
-            from harness.engine.netns import profile_for
+            from harness.engine import profile_for
 
             profile_for(self.network)
 
@@ -395,7 +404,7 @@ def _run_locked(cfg: RunConfig, echo) -> dict:
 
 def check_protocol_usable(mp: MpSpdz, protocol: str) -> None:
     """The protocol's binary is there and this MP-SPDZ build will run it."""
-    from harness.engine.protocols import unusable_reason
+    from harness.engine import unusable_reason
 
     mp.binary(protocol_for(protocol).binary)
     reason = unusable_reason(protocol, mp.root)
@@ -409,7 +418,7 @@ def check_placement(cfg: RunConfig) -> None:
     if cfg.hosts is not None:
         inventory_for(cfg)
     if cfg.network is not None:
-        from harness.engine.netns import check_requirements
+        from harness.engine import check_requirements
 
         check_requirements()
 
@@ -417,7 +426,7 @@ def check_placement(cfg: RunConfig) -> None:
 def make_cluster(cfg: RunConfig, mp: MpSpdz, workdir: Path):
     """Local parties (optionally in emulated networks) or one party per SSH host."""
     if cfg.hosts is not None:
-        from harness.remote.ssh import SshCluster  # paramiko only when it is needed
+        from harness.remote import SshCluster  # paramiko only when it is needed
 
         return SshCluster(mp, inventory_for(cfg), workdir, cfg.protocol,
                           inventory_path=cfg.hosts)
@@ -633,7 +642,7 @@ def raise_if_detected(spec: Protocol, exc: PartyError, workdir: Path) -> None:
     """A malicious protocol's abort on a failed check, as one line; else nothing."""
     if not spec.malicious:
         return
-    from harness.engine.protocols import detected_tampering
+    from harness.engine import detected_tampering
 
     texts = [(str(exc.party), exc.stderr)]
     texts += [(log.stem, log.read_text(errors="replace"))

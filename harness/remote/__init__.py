@@ -18,6 +18,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "DEFAULT_BASE_PORT": "harness.remote.hosts",
+    "check_distinct": "harness.remote.hosts",
+    "wait_for_marker": "harness.remote.setup",
     "Host": "harness.remote.hosts",
     "Inventory": "harness.remote.hosts",
     "load_inventory": "harness.remote.hosts",

@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 import paramiko
 
-from harness.clients.prepare import Prepared
-from harness.clients.sharing import ADDITIVE, ShareFormat
-from harness.engine.certs import make_certificates
+from harness.clients import ADDITIVE, Prepared, ShareFormat
+from harness.engine import make_certificates
 from harness.errors import LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._party import _exec, shell_path

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import paramiko
 
-from harness.engine.process import Completed
+from harness.engine import Completed
 from harness.errors import InputError, LtmError, MpSpdzError
 from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe

@@ -40,8 +40,14 @@ from pathlib import Path
 import paramiko
 
 from harness._version import __version__
-from harness.engine.mpspdz import OPTIONAL_BINARIES, REQUIRED_BINARIES, MpSpdz, find_mpspdz
-from harness.engine.process import Command, check_call
+from harness.engine import (
+    OPTIONAL_BINARIES,
+    REQUIRED_BINARIES,
+    Command,
+    MpSpdz,
+    check_call,
+    find_mpspdz,
+)
 from harness.errors import InputError, LtmError, MpSpdzError, PartyError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._trust import SETUP_RECORD

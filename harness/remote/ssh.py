@@ -31,19 +31,19 @@ from typing import TypeVar
 
 import paramiko
 
-from harness.clients.layout import Layout
-from harness.clients.prepare import Prepared
-from harness.clients.seeded import save_plan as save_expand_plan
-from harness.clients.seeded import upload_files
-from harness.clients.sharing import ADDITIVE, ShareFormat
-from harness.engine.aggregate import save_plan
-from harness.engine.cluster import PROTOCOL, PartyRun
-from harness.engine.mpspdz import MpSpdz
-from harness.engine.parse import parse_stats
-from harness.engine.process import Completed
-from harness.engine.programs import CompiledProgram
-from harness.engine.protocols import protocol_for
-from harness.engine.staging import PartyStaging
+from harness.clients import ADDITIVE, Layout, Prepared, ShareFormat, upload_files
+from harness.clients import save_plan as save_expand_plan
+from harness.engine import (
+    PROTOCOL,
+    CompiledProgram,
+    Completed,
+    MpSpdz,
+    PartyRun,
+    PartyStaging,
+    parse_stats,
+    protocol_for,
+    save_plan,
+)
 from harness.errors import InputError, LtmError, stderr_tail
 from harness.remote._client import ClientHost
 from harness.remote._connect import (

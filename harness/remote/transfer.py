@@ -31,7 +31,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.engine.upload import TIMEOUT, receive_files, send_files
+from harness.engine import TIMEOUT, receive_files, send_files
 
 __all__ = ["main"]
 
@@ -72,12 +72,12 @@ def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list
     print(f"received {got} {seconds:.6f}", flush=True)
     loader.join()
     if expand is not None:
-        from harness.clients.seeded import expand_file
+        from harness.clients import expand_file
 
         party, plan, out = expand
         print(f"expand_s {expand_file(party, plan, out):.6f}", flush=True)
     if aggregate is not None:
-        from harness.engine.aggregate import aggregate_file
+        from harness.engine import aggregate_file
 
         source, plan, dest = aggregate
         print(f"aggregate_s {aggregate_file(source, plan, dest):.6f}", flush=True)
@@ -93,13 +93,18 @@ def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:
 def prepare(directory: Path) -> dict:
     import numpy as np
 
-    from harness.clients.encoding import FixedPoint
-    from harness.clients.layout import Layout
-    from harness.clients.noise import NoiseSpec, noise_rng
-    from harness.clients.prepare import ShareSink, prepare_inputs
-    from harness.clients.seeded import SeededSink, upload_files
-    from harness.clients.sharing import share_format
-    from harness.clients.sketch import Sketch
+    from harness.clients import (
+        FixedPoint,
+        Layout,
+        NoiseSpec,
+        SeededSink,
+        ShareSink,
+        Sketch,
+        noise_rng,
+        prepare_inputs,
+        share_format,
+        upload_files,
+    )
 
     os.umask(0o077)  # the share files are secret from creation
     params = json.loads((directory / "params.json").read_text())
