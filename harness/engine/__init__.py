@@ -27,6 +27,7 @@ from harness.engine.cluster import (
     LocalCluster,
     PartyRun,
 )
+from harness.engine.interface import ClientJob, Cluster, Delivery
 from harness.engine.mpspdz import (
     ENV_VAR,
     NO_INSTALL_ENV_VAR,
@@ -72,6 +73,9 @@ from harness.engine.upload import (
 )
 
 __all__ = [
+    "ClientJob",
+    "Cluster",
+    "Delivery",
     "Command",
     "CompiledProgram",
     "Completed",

@@ -25,10 +25,10 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engine.certs import make_certificates
+from harness.engine.interface import PartyRun
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
 from harness.engine.parse import parse_stats
@@ -80,13 +80,6 @@ def find_free_ports(count: int, attempts: int = 100) -> int:
         if all(_port_free(p) for p in range(base, base + count)):
             return base
     raise InputError("found no free range of ports; pass --port")
-
-
-@dataclass
-class PartyRun:
-    party: int
-    completed: Completed
-    stats: dict
 
 
 class LocalCluster(PartyStaging):

@@ -1,0 +1,151 @@
+"""The one interface between a run and wherever its parties live.
+
+A run (``harness.experiments``) holds a :class:`Cluster` and never asks which
+kind: local processes (:class:`~harness.engine.cluster.LocalCluster`, optionally
+behind an emulated network) and one party per SSH host
+(:class:`harness.remote.SshCluster`) both implement it. Modelled on CrypTen's
+``Communicator`` and asv's ``Environment``: the caller states *what* happens to
+the clients' inputs and the parties; the cluster decides *where* and *how*.
+
+The phases, in the order a run calls them::
+
+    prepared = cluster.prepare(job)          # the clients make every server's inputs
+    with cluster.session():                  # e.g. an emulated network kept up
+        delivery = cluster.deliver(job)      # inputs reach the servers; seeds expanded
+        seconds = cluster.aggregate(job, as_input=...)   # `local` program only
+        runs = cluster.run(program, schedule, timeout=..., port=...)
+    cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from harness.clients import FixedPoint, Layout, NoiseSpec, Prepared, ShareFormat, Sketch
+    from harness.engine.process import Completed
+    from harness.engine.programs import CompiledProgram
+
+__all__ = ["Cluster", "ClientJob", "Delivery", "PartyRun"]
+
+
+@dataclass
+class PartyRun:
+    """One party's completed process and the statistics parsed from what it printed.
+
+    ``stats`` holds MP-SPDZ's figures (``time_s``, ``data_sent_mb``, ``rounds``,
+    ``global_data_sent_mb``) and, where the party's host measured them,
+    ``upload_s``, ``expand_s`` and ``aggregate_s``.
+    """
+
+    party: int
+    completed: Completed
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    """What the clients compute on and how they hand it to the servers.
+
+    ``input_mode`` is ``"shares"`` (every client secret-shares its noisy rows among
+    the servers) or ``"party"`` (party 0, the data owner, types the rows in);
+    ``sharing`` is ``"full"`` or ``"seeded"`` (all but one component as PRG seeds).
+    """
+
+    data: np.ndarray
+    sketch: Sketch
+    layout: Layout
+    noise: NoiseSpec
+    fp: FixedPoint
+    share_format: ShareFormat
+    input_mode: str = "shares"
+    sharing: str = "full"
+    timeout: float = 900.0
+
+    @property
+    def n(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.data.shape[1])
+
+
+@dataclass
+class Delivery:
+    """The clients' inputs at the servers.
+
+    ``upload`` maps each party to ``{"upload_s", "upload_bytes_sent"}`` when the
+    upload crossed a network and was timed here (else None: the files were
+    written in place, or the hosts timed it and report it in their stats).
+    ``expand_s`` is each server's seed expansion when it was timed here.
+    """
+
+    upload: dict[int, dict] | None = None
+    expand_s: list[float] | None = None
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """The servers of one run and the path of the clients' inputs to them."""
+
+    parties: int
+    workdir: Path
+
+    def party_dir(self, i: int) -> Path:
+        """Party ``i``'s local staging directory (``Programs``, ``Player-Data``,
+        ``Persistence``), laid out as the server holds it."""
+        ...
+
+    def share_file(self, i: int) -> Path:
+        """Party ``i``'s share file in its staging directory."""
+        ...
+
+    def prepare(self, job: ClientJob) -> Prepared:
+        """The clients make every server's inputs (here, or on a client host), and the
+        plaintext result every revealed sketch is checked against."""
+        ...
+
+    def session(self) -> AbstractContextManager[None]:
+        """Whatever must stay up from the upload to the end of the MPC (an emulated
+        network); a no-op where nothing must."""
+        ...
+
+    def deliver(self, job: ClientJob) -> Delivery:
+        """Bring the prepared inputs to the servers and expand any seeds there."""
+        ...
+
+    def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float] | None:
+        """The ``local`` program: each server sums its own shares into its m x d
+        accumulators (``as_input``: as its private input to the protocol). Returns
+        the seconds per server when timed here, None when the hosts report them."""
+        ...
+
+    def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
+            port: int | None = None) -> list[PartyRun]:
+        """Start every party on the compiled program; one failing party stops all."""
+        ...
+
+    def upload_bytes(self, prepared: Prepared) -> list[int]:
+        """Bytes of the clients' data each server received (sent over a network, or
+        what the clients would send when the files were written in place)."""
+        ...
+
+    @property
+    def reuses_inputs(self) -> bool:
+        """Whether a second :meth:`run` may compute again on the same delivered inputs
+        (local parties without a network: the files stay where they are)."""
+        ...
+
+
+def completed_runs(done: Sequence[Completed]) -> list[PartyRun]:
+    """Party i's :class:`PartyRun` for the i-th completed process, stats parsed."""
+    from harness.engine.parse import parse_stats
+
+    return [PartyRun(i, c, parse_stats(c.name, c.stderr)) for i, c in enumerate(done)]
