@@ -9,9 +9,21 @@ the SSH runner uploads each one to its host. Certificates are fresh per run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from harness.clients import (
+    Prepared,
+    SeededSink,
+    ShareSink,
+    TextSink,
+    noise_rng,
+    prepare_inputs,
+)
 from harness.engine.certs import install_certificates, make_certificates
 from harness.fileio import private_dir
+
+if TYPE_CHECKING:
+    from harness.engine.interface import ClientJob
 
 __all__ = ["PartyStaging"]
 
@@ -44,3 +56,25 @@ class PartyStaging:
 
     def input_file(self) -> Path:
         return self.party_dir(0) / "Player-Data" / "Input-P0-0"
+
+    def prepare_here(self, job: ClientJob) -> Prepared:
+        """The clients, on this machine, write every party's inputs into its outbox.
+
+        Full sharing writes each server its share file; seeded sharing its seeds and
+        the full words it holds; ``input_mode == "party"`` party 0's text input. The
+        bucket bound is checked before any party starts: a wrapped sum would reveal
+        garbage, not an error.
+        """
+        sink: TextSink | SeededSink | ShareSink
+        if job.input_mode == "party":
+            sink = TextSink(self.input_file(), self.parties)
+        elif job.sharing == "seeded":
+            sink = SeededSink([self.outbox(i) for i in range(self.parties)], job.layout,
+                              job.share_format, job.n, job.sketch.s, job.d)
+        else:
+            sink = ShareSink([self.outbox_share_file(i) for i in range(self.parties)],
+                             job.share_format)
+        prepared = prepare_inputs(job.data, job.sketch, job.layout, job.noise, job.fp, sink,
+                                  noise_rng())
+        job.fp.check_bucket_bound(prepared.abs_sums)
+        return prepared
