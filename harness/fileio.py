@@ -1,9 +1,11 @@
-"""Atomic file writes, and private files for secrets.
+"""Atomic file writes, private files for secrets, and the one file lock.
 
 Atomic: a reader sees the old file or the new one, never half of one.
 Private: files holding shares, keys or inputs are created 0600 inside 0700
 directories, with the mode given to ``open(2)`` itself, so no other user can
 read them at any moment, not even between creating and chmod-ing.
+Locked: :func:`file_lock` is the one inter-process lock (``ARCHITECTURE.md``,
+"Locks"); :func:`output_lock` is it on a command's output directory.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import IO
 
 from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "check_output_dir",
-           "copy_private", "open_private", "output_lock", "private_dir", "write_atomic",
-           "write_private"]
+           "copy_private", "file_lock", "open_private", "output_lock", "private_dir",
+           "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -36,20 +39,28 @@ def _default_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, *,
+def write_atomic(path: str | os.PathLike[str],
+                 data: str | bytes | Callable[[IO[bytes]], object], *,
                  mode: int | None = None) -> Path:
     """Write ``data`` to a temporary file beside ``path``, sync it, then rename it over.
 
-    ``mode`` is set before any byte is written (a key file is never readable by
-    others, even briefly); by default the file gets open()'s usual permissions
-    rather than mkstemp's 0600.
+    ``data`` is the content, or a function that writes it to the open (binary)
+    file, for content too large to hold twice in memory. ``mode`` is set before
+    any byte is written: ``PRIVATE_FILE_MODE`` for a secret (a key file is never
+    readable by others, even briefly); by default the file gets open()'s usual
+    permissions rather than mkstemp's 0600.
     """
     path = Path(path)
+    if not isinstance(data, (str, bytes)) and not callable(data):
+        raise TypeError(f"write_atomic writes str, bytes or a writer, not {type(data).__name__}")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, _default_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data.encode() if isinstance(data, str) else data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -106,40 +117,49 @@ def copy_private(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     return Path(dest)
 
 
-@contextmanager
-def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterator[Path]:
-    """Hold an exclusive advisory lock on the output directory ``out`` for a whole command.
+def _lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file of ``path``: ``.NAME.lock`` beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
 
-    The lock is a file beside ``out`` (``.NAME.lock``), so ``out`` itself can
-    appear atomically or be a sweep that is resumed; it records who holds it. A
-    second command on the same ``out`` is refused at once, naming the holder.
-    Creating the parent directories here also turns an ``out`` under a file or in a
-    read-only directory into one line, before any work.
+
+@contextmanager
+def file_lock(path: str | os.PathLike[str],
+              busy: Callable[[str], object] | None = None) -> Iterator[Path]:
+    """Hold the exclusive lock of ``path`` until the block ends; the one lock of the harness.
+
+    The lock is an advisory ``flock`` on :func:`_lock_path` (beside ``path``, so
+    ``path`` itself may be created, renamed over or swapped while it is held).
+    The file records its holder (pid and command line) and is removed on
+    release; a holder that dies loses the lock with its process, whatever it
+    leaves behind. A second process finds it held and calls ``busy`` with the
+    holder's record, once: if ``busy`` raises, that process is refused; if it
+    returns (or there is no ``busy``), the process waits for the lock.
+    The parent directory must exist; ``OSError`` from creating the file passes.
     """
-    out = check_output_dir(out, option=option)
-    lock = out.parent / f".{out.name}.lock"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock = _lock_path(path)
+    announced = False
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _holder(fd)
-                os.close(fd)
-                raise InputError(f"{option} {out} is in use by another command ({holder}); "
-                                 f"wait for it to finish, or choose another {option}") from None
-            # The previous holder may have removed the file between our open and flock.
-            if _same_file(fd, lock):
-                break
+                if not announced and busy is not None:
+                    announced = True
+                    busy(_holder(fd))
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
             os.close(fd)
-    except OSError as exc:
-        raise InputError(f"cannot create {option} {out}: {exc.strerror or exc} "
-                         f"({exc.filename or out.parent}); choose another {option}") from None
+            raise
+        # The previous holder may have removed the file between our open and flock.
+        if _same_file(fd, lock):
+            break
+        os.close(fd)
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}: ltm {' '.join(sys.argv[1:])}\n".encode())
-        yield out
+        os.write(fd, f"pid {os.getpid()}: {_command_line()}\n".encode())
+        yield lock
     finally:
         # Unlinked while still held: a waiter that opened it re-checks with _same_file.
         try:
@@ -148,6 +168,38 @@ def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterat
         except OSError:
             pass
         os.close(fd)
+
+
+def _command_line() -> str:
+    # `ltm ARGS` for the harness however started; another program (a test) by its own name.
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path("python")
+    name = argv0.parent.name if argv0.name == "__main__.py" else argv0.name
+    return " ".join(["ltm" if name in ("ltm", "harness") else name, *sys.argv[1:]])
+
+
+@contextmanager
+def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterator[Path]:
+    """Hold :func:`file_lock` on the output directory ``out`` for a whole command.
+
+    ``out`` can then appear atomically or be a sweep that is resumed. A second
+    command on the same ``out`` is refused at once, naming the holder.
+    Creating the parent directories here also turns an ``out`` under a file or in a
+    read-only directory into one line, before any work.
+    """
+    out = check_output_dir(out, option=option)
+
+    def refuse(holder: str) -> None:
+        raise InputError(f"{option} {out} is in use by another command ({holder}); "
+                         f"wait for it to finish, or choose another {option}")
+
+    with ExitStack() as stack:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(file_lock(out, busy=refuse))
+        except OSError as exc:
+            raise InputError(f"cannot create {option} {out}: {exc.strerror or exc} "
+                             f"({exc.filename or out.parent}); choose another {option}") from None
+        yield out
 
 
 def _holder(fd: int) -> str:

@@ -258,3 +258,56 @@ def test_atomic_write_keeps_the_old_file_on_failure_and_sets_modes(tmp_path):
         assert (target.stat().st_mode & 0o777) == 0o600 and target.read_bytes() == b"key"
     finally:
         os.umask(old)
+
+
+def test_file_lock_refuses_or_waits_and_leaves_no_file(tmp_path):
+    import os
+    import threading
+    import time
+
+    from harness.fileio import file_lock
+
+    target = tmp_path / "thing"
+    events: list[str] = []
+
+    def refuse(holder: str) -> None:
+        raise RuntimeError(holder)
+
+    def wait_for_it() -> None:
+        with file_lock(target, busy=events.append):
+            events.append("got it")
+
+    with file_lock(target) as lock:
+        assert lock == tmp_path / ".thing.lock"
+        assert lock.read_text().startswith(f"pid {os.getpid()}: ")
+        with pytest.raises(RuntimeError, match=f"^pid {os.getpid()}: "), \
+                file_lock(target, busy=refuse):
+            pytest.fail("a refused caller must not get the lock")
+        waiter = threading.Thread(target=wait_for_it)
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        assert waiter.is_alive() and len(events) == 1  # told who holds it, and waiting
+        events.append("released")
+    waiter.join(timeout=10)
+    assert events[1:] == ["released", "got it"] and events[0].startswith(f"pid {os.getpid()}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_streams_a_writer_and_keeps_the_old_file_if_it_fails(tmp_path):
+    from harness.fileio import PRIVATE_FILE_MODE, write_atomic
+
+    target = tmp_path / "key"
+    write_atomic(target, lambda fh: fh.write(b"secret"), mode=PRIVATE_FILE_MODE)
+    assert target.read_bytes() == b"secret" and (target.stat().st_mode & 0o777) == 0o600
+
+    def half(fh):
+        fh.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(target, half)
+    assert target.read_bytes() == b"secret"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key"]

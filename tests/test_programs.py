@@ -1,16 +1,29 @@
-"""Rendering and the compile cache (real MP-SPDZ compiler)."""
+"""Rendering and the compile cache (the real MP-SPDZ compiler, and stand-ins)."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
+from harness.engine.mpspdz import MpSpdz
 from harness.engine.programs import compile_program, render
+from harness.errors import MpSpdzError
 
-pytestmark = pytest.mark.mpspdz
+PARAMS = {"m": 5, "d": 2, "block_rows": 4, "chunk_blocks": 3, "source": "shares"}
 
 
+def _fake_compiler(root: Path, body: str) -> MpSpdz:
+    """An MP-SPDZ directory whose compile.py is ``body`` (run in the program's directory)."""
+    (root / "Compiler").mkdir(parents=True)
+    (root / "compile.py").write_text(f"import pathlib, sys, time\nname = sys.argv[-1][:-4]\n{body}")
+    return MpSpdz(root)
+
+
+@pytest.mark.mpspdz
 def test_unchanged_program_is_never_recompiled(tmp_path, mp_spdz):
-    params = {"m": 5, "d": 2, "block_rows": 4, "chunk_blocks": 3, "source": "shares"}
+    params = PARAMS
     first = compile_program(mp_spdz, "fast", params, cache_dir=tmp_path)
     again = compile_program(mp_spdz, "fast", params, cache_dir=tmp_path)
     other = compile_program(mp_spdz, "fast", {**params, "m": 6}, cache_dir=tmp_path)
@@ -25,3 +38,35 @@ def test_fast_program_size_does_not_grow_with_n():
     assert "1000000" not in small and len(small) < 3000
     with pytest.raises(ValueError):
         render("nonexistent")
+
+
+def test_concurrent_compilations_of_one_program_wait_for_the_first(tmp_path):
+    calls = tmp_path / "calls"
+    mp = _fake_compiler(tmp_path / "mp", f"""
+with open({str(calls)!r}, "a") as fh:
+    fh.write("compiled\\n")
+time.sleep(0.5)  # long enough for the other thread to arrive while this one compiles
+for sub, file in (("Schedules", name + ".sch"), ("Bytecode", name + "-0.bc")):
+    (pathlib.Path("Programs") / sub).mkdir(parents=True, exist_ok=True)
+    (pathlib.Path("Programs") / sub / file).write_text("")
+""")
+    cache = tmp_path / "cache"
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        compile_program(mp, "fast", PARAMS, cache_dir=cache))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert calls.read_text() == "compiled\n"  # once: the second waited and took the cache
+    assert sorted(r.compile_seconds is None for r in results) == [False, True]
+    assert results[0].directory == results[1].directory
+    assert [p.name for p in cache.iterdir()] == [results[0].directory.name]  # no lock left
+
+
+def test_a_compiler_that_writes_nothing_points_to_ltm_doctor(tmp_path):
+    mp = _fake_compiler(tmp_path / "mp", "sys.exit(0)\n")
+    with pytest.raises(MpSpdzError, match="wrote no schedule or bytecode") as info:
+        compile_program(mp, "fast", PARAMS, cache_dir=tmp_path / "cache")
+    assert "check it with `ltm doctor` or reinstall it" in str(info.value)
+    assert list((tmp_path / "cache").iterdir()) == []

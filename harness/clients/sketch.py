@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from harness.errors import InputError
+from harness.fileio import write_atomic
 
 __all__ = ["Sketch", "check_dimensions"]
 
@@ -116,11 +116,8 @@ class Sketch:
         return out
 
     def save(self, path: str | os.PathLike) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as fh:
-            np.savez(fh, rows=self.rows, signs=self.signs, m=np.int64(self.m))
-        os.replace(tmp, path)
+        write_atomic(path, lambda fh: np.savez(fh, rows=self.rows, signs=self.signs,
+                                               m=np.int64(self.m)))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Sketch:

@@ -7,7 +7,6 @@ program is never recompiled and a changed one never reuses stale bytecode.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +23,7 @@ from harness.engine.mpspdz import MpSpdz
 from harness.engine.parse import OUTPUT_MARKER
 from harness.engine.process import Command, check_call
 from harness.errors import MpSpdzError, PartyError
+from harness.fileio import file_lock
 
 __all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_dir",
            "render"]
@@ -73,9 +73,8 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
     cache = (cache_dir or default_cache_dir())
     cache.mkdir(parents=True, exist_ok=True)
     final = cache / f"{template}-{key}"
-    with open(cache / f"{template}-{key}.lock", "w") as lock:
-        # Concurrent runs wait for one compilation instead of racing.
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    # Concurrent runs wait for one compilation instead of racing.
+    with file_lock(final):
         if (final / "Programs" / "Schedules" / f"{template}.sch").exists():
             return CompiledProgram(template, final, key, None)
         staging = cache / f".{template}-{key}.{os.getpid()}"
@@ -101,13 +100,13 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
                 raise MpSpdzError(
                     f"MP-SPDZ's compiler ({mp.compiler}) exited successfully but wrote no "
                     f"schedule or bytecode for the {template!r} program; the installation is "
-                    "broken: check it with `ltm mpspdz doctor` or reinstall it")
+                    "broken: check it with `ltm doctor` or reinstall it")
             # A broken entry from an older harness (no schedule) would block the rename.
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
-        except BaseException:
+        except BaseException as exc:
             # A program the compiler rejected is kept for inspection; nothing else is.
-            if not isinstance(sys.exc_info()[1].__cause__, PartyError):
+            if not isinstance(exc.__cause__, PartyError):
                 shutil.rmtree(staging, ignore_errors=True)
             raise
     return CompiledProgram(template, final, key, elapsed)
