@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from harness.engine.mpspdz import ensure_mpspdz
+from harness.engine import ensure_mpspdz
 from harness.errors import MpSpdzError
 
 

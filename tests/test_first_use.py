@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.engine import mpspdz
+from harness.engine import installer, mpspdz
 from harness.engine.mpspdz import SUPPORTED_VERSION, MpSpdz
 
 pytestmark = pytest.mark.mpspdz
@@ -287,8 +287,8 @@ def test_second_first_use_waits_for_the_install_under_way(
     archive = release_server[2]
     target = mpspdz.default_home()
     # The child's URL is a closed port: it can only succeed without downloading.
-    child_code = "from harness.engine.mpspdz import ensure_mpspdz; print(ensure_mpspdz().root)"
-    with mpspdz._install_lock(target, io.StringIO()):
+    child_code = "from harness.engine import ensure_mpspdz; print(ensure_mpspdz().root)"
+    with installer._install_lock(target, io.StringIO()):
         child = subprocess.Popen([sys.executable, "-c", child_code], env=dict(os.environ),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -296,7 +296,7 @@ def test_second_first_use_waits_for_the_install_under_way(
             # certainly happens while the child is waiting on the lock.
             waiting = child.stderr.readline()
             assert waiting == f"Waiting for another process installing MP-SPDZ into {target}\n"
-            mpspdz._install(target, archive, "", False, io.StringIO())
+            installer._install(target, archive, "", False, io.StringIO())
         except BaseException:
             child.kill()
             raise

@@ -1,7 +1,8 @@
 """The servers' engine: MP-SPDZ and the parties that run it on this machine.
 
-Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), the protocols it runs and
-their binaries (:mod:`.protocols`), rendering and compiling
+Owns finding MP-SPDZ (:mod:`.mpspdz`), installing it (:mod:`.installer`, unpacking
+the release with :mod:`.release`) and reporting on it (:mod:`.checkup`), the
+protocols it runs and their binaries (:mod:`.protocols`), rendering and compiling
 the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
@@ -22,11 +23,13 @@ from harness.engine.aggregate import (
 from harness.engine.certs import (
     make_certificates,
 )
+from harness.engine.checkup import doctor
 from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
     PartyRun,
 )
+from harness.engine.installer import ensure_mpspdz, install
 from harness.engine.interface import ClientJob, Cluster, Delivery
 from harness.engine.mpspdz import (
     ENV_VAR,
@@ -37,10 +40,7 @@ from harness.engine.mpspdz import (
     URL_ENV_VAR,
     MpSpdz,
     default_home,
-    doctor,
-    ensure_mpspdz,
     find_mpspdz,
-    install,
     release_url,
 )
 from harness.engine.netns import (
