@@ -11,7 +11,7 @@ or Philox would let a server predict the masks):
 - aes-ctr-crypto, chacha20-crypto: the ``cryptography`` package, one cipher
   object per seed (AES-256-CTR, ChaCha20 with a zero nonce);
 - aes-ctr-libcrypto: AES-256-CTR through the system's libcrypto over ctypes,
-  one context re-keyed per seed (what ``seeded.expand`` uses);
+  one context re-keyed per seed (what ``keystream.expand`` uses);
 - chacha20-libcrypto: the same with ChaCha20.
 
 Each is run over the same clients, interleaved, best of ``--repeat``.
@@ -31,7 +31,7 @@ import time
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from harness.clients.seeded import _libcrypto
+from harness.clients import libcrypto
 
 _IV = bytes(16)
 
@@ -52,7 +52,7 @@ def _crypto(make):
 
 
 def _libcrypto_cipher(name: str):
-    lib = _libcrypto()
+    lib = libcrypto()
     if lib is None:
         return None
     getter = getattr(lib, name)

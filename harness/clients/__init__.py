@@ -4,19 +4,22 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`), fixed-point encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
 (:mod:`.layout`), the streaming preparation of all parties' inputs
-(:mod:`.prepare`) and the one loader for data matrices (:mod:`.matrices`).
+(:mod:`.prepare`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
+generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 """
 
 from harness.clients.encoding import FixedPoint
+from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
 from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
 from harness.clients.noise import NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
     Prepared,
     ShareSink,
+    Sink,
     TextSink,
     format_integers,
     prepare_inputs,
@@ -57,6 +60,7 @@ __all__ = [
     "SeededSink",
     "ShareFormat",
     "ShareSink",
+    "Sink",
     "Sketch",
     "TextSink",
     "check_dimensions",
@@ -65,6 +69,7 @@ __all__ = [
     "expand_file",
     "expand_party",
     "format_integers",
+    "libcrypto",
     "load_matrix",
     "noise_rng",
     "prepare_inputs",

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from harness.clients.sharing import ADDITIVE, ShareFormat, random_ring
 from harness.clients.sketch import Sketch
 from harness.fileio import open_private, private_dir
 
-__all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "TextSink", "prepare_inputs",
+__all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "Sink", "TextSink", "prepare_inputs",
            "read_share_file", "tamper_share_file", "tamper_text_file", "write_share_file"]
 
 # Persistence/Transactions-P<i>.data of semi2k: header length, descriptor, then 8-byte shares.
@@ -70,6 +71,24 @@ def tamper_text_file(path: Path) -> None:
     path.write_bytes(b" ".join([str(first).encode(), *tokens[1:]]))
 
 
+class Sink(Protocol):
+    """Where :func:`prepare_inputs` sends the encoded rows, in file order, chunk by chunk.
+
+    ``start`` comes first (work that can run beside the noise starts there),
+    then ``write`` per chunk from a worker thread (``real`` marks the rows that
+    are not public zero padding), then ``close`` always, also after a failure.
+    ``upload_bytes[i]`` is what server i receives, counted while writing.
+    """
+
+    upload_bytes: list[int]
+
+    def start(self) -> None: ...
+
+    def write(self, encoded: np.ndarray, real: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ShareSink:
     """One share file per server; each server's file holds only its own shares.
 
@@ -86,7 +105,7 @@ class ShareSink:
                              f"not {len(paths)}")
         self.paths = paths
         self.fmt = fmt
-        self.files = []
+        self.files: list[BinaryIO] = []
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="masks")
         self._ahead: tuple[tuple[int, ...], Future] | None = None
         try:
@@ -120,8 +139,11 @@ class ShareSink:
         shares = self.fmt.split(encoded, len(self.files), masks)
         real_words = (rows - padding.size) * d * self.fmt.words
         for k, fh in enumerate(self.files):
-            fh.write(memoryview(shares[k]).cast("B"))
+            fh.write(shares[k].data.cast("B"))
             self.upload_bytes[k] += 8 * real_words
+
+    def start(self) -> None:
+        """Nothing to start: the masks are drawn a chunk ahead from the first write on."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -161,6 +183,9 @@ class TextSink:
         self.fh = open_private(path)
         self.upload_bytes = [0] * parties
 
+    def start(self) -> None:
+        """Nothing to start: the data owner's rows need no masks."""
+
     def write(self, encoded: np.ndarray, real: np.ndarray) -> None:
         self.fh.write(format_integers(encoded.view(np.int64).ravel()))
         self.upload_bytes[0] += int(np.count_nonzero(real)) * encoded.shape[1] * 8
@@ -177,6 +202,7 @@ def _add_blocks(acc: np.ndarray, abs_acc: np.ndarray, layout: Layout, start: int
     program does; padding rows are zero and add nothing. One scatter per block
     instead of per row, which matters at s = 50.
     """
+    assert layout.block_acc is not None  # a blocked layout's
     R, K, d = layout.block_rows, layout.chunk_blocks, encoded.shape[1]
     chunks = encoded.reshape(-1, R, K, d)
     first = start // (R * K) * K
@@ -196,8 +222,7 @@ class Prepared:
 
 
 def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: NoiseSpec,
-                   fp: FixedPoint, sink: ShareSink | TextSink,
-                   rng: np.random.Generator) -> Prepared:
+                   fp: FixedPoint, sink: Sink, rng: np.random.Generator) -> Prepared:
     """Stream every party's input file and the plaintext result to check against.
 
     Three stages overlap, each on its own thread: the next chunk's noise is
@@ -208,8 +233,7 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
     """
     started = time.perf_counter()
     # A seeded sink draws its seeds and masks beside the noise, on this clock.
-    if hasattr(sink, "start"):
-        sink.start()
+    sink.start()
     n, d = data.shape
     m = sketch.m
     acc_of_slot = accumulator_index(sketch).ravel()
@@ -236,9 +260,9 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
     writing: Future | None = None
     try:
-        drawing = pool.submit(draw, starts[0]) if starts else None
+        drawing: Future | None = None
         for k, start in enumerate(starts):
-            drawn = drawing.result()
+            drawn = (drawing or pool.submit(draw, start)).result()
             drawing = pool.submit(draw, starts[k + 1]) if k + 1 < len(starts) else None
             slots = layout.file_slot[start:start + step]
             real = slots >= 0
