@@ -82,12 +82,12 @@ def check_number(option: str, value: object, *, low: float | None = None,
 
     too_low = low is not None and (value <= low if open_low else value < low)
     if too_low or (high is not None and value > high):
-        if low is None:
-            bounds = f"be at most {show(high)}"
-        elif high is None:
-            bounds = f"be {'greater than' if open_low else 'at least'} {show(low)}"
-        else:
+        if low is not None and high is not None:
             bounds = f"lie in {'(' if open_low else '['}{show(low)}, {show(high)}]"
+        elif low is not None:
+            bounds = f"be {'greater than' if open_low else 'at least'} {show(low)}"
+        elif high is not None:
+            bounds = f"be at most {show(high)}"
         raise InputError(f"{option} must {bounds}, got {show(value)}")
 
 

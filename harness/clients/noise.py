@@ -124,7 +124,7 @@ class NoiseSpec:
         return np.zeros(shape)
 
     def describe(self) -> dict:
-        out = {"kind": self.kind}
+        out: dict[str, object] = {"kind": self.kind}
         if self.kind != "none":
             out.update(epsilon=self.epsilon, delta=self.delta, eta=self.eta,
                        t_prime=self.t_prime, variance=self.variance,

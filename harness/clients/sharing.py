@@ -49,7 +49,7 @@ def random_ring(shape: tuple[int, ...]) -> np.ndarray:
     out = np.empty(size + _SLACK, dtype=np.uint8)
     # A fresh key per call makes a zero counter block safe: no (key, counter) repeats.
     stream = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(bytes(16))).encryptor()
-    view = memoryview(out)
+    view = out.data
     for start in range(0, size, _PIECE):
         piece = min(_PIECE, size - start)
         stream.update_into(_ZEROS_VIEW[:piece], view[start:start + piece + _SLACK])
@@ -71,7 +71,6 @@ def share(values: np.ndarray, parties: int,
         masks = random_ring((parties - 1, *values.shape))
     elif masks.shape != (parties - 1, *values.shape) or masks.dtype != np.uint64:
         raise ValueError(f"masks must be uint64 of shape {(parties - 1, *values.shape)}")
-    masks = list(masks)
     last = values.copy()
     for mask in masks:
         last -= mask  # wraps mod 2^64 by design

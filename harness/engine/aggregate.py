@@ -67,7 +67,8 @@ def save_plan(layout: Layout, path: Path, fmt: ShareFormat = ADDITIVE,
     """The layout's aggregation plan as an .npz, for a server that aggregates on its host."""
     plan = _plan(layout, fmt, as_input)
     with open(path, "wb") as fh:
-        np.savez(fh, **{k: np.asarray(v) for k, v in plan.items()})
+        # numpy's stub reads ``**kwds`` as if they could hold its ``allow_pickle`` flag.
+        np.savez(fh, **{k: np.asarray(v) for k, v in plan.items()})  # type: ignore[arg-type]
 
 
 def load_plan(path: Path) -> dict:
@@ -142,7 +143,7 @@ def read_and_sum(source: Path, fmt: ShareFormat = ADDITIVE) -> tuple[float, np.u
     total = np.uint64(0)
     with open(source, "rb", buffering=0) as fh:
         fh.seek(len(fmt.header))
-        raw = memoryview(buffer).cast("B")
+        raw = buffer.data.cast("B")
         while True:
             got = fh.readinto(raw)
             if not got:
@@ -152,7 +153,7 @@ def read_and_sum(source: Path, fmt: ShareFormat = ADDITIVE) -> tuple[float, np.u
 
 
 def _read_exactly(fh, view: np.ndarray) -> None:
-    raw = memoryview(view).cast("B")
+    raw = view.data.cast("B")
     got = 0
     while got < len(raw):
         n = fh.readinto(raw[got:])

@@ -22,17 +22,16 @@ class PartyStats(dict):
 
 
 def parse_stats(name: str, stderr: str) -> PartyStats:
-    found = {key: rx.search(stderr) for key, rx in
-             (("time", _TIME), ("sent", _SENT), ("global", _GLOBAL))}
-    missing = [k for k, v in found.items() if v is None]
-    if missing:
+    time, sent, total = (rx.search(stderr) for rx in (_TIME, _SENT, _GLOBAL))
+    if time is None or sent is None or total is None:
+        missing = [k for k, v in (("time", time), ("sent", sent), ("global", total)) if v is None]
         raise PartyError(f"{name} finished without reporting its {' and '.join(missing)} "
                          "statistics; is this MP-SPDZ v0.4.2?", party=name, stderr=stderr)
     return PartyStats(
-        time_s=float(found["time"].group(1)),
-        data_sent_mb=float(found["sent"].group(1)),
-        rounds=int(found["sent"].group(2)),
-        global_data_sent_mb=float(found["global"].group(1)))
+        time_s=float(time.group(1)),
+        data_sent_mb=float(sent.group(1)),
+        rounds=int(sent.group(2)),
+        global_data_sent_mb=float(total.group(1)))
 
 
 def parse_output(name: str, stdout: str, count: int) -> np.ndarray:
