@@ -142,9 +142,7 @@ def file_lock(path: str | os.PathLike[str],
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _try_lock(fd):
                 if not announced and busy is not None:
                     announced = True
                     busy(_holder(fd))
@@ -168,6 +166,14 @@ def file_lock(path: str | os.PathLike[str],
         except OSError:
             pass
         os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _command_line() -> str:
