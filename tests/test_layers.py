@@ -13,6 +13,9 @@ functions (the lazy ones that keep start-up fast), which a runtime check of
 works on a tree given by its root, so each has a self-test on a small fake tree
 that shows it can fail. Tests (``tests/``) and benchmark scripts
 (``benchmarks/``) are outside the package and exempt.
+
+Over 400 lines: the checker and the fake trees that prove each rule can fail
+belong together, and a helper module under ``tests/`` would serve this file alone.
 """
 
 from __future__ import annotations
