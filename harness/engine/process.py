@@ -148,6 +148,15 @@ def _describe_exit(rc: int) -> str:
     return f"exited with status {rc}"
 
 
+def _culprit(failed: list[tuple[_Running, int]]) -> _Running:
+    """The process to blame: the first to end, and among those seen in the same poll, one
+    killed by a signal (its peers exit with status 1 once it is gone, often by the next
+    read, so party order must not decide)."""
+    earliest = min(r.ended or 0.0 for r, _ in failed)
+    same_poll = [(r, rc) for r, rc in failed if (r.ended or 0.0) - earliest <= _POLL_SECONDS]
+    return min(same_poll, key=lambda pair: (pair[1] >= 0, pair[0].ended or 0.0))[0]
+
+
 def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
     """Run all commands concurrently; return when all succeeded.
 
@@ -161,9 +170,10 @@ def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
         deadline = time.monotonic() + timeout
         while True:
             codes = [r.poll() for r in running]
-            failed = [r for r, rc in zip(running, codes, strict=True) if rc not in (None, 0)]
+            failed = [(r, rc) for r, rc in zip(running, codes, strict=True)
+                      if rc not in (None, 0)]
             if failed:
-                first = min(failed, key=lambda r: r.ended or 0.0)
+                first = _culprit(failed)
                 for r in running:
                     r.stop()
                 res = first.result()
