@@ -3,11 +3,11 @@
 The runner uploads the clients' data (the matrix, the public sketch and the
 noise parameters) to the client host, whose host agent prepares every
 server's share file there, or with seeded sharing its seeds and full words per
-component (:func:`harness.remote.transfer.prepare`), and later sends each server only its own
-files, directly, over the servers' ``mpc_host`` addresses, with TLS and
-per-run certificates pinned on both sides. What comes back to the runner is
-what verification needs (the encoded plaintext sketch) and the names and sizes
-of each server's files, never a share.
+component (:func:`harness.remote.transfer.prepare`), and later sends each
+server only its own files, directly, over the servers' ``mpc_host``
+addresses, with TLS and per-run certificates pinned on both sides. What comes
+back to the runner is what verification needs (the encoded plaintext sketch)
+and the names and sizes of each server's files, never a share.
 """
 
 from __future__ import annotations
