@@ -20,6 +20,7 @@ Host keys are checked against the inventory's known_hosts file, which
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -141,7 +142,7 @@ class SshCluster(PartyStaging):
             plan = self.workdir / EXPAND_PLAN
             save_expand_plan(plan, job.layout, job.share_format, self.parties, job.n,
                              job.sketch.s)
-            self._steps = HostSteps(True, self._steps.aggregate, self._steps.as_input)
+            self._steps = dataclasses.replace(self._steps, expand=True)
             fmt, layout = job.share_format, job.layout
             self._expanded_bytes = len(fmt.header) + 8 * layout.total_rows * layout.d * fmt.words
         return Delivery()
@@ -154,7 +155,7 @@ class SshCluster(PartyStaging):
         back in each party's statistics as ``aggregate_s``.
         """
         save_plan(job.layout, self.workdir / AGGREGATE_PLAN, job.share_format, as_input)
-        self._steps = HostSteps(self._steps.expand, True, as_input)
+        self._steps = dataclasses.replace(self._steps, aggregate=True, as_input=as_input)
         return None
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:
