@@ -62,14 +62,18 @@ def namespaces() -> list[str]:
 
 
 def wheelhouse() -> Path:
-    """The harness's dependencies as wheels, readable by every user (pip: --find-links).
+    """The harness's base dependencies as wheels, readable by every user (pip: --find-links):
+    what ``ltm hosts setup`` installs on a host (no extra's).
 
     Kept between runs (keyed by the requirements and this Python), as a mirror
     would be: building it costs about as much as the rest of the rehearsal.
     """
     import hashlib
 
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     requirements = [r for r in deps["project"]["dependencies"] if "python_version <" not in r]

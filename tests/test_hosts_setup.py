@@ -16,7 +16,7 @@ import pytest
 from _fresh import FreshCluster
 
 from harness.cli import main
-from harness.remote.setup import debian_package
+from harness.remote.bundle import debian_package
 
 pytestmark = pytest.mark.root
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -21,10 +23,10 @@ from harness.clients.seeded import (
     save_plan,
     upload_files,
 )
-from harness.clients.seeded import main as seeded_main
 from harness.clients.sharing import ADDITIVE, REPLICATED
 from harness.clients.sketch import Sketch
 from harness.experiments.run import RunConfig, run
+from harness.remote.agent import main as agent_main
 
 
 def _prepare_seeded(tmp_path, data, fmt, parties, s=2, m=4, blocked=True):
@@ -152,9 +154,12 @@ def test_a_server_elsewhere_expands_from_the_plan_alone(tmp_path, fmt, parties, 
         expand_party(i, tmp_path / "here" / f"P{i}", tmp_path / f"here-{i}.data", layout, fmt,
                      parties, n, s)
         monkeypatch.chdir(tmp_path / "there" / f"P{i}")
-        assert seeded_main(["expand", str(i), str(tmp_path / "plan.npz"), "share.data"]) == 0
-        assert capsys.readouterr().out.startswith("expand_s ")
+        assert agent_main(["expand", str(i), str(tmp_path / "plan.npz"), "share.data"]) == 0
         there = tmp_path / "there" / f"P{i}" / "share.data"
+        [line] = capsys.readouterr().out.splitlines()
+        reply = json.loads(line)
+        assert reply["step"] == "expand" and reply["party"] == i and reply["seconds"] > 0
+        assert reply["bytes"] == there.stat().st_size
         assert there.stat().st_mode & 0o777 == 0o600
         assert there.read_bytes() == (tmp_path / f"here-{i}.data").read_bytes()
         assert not (tmp_path / "there" / f"P{i}" / "Upload").exists()

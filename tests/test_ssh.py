@@ -29,8 +29,9 @@ from _sshd import (
 )
 
 from harness.cli import main
+from harness.engine import Cluster
 from harness.errors import MpSpdzError
-from harness.experiments.run import (
+from harness.experiments import (
     RunConfig,
     build_workload,
     prepare_cluster,
@@ -112,12 +113,14 @@ def small_config(tmp_path: Path, cache: Path, **kw) -> RunConfig:
 
 
 def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
-    """An SshCluster with the clients' inputs prepared, as harness.experiments.run does it."""
+    """An SshCluster with the clients' inputs prepared, through harness.experiments' public
+    functions, as a run prepares them."""
     cfg.validate()
     work = build_workload(cfg)
     program = program_for(mp_spdz, cfg, work)
     cluster = SshCluster(mp_spdz, load_inventory(inventory), workdir, inventory_path=inventory,
                          **kw)
+    assert isinstance(cluster, Cluster) and not cluster.reuses_inputs
     prepared = prepare_cluster(cfg, work, cluster)
     return cluster, program, public_input_for(cfg, work), prepared
 
@@ -227,9 +230,9 @@ def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_sp
     # What each server holds just before it expands: its own files only, all private.
     original_process = RemoteParty.process_shares
 
-    def spy_process(self, timeout, **kw):
+    def spy_process(self, timeout, steps):
         seen[self.index] = files_of(Path(self.remote_dir))
-        return original_process(self, timeout, **kw)
+        return original_process(self, timeout, steps)
 
     original_send = ClientHost.send
 

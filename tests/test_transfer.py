@@ -20,37 +20,33 @@ def _port() -> int:
 
 
 def _serve(server_cert, server_key, client_pem: Path, names: list[str], port: int):
+    """A receiver on its own thread, returned once it listens (not found out by connecting:
+    it accepts exactly one connection); ``outcome`` gets its (bytes, seconds) or error."""
     outcome: dict = {}
+    listening = threading.Event()
 
     def run() -> None:
         try:
-            receive("127.0.0.1", port, server_cert, server_key, client_pem, names)
+            outcome["received"] = receive("127.0.0.1", port, server_cert, server_key,
+                                          client_pem, names, on_listening=listening.set)
         except Exception as exc:  # the test looks at it
             outcome["error"] = exc
+        finally:
+            listening.set()
 
     thread = threading.Thread(target=run)
     thread.start()
+    assert listening.wait(30), "the receiver did not start listening"
+    assert "error" not in outcome, outcome
     return thread, outcome
 
 
-def _wait_listening(capsys) -> None:
-    # Not by connecting: the receiver accepts exactly one connection.
-    seen = ""
-    for _ in range(1000):
-        seen += capsys.readouterr().out
-        if "listening" in seen:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the receiver did not start listening")
-
-
-def _refused(capsys, server: tuple, client_pem: Path, names: list[str], peer: Path,
+def _refused(server: tuple, client_pem: Path, names: list[str], peer: Path,
              files: list[tuple[Path, str]], sender: tuple, match: str | None = None) -> dict:
     """Serve ``names`` as ``server`` (cert, key) for ``client_pem``; ``sender`` (cert, key)
     sends ``files`` to it, pinning ``peer``, and must fail. The receiver's outcome."""
     port = _port()
     thread, outcome = _serve(*server, client_pem, names, port)
-    _wait_listening(capsys)
     with pytest.raises(ConnectionError, match=match):
         send(_target(port, peer, files), *sender)
     thread.join(30)
@@ -62,7 +58,7 @@ def _target(port: int, peer: Path, files: list[tuple[Path, str]]) -> list[dict]:
              "files": [[str(here), there] for here, there in files]}]
 
 
-def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, capsys, monkeypatch):
+def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, monkeypatch):
     [(server_key, server_cert, _)] = make_certificates(1, tmp_path / "server")
     [(client_key, client_cert, _)] = make_certificates(1, tmp_path / "client")
     [(other_key, other_cert, _)] = make_certificates(1, tmp_path / "stranger")
@@ -78,30 +74,29 @@ def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, capsys, m
     port = _port()
     names = ["Upload/Seeds-C0.bin", "Upload/Full-C0.data"]
     thread, outcome = _serve(server_cert, server_key, client_cert, names, port)
-    _wait_listening(capsys)
     seconds = send(_target(port, server_cert, [(seeds, names[0]), (shares, names[1])]),
                    client_cert, client_key)
     thread.join(30)
     assert "error" not in outcome and seconds[0] > 0
-    assert f"received {seeds.stat().st_size + shares.stat().st_size} " in capsys.readouterr().out
+    got, took = outcome["received"]
+    assert got == seeds.stat().st_size + shares.stat().st_size and took > 0
     assert (server / names[0]).read_bytes() == seeds.read_bytes()
     assert (server / names[1]).read_bytes() == shares.read_bytes()
     for path in (server / "Upload", server / names[0], server / names[1]):
         assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600)
 
     # a file the server was not told to expect is refused, not written
-    outcome = _refused(capsys, (server_cert, server_key), client_cert, ["mine"], server_cert,
+    outcome = _refused((server_cert, server_key), client_cert, ["mine"], server_cert,
                        [(seeds, "../elsewhere")], (client_cert, client_key))
     assert "not expected" in str(outcome["error"])
     assert not (tmp_path / "elsewhere").exists() and not (server / "mine").exists()
 
     # a stranger's certificate is refused, and nothing is written
-    outcome = _refused(capsys, (server_cert, server_key), client_cert, ["not"], server_cert,
+    outcome = _refused((server_cert, server_key), client_cert, ["not"], server_cert,
                        [(shares, "not")], (other_cert, other_key))
     assert "error" in outcome and not (server / "not").exists()
 
     # and the client will not send to a server whose certificate is not the pinned one
-    _refused(capsys, (other_cert, other_key), client_cert, ["fake"], server_cert,
+    _refused((other_cert, other_key), client_cert, ["fake"], server_cert,
              [(shares, "fake")], (client_cert, client_key), match="certificate verify failed")
     assert not (server / "fake").exists()
-    capsys.readouterr()

@@ -29,9 +29,9 @@ word) are as close to information-theoretic as the generator allows. The
 generator, a component's words under its seed, is AES-256-CTR
 (:mod:`harness.clients.keystream`, which says why).
 
-On remote hosts a server runs ``python -m harness.clients.seeded expand PARTY
-PLAN SHARE_FILE`` in its working directory, with the public plan
-(:func:`save_plan`) that says where each client's copies go.
+On remote hosts a server runs ``python -m harness.remote.agent expand PARTY
+PLAN SHARE_FILE`` (:func:`expand_file`) in its working directory, with the
+public plan (:func:`save_plan`) that says where each client's copies go.
 
 The words of a client's component are its s noisy copies' d entries in copy
 order (copy i, column t is word i * d + t), placed wherever the public layout
@@ -45,7 +45,6 @@ file order.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
@@ -60,7 +59,7 @@ from harness.clients.sharing import ShareFormat, share_format
 from harness.fileio import open_private, private_dir, write_private
 
 __all__ = ["SEED_BYTES", "SeededSink", "Components", "components", "expand", "expand_file",
-           "expand_party", "main", "save_plan", "upload_dir", "upload_files"]
+           "expand_party", "save_plan", "upload_dir", "upload_files"]
 
 # Clients' keystreams held at once on the client side before they are summed.
 _WORDS_PER_BATCH = 1 << 21
@@ -359,20 +358,3 @@ def _expand(party: int, party_dir: Path, share_file: Path, file_slot: np.ndarray
     for path in upload.iterdir():
         path.unlink()
     upload.rmdir()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.clients.seeded expand PARTY PLAN SHARE_FILE``, in the server's
-    working directory (its upload in ``Upload/``); prints the seconds it took."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4 or args[0] != "expand" or not args[1].isdigit():
-        print("usage: python -m harness.clients.seeded expand PARTY PLAN.npz SHARE_FILE",
-              file=sys.stderr)
-        return 2
-    os.umask(0o077)  # the share file is secret from creation
-    print(f"expand_s {expand_file(int(args[1]), Path(args[2]), Path(args[3])):.6f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,6 @@ every server's aggregate against the others'.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from harness.clients import (
 )
 from harness.fileio import open_private
 
-__all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan", "main",
+__all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan",
            "read_and_sum", "save_plan"]
 
 _BUFFER_SHARES = 1 << 21
@@ -120,18 +119,6 @@ def aggregate_file(source: Path, plan: Path, dest: Path) -> float:
     return _aggregate(source, dest, load_plan(plan))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.engine.aggregate SOURCE PLAN DEST``: what a server runs on its
-    host for the ``local`` program; prints the seconds it took."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print("usage: python -m harness.engine.aggregate SOURCE PLAN.npz DEST", file=sys.stderr)
-        return 2
-    source, plan, dest = (Path(a) for a in args)
-    print(f"aggregate_s {aggregate_file(source, plan, dest):.6f}")
-    return 0
-
-
 def read_and_sum(source: Path, fmt: ShareFormat = ADDITIVE) -> tuple[float, np.uint64]:
     """The I/O limit: stream a share file through numpy and sum it, nothing else.
 
@@ -160,7 +147,3 @@ def _read_exactly(fh, view: np.ndarray) -> None:
         if not n:
             raise ValueError("share file ended early")
         got += n
-
-
-if __name__ == "__main__":
-    sys.exit(main())

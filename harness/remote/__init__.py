@@ -1,15 +1,18 @@
 """Remote hosts: the hosts inventory and parties run on other machines over SSH.
 
-Owns the inventory format (:mod:`.hosts`), the SSH cluster (:mod:`.ssh`),
-with host-key pinning, connections, remote parties and trust/check behind it in
-private modules, preparing hosts (:mod:`.setup`: the harness and MP-SPDZ), and
-the tools the hosts themselves run (:mod:`.transfer`: the client host's shares).
+Owns the inventory format (:mod:`.hosts`), the SSH cluster (:mod:`.ssh`, a
+:class:`harness.engine.Cluster`), with host-key pinning, connections, remote
+parties, the group that runs them and trust/check behind it in private
+modules, preparing hosts (:mod:`.setup`, with the harness's wheel in
+:mod:`.wheel` and MP-SPDZ in :mod:`.bundle`), and the one program the hosts
+themselves run (:mod:`.agent`: seed expansion, local aggregation, and the
+client host's preparation and transfers, :mod:`.transfer`).
 
 May import: the top-level shared modules, :mod:`harness.clients` and
 :mod:`harness.engine` (a remote party is an engine party started over SSH).
 
-The names load lazily: a host running ``python -m harness.remote.transfer``
-should not pay for paramiko and the engine on every transfer.
+The names load lazily: a host running ``python -m harness.remote.agent``
+should not pay for paramiko on every step.
 """
 
 from __future__ import annotations

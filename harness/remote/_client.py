@@ -1,13 +1,13 @@
 """The inventory's ``[client]`` machine: where the clients' shares are prepared.
 
 The runner uploads the clients' data (the matrix, the public sketch and the
-noise parameters) to the client host, which prepares every server's share
-file there, or with seeded sharing its seeds and full words per component
-(:mod:`harness.remote.transfer`), and later sends each server only its own
-files, directly, over the servers' ``mpc_host`` addresses, with TLS and
-per-run certificates pinned on both sides. What comes back to the runner is
-what verification needs (the encoded plaintext sketch) and the names and sizes
-of each server's files, never a share.
+noise parameters) to the client host, whose host agent prepares every
+server's share file there, or with seeded sharing its seeds and full words per
+component (:func:`harness.remote.transfer.prepare`), and later sends each
+server only its own files, directly, over the servers' ``mpc_host``
+addresses, with TLS and per-run certificates pinned on both sides. What comes
+back to the runner is what verification needs (the encoded plaintext sketch)
+and the names and sizes of each server's files, never a share.
 """
 
 from __future__ import annotations
@@ -18,20 +18,29 @@ import io
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import paramiko
 
-from harness.clients import ADDITIVE, Prepared, ShareFormat
+from harness.clients import Prepared
 from harness.engine import make_certificates
 from harness.errors import LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
-from harness.remote._party import _exec, shell_path
-from harness.remote.hosts import REMOTE_PYTHON, Host
+from harness.remote._shell import (
+    NO_HARNESS,
+    agent_command,
+    exec_command,
+    harness_check,
+    read_steps,
+    shell_path,
+)
+from harness.remote.hosts import Host
+
+if TYPE_CHECKING:
+    from harness.engine import ClientJob
 
 __all__ = ["ClientHost"]
-
-_NO_HARNESS = 5
 
 
 class ClientHost:
@@ -54,11 +63,11 @@ class ClientHost:
             self.client = connect(self.host, self.known_hosts, options=self.options,
                                   inventory_path=self.inventory_path)
             workdir = shell_path(self.host.workdir.rstrip("/") or "/")
-            rc, out, err = _exec(self.client, f"[ -x {shell_path(REMOTE_PYTHON)} ] || exit "
-                                              f"{_NO_HARNESS}; umask 077; mkdir -p {workdir} && "
-                                              f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
-                                              '&& cd "$d" && pwd -P')
-            if rc == _NO_HARNESS:
+            rc, out, err = exec_command(self.client,
+                                        f"{harness_check()}; umask 077; mkdir -p {workdir} && "
+                                        f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
+                                        '&& cd "$d" && pwd -P')
+            if rc == NO_HARNESS:
                 raise LtmError(f"{self.label}: the harness is not installed there; run `ltm "
                                "hosts setup` first")
             if rc != 0 or not out.strip():
@@ -72,8 +81,8 @@ class ClientHost:
         # Created empty under umask 077 first: SFTP would create them with the server's
         # umask, and the clients' data must never be readable by others, not even briefly.
         touch = " && ".join(f": > {shlex.quote(name)}" for name in files)
-        rc, _, err = _exec(client, f"cd {shlex.quote(self.remote_dir or '.')} && umask 077 && "
-                                   f"{touch}")
+        rc, _, err = exec_command(client, f"cd {shlex.quote(self.remote_dir or '.')} && "
+                                          f"umask 077 && {touch}")
         if rc != 0:
             raise LtmError(f"{self.label}: cannot write in {self.remote_dir}: "
                            f"{err.strip() or f'status {rc}'}")
@@ -86,31 +95,36 @@ class ClientHost:
         finally:
             sftp.close()
 
-    def _tool(self, args: str, timeout: float) -> str:
+    def _agent(self, step: str, *args: str, timeout: float) -> dict:
+        """Run one host agent step in the remote directory; its reply."""
         assert self.client is not None and self.remote_dir is not None
-        rc, out, err = _exec(self.client, f"cd {shlex.quote(self.remote_dir)} && "
-                                          f"{shell_path(REMOTE_PYTHON)} -m "
-                                          f"harness.remote.transfer {args}", timeout=timeout)
-        if rc != 0:
+        rc, out, err = exec_command(self.client, f"cd {shlex.quote(self.remote_dir)} && "
+                                                 f"{agent_command(step, *args)}",
+                                    timeout=timeout)
+        try:
+            reply = read_steps(out).get(step)
+        except ValueError as exc:
+            reply, err = None, f"{err}\n{exc}"
+        if rc != 0 or reply is None:
             tail = " | ".join(err.strip().splitlines()[-3:])
-            raise LtmError(f"{self.label}: `transfer {args.split()[0]}` failed (status {rc}): "
+            raise LtmError(f"{self.label}: `agent {step}` failed (status {rc}): "
                            f"{tail or 'no output'}")
-        return out.strip().splitlines()[-1]
+        return reply
 
-    def prepare(self, data: np.ndarray, sketch, layout, noise, frac_bits: int, parties: int,
-                timeout: float, fmt: ShareFormat = ADDITIVE, sharing: str = "full") -> Prepared:
+    def prepare(self, job: ClientJob, parties: int) -> Prepared:
         """Every server's files, prepared on the client host (they stay there)."""
+        sketch, layout = job.sketch, job.layout
         sketch_file = io.BytesIO()
         np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
         matrix = io.BytesIO()
-        np.save(matrix, np.ascontiguousarray(data), allow_pickle=False)
-        params = {"noise": dataclasses.asdict(noise), "frac_bits": frac_bits,
+        np.save(matrix, np.ascontiguousarray(job.data), allow_pickle=False)
+        params = {"noise": dataclasses.asdict(job.noise), "frac_bits": job.fp.frac_bits,
                   "parties": parties, "layout": layout.kind, "block_rows": layout.block_rows,
-                  "chunk_blocks": layout.chunk_blocks, "format": fmt.name, "sharing": sharing}
+                  "chunk_blocks": layout.chunk_blocks, "format": job.share_format.name,
+                  "sharing": job.sharing}
         self._put({"data.npy": matrix.getvalue(), "sketch.npz": sketch_file.getvalue(),
                    "params.json": json.dumps(params).encode()})
-        result = json.loads(self._tool(f"prepare {shlex.quote(self.remote_dir or '.')}",
-                                       timeout))
+        result = self._agent("prepare", self.remote_dir or ".", timeout=job.timeout)
         shape = tuple(result["shape"])
         expected = np.frombuffer(base64.b64decode(result["expected"]), "<u8").reshape(shape)
         abs_sums = np.frombuffer(base64.b64decode(result["abs_sums"]), "<f8").reshape(shape)
@@ -132,15 +146,15 @@ class ClientHost:
                             "peer": f"server-P{party}.pem", "files": [list(p) for p in pairs]})
         files["targets.json"] = json.dumps(targets).encode()
         self._put(files)
-        seconds = json.loads(self._tool("send targets.json client.pem client.key", timeout))
-        return {int(k): float(v) for k, v in seconds.items()}
+        reply = self._agent("send", "targets.json", "client.pem", "client.key", timeout=timeout)
+        return {int(k): float(v) for k, v in reply["seconds"].items()}
 
     def remove(self) -> None:
         if self.client is None:
             return
         try:
             if self.remote_dir is not None:
-                _exec(self.client, f"rm -rf {shlex.quote(self.remote_dir)}")
+                exec_command(self.client, f"rm -rf {shlex.quote(self.remote_dir)}")
                 self.remote_dir = None
         finally:
             self.client.close()

@@ -9,7 +9,6 @@ the party's exit status as the SSH command's status.
 
 from __future__ import annotations
 
-import re
 import shlex
 import threading
 import time
@@ -22,23 +21,26 @@ from harness.engine import Completed
 from harness.errors import InputError, LtmError, MpSpdzError
 from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
-from harness.remote.hosts import REMOTE_PYTHON, Host
+from harness.remote._results import Abandoned
+from harness.remote._shell import (
+    EXEC_TIMEOUT,
+    NO_HARNESS,
+    agent_command,
+    exec_command,
+    harness_check,
+    read_steps,
+    shell_path,
+)
+from harness.remote._steps import HostSteps
+from harness.remote.hosts import Host
 
-__all__ = ["AGGREGATE_PLAN", "EXPAND_PLAN", "Abandoned", "ConnectionLost", "RemoteParty",
-           "Upload", "why_harness"]
+__all__ = ["ConnectionLost", "RemoteParty", "Upload"]
 
 PGID_FILE = "party.pgid"
-AGGREGATE_PLAN = "aggregate-plan.npz"
-EXPAND_PLAN = "expand-plan.npz"
 RECEIVER_PID = "receiver.pid"
-_EXEC_TIMEOUT = 60.0
 _POLL_SECONDS = 0.01
 _CHUNK = 1 << 16
-_NO_BINARY, _NO_SETSID, _NO_HARNESS = 3, 4, 5
-
-
-class Abandoned(Exception):
-    """The group gave up on this party (another failed, timeout, Ctrl-C)."""
+_NO_BINARY, _NO_SETSID = 3, 4
 
 
 class ConnectionLost(LtmError):
@@ -53,15 +55,6 @@ class Upload:
     mode: int = 0o644
 
 
-def shell_path(path: str) -> str:
-    """``path`` quoted for the remote shell, with a leading ``~`` still expanded."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
-
-
 def _kill_script(directory: str, wait_for_pgid: bool) -> str:
     # Prints "killed" when the group still existed: that party did not end on its own.
     d = shlex.quote(directory)
@@ -73,23 +66,6 @@ def _kill_script(directory: str, wait_for_pgid: bool) -> str:
             'i=$((i+1)); done; kill -KILL -- "-$g" 2>/dev/null; '
             'i=0; while kill -0 -- "-$g" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; '
             'i=$((i+1)); done; exit 0')
-
-
-def why_harness(expand: bool, aggregate: bool, receive: bool) -> str:
-    """Why a server needs the harness, for the message when it is missing."""
-    if receive:
-        return "each server receives its shares from the client host with it"
-    if expand:
-        return "--sharing seeded expands each server's seeds there"
-    return "the local program aggregates the shares there"
-
-
-def _exec(client: paramiko.SSHClient, command: str,
-          timeout: float = _EXEC_TIMEOUT) -> tuple[int, str, str]:
-    _, stdout, stderr = client.exec_command(command, timeout=timeout)
-    out = stdout.read().decode(errors="replace")
-    err = stderr.read().decode(errors="replace")
-    return stdout.channel.recv_exit_status(), out, err
 
 
 class RemoteParty:
@@ -112,6 +88,7 @@ class RemoteParty:
         self.received_bytes: int | None = None  # what the client host's transfer carried
         self.free_bytes: int | None = None  # under the remote working directory
         self._receiver: paramiko.Channel | None = None
+        self._receiver_out: paramiko.ChannelFile | None = None
         self._channel: paramiko.Channel | None = None
         self._began = 0.0
         self._lock = threading.Lock()  # remote_dir/started vs. a concurrent cleanup
@@ -136,15 +113,14 @@ class RemoteParty:
         is there, then create a fresh private working directory."""
         assert self.client is not None
         workdir = shell_path(self.host.workdir.rstrip("/") or "/")
-        harness = (f"test -x {shell_path(REMOTE_PYTHON)} || exit {_NO_HARNESS}; "
-                   if harness_for else "")
+        harness = f"{harness_check()}; " if harness_for else ""
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
                   f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; {harness}"
                   f"umask 077 && mkdir -p {workdir} && "
                   f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
                   "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
         with self._lock:
-            rc, out, err = _exec(self.client, script)
+            rc, out, err = exec_command(self.client, script)
             lines = out.strip().splitlines()
             if rc == 0 and len(lines) >= 2:
                 self.remote_dir = lines[-2]
@@ -158,7 +134,7 @@ class RemoteParty:
         if rc == _NO_SETSID:
             raise LtmError(f"{self.label}: the setsid command is missing on that host; "
                            "install util-linux there")
-        if rc == _NO_HARNESS:
+        if rc == NO_HARNESS:
             raise self._no_harness(harness_for or "")
         raise LtmError(f"{self.label}: cannot create a working directory under "
                        f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
@@ -188,12 +164,12 @@ class RemoteParty:
         script = (f"cd {shlex.quote(self.remote_dir)} && umask 077 && mkdir -p "
                   f"{' '.join(shlex.quote(d) for d in directories)}"
                   + "".join(f" && : > {name}" for name in private))
-        rc, _, err = _exec(self.client, script)
+        rc, _, err = exec_command(self.client, script)
         if rc != 0:
             raise LtmError(f"{self.label}: cannot create its files in {self.remote_dir}: "
                            f"{err.strip() or f'status {rc}'}")
         sftp = self.client.open_sftp()
-        sftp.get_channel().settimeout(_EXEC_TIMEOUT)  # a stalled host fails, not hangs
+        sftp.get_channel().settimeout(EXEC_TIMEOUT)  # a stalled host fails, not hangs
         try:
             for item in uploads:
                 check(0, 0)
@@ -209,96 +185,93 @@ class RemoteParty:
             sftp.close()
         self.upload_s = time.perf_counter() - started
 
-    def process_shares(self, timeout: float, *, expand: bool, aggregate: bool) -> None:
+    def process_shares(self, timeout: float, steps: HostSteps) -> None:
         """Expand this server's seeds (seeded sharing), then sum its shares (the ``local``
         program), on its host with the harness installed there; each timed there."""
         assert self.client is not None and self.remote_dir is not None
-        python = shell_path(REMOTE_PYTHON)
-        share = f"Persistence/Transactions-P{self.index}.data"
-        received = f"Persistence/Received-P{self.index}.data"
-        steps = []
-        if expand:
-            steps.append(f"{python} -m harness.clients.seeded expand {self.index} {EXPAND_PLAN} "
-                         f"{received if aggregate else share}")
-        if aggregate:
-            steps.append(f"{python} -m harness.engine.aggregate {received} {AGGREGATE_PLAN} "
-                         f"{share} && rm -f {received}")
-        script = (f"cd {shlex.quote(self.remote_dir)} && "
-                  f"{{ [ -x {python} ] || exit {_NO_HARNESS}; }} && " + " && ".join(steps))
-        rc, out, err = _exec(self.client, script, timeout=timeout)
-        if rc == _NO_HARNESS:
-            raise self._no_harness(why_harness(expand, aggregate, receive=False))
-        wanted = (["expand_s"] if expand else []) + (["aggregate_s"] if aggregate else [])
-        found = {key: re.search(rf"^{key} ([\d.]+)$", out, re.M) for key in wanted}
-        if rc != 0 or not all(found.values()):
+        commands = []
+        if steps.expand:
+            commands.append(agent_command("expand", *steps.expand_args(self.index)))
+        if steps.aggregate:
+            commands.append(agent_command("aggregate", *steps.aggregate_args(self.index),
+                                          "--remove-source"))
+        script = (f"cd {shlex.quote(self.remote_dir)} && {harness_check()} && "
+                  + " && ".join(commands))
+        rc, out, err = exec_command(self.client, script, timeout=timeout)
+        if rc == NO_HARNESS:
+            raise self._no_harness(steps.why_harness(receive=False))
+        try:
+            replies = read_steps(out)
+        except ValueError as exc:
+            replies, err = {}, f"{err}\n{exc}"
+        if rc != 0 or not all(name in replies for name in steps.names()):
             tail = " | ".join(err.strip().splitlines()[-3:])
-            what = " and ".join(step for step, on in (("expanding its seeds", expand),
-                                                      ("aggregating its shares", aggregate))
-                                if on)
-            raise LtmError(f"{self.label}: {what} there failed (status {rc}): "
+            raise LtmError(f"{self.label}: {steps.describe()} there failed (status {rc}): "
                            f"{tail or out.strip() or 'no output'}")
-        if expand:
-            self.expand_s = float(found["expand_s"].group(1))
-        if aggregate:
-            self.aggregate_s = float(found["aggregate_s"].group(1))
+        self._took(replies)
+
+    def _took(self, replies: dict[str, dict]) -> None:
+        """The seconds the host agent reports for each step it ran."""
+        if "expand" in replies:
+            self.expand_s = float(replies["expand"]["seconds"])
+        if "aggregate" in replies:
+            self.aggregate_s = float(replies["aggregate"]["seconds"])
 
     def _no_harness(self, why: str) -> LtmError:
         return LtmError(f"{self.label}: the harness is not installed on that host, and {why}; "
                         "run `ltm hosts setup` first")
 
-    def start_receive(self, port: int, names: list[str], *, expand: bool, aggregate: bool,
+    def start_receive(self, port: int, names: list[str], steps: HostSteps,
                       timeout: float) -> None:
         """Listen (TLS, the client host's certificate pinned) for this server's files
-        (``names``, under its working directory); as soon as they are in, expand its seeds
-        (seeded sharing), then sum its shares (the local program)."""
+        (``names``, under its working directory); as soon as they are in, run ``steps``."""
         assert self.client is not None and self.remote_dir is not None
-        share = f"Persistence/Transactions-P{self.index}.data"
-        received = f"Persistence/Received-P{self.index}.data"
-        then = ""
-        if expand:
-            then += f" --expand {self.index} {EXPAND_PLAN} {received if aggregate else share}"
-        if aggregate:
-            then += f" --aggregate {received} {AGGREGATE_PLAN} {share}"
-        python = shell_path(REMOTE_PYTHON)
+        args = ["receive", "0.0.0.0", str(port), f"Player-Data/P{self.index}.pem",
+                f"Player-Data/P{self.index}.key", "client.pem"]
+        for name in names:
+            args += ["--file", name]
+        if steps.expand:
+            args += ["--expand", *steps.expand_args(self.index)]
+        if steps.aggregate:
+            args += ["--aggregate", *steps.aggregate_args(self.index)]
         command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
-                   f"{{ [ -x {python} ] || exit {_NO_HARNESS}; }} && exec {python} -m "
-                   f"harness.remote.transfer receive 0.0.0.0 {port} Player-Data/P{self.index}"
-                   f".pem Player-Data/P{self.index}.key client.pem "
-                   + " ".join(f"--file {shlex.quote(n)}" for n in names) + then)
+                   f"{harness_check()} && exec {agent_command(*args)}")
         transport = self.client.get_transport()
         assert transport is not None
-        channel = transport.open_session(timeout=_EXEC_TIMEOUT)
+        channel = transport.open_session(timeout=EXEC_TIMEOUT)
         channel.settimeout(timeout)
         channel.exec_command(command)
         self._receiver = channel
-        line = channel.makefile("r").readline().strip()
-        if line != "listening":
-            if channel.recv_exit_status() == _NO_HARNESS:
-                raise self._no_harness(why_harness(expand, aggregate, receive=True))
+        # One file object for every read: a second one would miss what this one buffered.
+        self._receiver_out = channel.makefile("r")
+        line = _text(self._receiver_out.readline())
+        try:
+            listening = "listening" in read_steps(line)
+        except ValueError:
+            listening = False
+        if not listening:
+            if channel.recv_exit_status() == NO_HARNESS:
+                raise self._no_harness(steps.why_harness(receive=True))
             raise LtmError(f"{self.label}: cannot receive the client host's shares on port "
                            f"{port}: {self._receiver_error()}")
 
     def finish_receive(self) -> None:
-        channel = self._receiver
-        assert channel is not None
-        out = channel.makefile("r").read()
-        if isinstance(out, bytes):  # paramiko's read() gives bytes whatever the mode
-            out = out.decode(errors="replace")
-        received = re.search(r"^received (\d+) ", out, re.M)
-        if channel.recv_exit_status() != 0 or received is None:
+        channel, out_file = self._receiver, self._receiver_out
+        assert channel is not None and out_file is not None
+        out = _text(out_file.read())
+        try:
+            replies = read_steps(out)
+        except ValueError:
+            replies = {}
+        if channel.recv_exit_status() != 0 or "receive" not in replies:
             raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
                            f"{self._receiver_error()}")
-        self.received_bytes = int(received.group(1))
-        for key in ("expand_s", "aggregate_s"):
-            found = re.search(rf"^{key} ([\d.]+)$", out, re.M)
-            if found:
-                setattr(self, key, float(found.group(1)))
+        self.received_bytes = int(replies["receive"]["bytes"])
+        self._took(replies)
 
     def _receiver_error(self) -> str:
         assert self._receiver is not None
-        err = self._receiver.makefile_stderr("r").read()
-        if isinstance(err, bytes):
-            err = err.decode(errors="replace")
+        err = _text(self._receiver.makefile_stderr("r").read())
         return " | ".join(err.strip().splitlines()[-3:]) or "no output"
 
     # --- the run -------------------------------------------------------------------
@@ -316,7 +289,7 @@ class RemoteParty:
         transport = self.client.get_transport()
         assert transport is not None
         with self._lock:
-            channel = transport.open_session(timeout=_EXEC_TIMEOUT)
+            channel = transport.open_session(timeout=EXEC_TIMEOUT)
             self.started = True  # from here on, cleanup must look for a process group
             self._channel = channel
             self._began = time.monotonic()
@@ -387,13 +360,13 @@ class RemoteParty:
         transport = client.get_transport() if client is not None else None
         if client is not None and transport is not None and transport.is_active():
             try:
-                return _exec(client, script)
+                return exec_command(client, script)
             except (OSError, EOFError, paramiko.SSHException):
                 pass
         fresh = connect(self.host, known_hosts, options=ConnectOptions(
             timeout=options.timeout, attempts=2, backoff=options.backoff))
         try:
-            return _exec(fresh, script)
+            return exec_command(fresh, script)
         finally:
             fresh.close()
 
@@ -411,3 +384,8 @@ def _drain(channel: paramiko.Channel, out, err) -> bool:
         err.write(channel.recv_stderr(_CHUNK))
         busy = True
     return busy
+
+
+def _text(data: str | bytes) -> str:
+    # paramiko's read() gives bytes whatever the mode; readline() gives str.
+    return data.decode(errors="replace") if isinstance(data, bytes) else data

@@ -29,8 +29,9 @@ from harness.remote._connect import (
     describe,
 )
 from harness.remote._keys import ServerKey, fetch_host_key, known_target, pinned_keys, write_pinned
-from harness.remote._party import shell_path
+from harness.remote._shell import shell_path
 from harness.remote.hosts import Host, load_inventory
+from harness.remote.wheel import harness_digest
 
 __all__ = ["SETUP_RECORD", "HostCheck", "TrustResult", "check_hosts", "trust_hosts"]
 
@@ -121,8 +122,6 @@ def check_hosts(inventory_path: str | os.PathLike[str], *,
                 echo: Callable[[str], None] = print,
                 options: ConnectOptions | None = None) -> list[HostCheck]:
     """Log in to every host (keys verified); report its MP-SPDZ and its harness."""
-    from harness.remote.setup import harness_digest  # setup imports this module
-
     inventory = load_inventory(inventory_path)
     digest = harness_digest()
     checks = []

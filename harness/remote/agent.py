@@ -1,0 +1,141 @@
+"""The host agent: everything a host runs of the harness, as one command.
+
+``python -m harness.remote.agent STEP ...``, in the party's (or the client
+host's) remote working directory, with the harness ``ltm hosts setup``
+installed there:
+
+* ``expand PARTY PLAN OUT``: seeded sharing, the server expands the seeds it
+  received (in ``Upload/``) into its share file ``OUT``
+  (:func:`harness.clients.expand_file`);
+* ``aggregate SOURCE PLAN DEST``: the ``local`` program, the server sums its own
+  shares into its m x d aggregate (:func:`harness.engine.aggregate_file`);
+* ``prepare DIR``: the ``[client]`` host prepares every server's files from
+  the clients' data in ``DIR`` (:func:`harness.remote.transfer.prepare`);
+* ``send TARGETS CERT KEY``: the client host sends each server its own files;
+* ``receive BIND PORT CERT KEY PEER --file NAME...``: a server accepts its
+  files from the client host, then, as told (``--expand``, ``--aggregate``),
+  expands and aggregates them.
+
+Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
+...}``, with its figures (``seconds`` as measured on the host); a receiver
+prints ``{"step": "listening"}`` first, once its port accepts connections.
+Nothing else goes to stdout. A failure is one line on stderr and exit status 1
+(2 for a malformed command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _reply(step: str, **figures: object) -> None:
+    print(json.dumps({"step": step, **figures}), flush=True)
+
+
+def expand(party: int, plan: Path, out: Path) -> None:
+    from harness.clients import expand_file
+
+    seconds = expand_file(party, plan, out)
+    _reply("expand", party=party, seconds=seconds, bytes=out.stat().st_size)
+
+
+def aggregate(source: Path, plan: Path, dest: Path, *, remove_source: bool) -> None:
+    from harness.engine import aggregate_file
+
+    seconds = aggregate_file(source, plan, dest)
+    if remove_source:
+        source.unlink()
+    _reply("aggregate", seconds=seconds, bytes=dest.stat().st_size)
+
+
+def prepare(directory: Path) -> None:
+    from harness.remote.transfer import prepare as prepare_files
+
+    _reply("prepare", **prepare_files(directory))
+
+
+def send(targets: Path, cert: Path, key: Path) -> None:
+    from harness.remote.transfer import send as send_files
+
+    seconds = send_files(json.loads(targets.read_text()), cert, key)
+    _reply("send", seconds={str(party): s for party, s in seconds.items()})
+
+
+def receive(args: argparse.Namespace) -> None:
+    from harness.remote.transfer import receive as receive_files
+
+    got, seconds = receive_files(args.bind, args.port, args.cert, args.key, args.peer,
+                                 args.files, on_listening=lambda: _reply("listening"))
+    _reply("receive", bytes=got, seconds=seconds)
+    if args.expand is not None:
+        party, plan, out = args.expand
+        expand(int(party), Path(plan), Path(out))
+    if args.aggregate is not None:
+        source, plan, dest = (Path(a) for a in args.aggregate)
+        aggregate(source, plan, dest, remove_source=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.remote.agent",
+                                description="What a host runs of the harness; one JSON line "
+                                            "per step on stdout.")
+    steps = p.add_subparsers(dest="step", required=True)
+    s = steps.add_parser("expand", help="expand this server's seeds into its share file")
+    s.add_argument("party", type=int)
+    s.add_argument("plan", type=Path)
+    s.add_argument("out", type=Path)
+    s = steps.add_parser("aggregate", help="sum this server's shares (the local program)")
+    s.add_argument("source", type=Path)
+    s.add_argument("plan", type=Path)
+    s.add_argument("dest", type=Path)
+    s.add_argument("--remove-source", action="store_true",
+                   help="delete SOURCE once the aggregate is written")
+    s = steps.add_parser("prepare", help="the client host: prepare every server's files")
+    s.add_argument("dir", type=Path)
+    s = steps.add_parser("send", help="the client host: send each server its files")
+    s.add_argument("targets", type=Path)
+    s.add_argument("cert", type=Path)
+    s.add_argument("key", type=Path)
+    s = steps.add_parser("receive", help="a server: receive its files from the client host")
+    s.add_argument("bind")
+    s.add_argument("port", type=int)
+    for name in ("cert", "key", "peer"):
+        s.add_argument(name, type=Path)
+    s.add_argument("--file", action="append", required=True, dest="files")
+    s.add_argument("--expand", nargs=3, metavar=("PARTY", "PLAN", "OUT"))
+    s.add_argument("--aggregate", nargs=3, metavar=("SOURCE", "PLAN", "DEST"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    os.umask(0o077)  # shares, seeds and aggregates are secret from creation
+    from harness.errors import LtmError
+
+    try:
+        if args.step == "expand":
+            expand(args.party, args.plan, args.out)
+        elif args.step == "aggregate":
+            aggregate(args.source, args.plan, args.dest, remove_source=args.remove_source)
+        elif args.step == "prepare":
+            prepare(args.dir)
+        elif args.step == "send":
+            send(args.targets, args.cert, args.key)
+        else:
+            receive(args)
+    except (LtmError, OSError, ValueError, KeyError) as exc:
+        # A missing or malformed file, a refused or cut connection: one line for the
+        # runner, which names the host. Anything else is a bug and keeps its traceback.
+        print(f"agent {args.step}: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
