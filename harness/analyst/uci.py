@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.analyst import baselines, figures
+from harness.analyst import baselines, figures, mechanisms, simulate
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
@@ -221,23 +221,23 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
     directory = check_data_dir(data_dir)
     eps, lam, problem = setup["epsilon"], setup["lam"], setup["problem"]
     rows = []
-    with figures.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
+    with mechanisms.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
                                           desc=table, unit="run") as bar:
         for index, dataset in enumerate(DATASETS):
             features, target = load_dataset(dataset.name, directory)
             Z = features if problem == "lowrank" else np.column_stack([features, target])
             gram = Z.T @ Z
-            factor = figures.gram_factor(gram)
+            factor = simulate.gram_factor(gram)
             k = min(dataset.k, Z.shape[1] - 1) if problem == "lowrank" else None
             privacy = baselines.Privacy(eps, figures.DEFAULT_DELTA)
             rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
             errors: dict[str, list[float]] = {name: [] for name in setup["mechanisms"]}
             for _ in range(runs):
                 bar.set_postfix(dataset=dataset.name, refresh=False)
-                stats = figures.stats_from_matrix(Z, min(m, Z.shape[0]), rng, gram, factor,
-                                                  dense="ltm-laplace" in errors)
+                stats = simulate.stats_from_matrix(Z, min(m, Z.shape[0]), rng, gram, factor,
+                                                   dense="ltm-laplace" in errors)
                 for name in errors:
-                    errors[name].append(figures.mechanism_error(
+                    errors[name].append(mechanisms.mechanism_error(
                         stats, problem, name, epsilon=eps, m=stats.m, k=k, lam=lam,
                         privacy=privacy, calibration=calibration, rng=rng))
                 bar.update()
