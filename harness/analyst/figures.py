@@ -27,6 +27,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from harness.analyst.mechanisms import mechanism_error, mechanisms, one_blas_thr
 from harness.analyst.simulate import Stats, lowrank_stats, ridge_stats, synthetic_stats
 from harness.errors import InputError
 from harness.fileio import write_atomic
+
+if TYPE_CHECKING:  # pandas is imported where it is used: `ltm --help` need not load it
+    import pandas as pd
 
 __all__ = [
     "CSV_COLUMNS",
@@ -143,8 +147,8 @@ def figure_spec(name: str, *, quick: bool = False, runs: int | None = None,
     if name not in FIGURES:
         raise InputError(f"unknown figure {name!r}; choose one of {', '.join(FIGURES)}")
     runs = runs if runs is not None else (3 if quick else 20)
-    common = dict(runs=runs, calibration=calibration, seed=seed, quick=quick, m=m,
-                  n=n_values(m, quick))
+    common: dict[str, Any] = dict(runs=runs, calibration=calibration, seed=seed,
+                                  quick=quick, m=m, n=n_values(m, quick))
     if name == "lowrank":
         panels = tuple(Panel(f"eps={e:g}, k={k}", r, c, e, k=k)
                        for r, e in enumerate((0.1, 0.5)) for c, k in enumerate((5, 10)))
@@ -161,7 +165,17 @@ def figure_spec(name: str, *, quick: bool = False, runs: int | None = None,
 
 # --- one figure ---------------------------------------------------------------------
 
-def run_figure(spec: FigureSpec, *, progress: bool = True):
+def _panel_stats(spec: FigureSpec, panel: Panel, base: Stats,
+                 rng: np.random.Generator) -> Stats:
+    """The data of ``panel`` from the Gaussian X of ``base``: low rank k, or regression."""
+    if spec.problem != "lowrank":
+        return ridge_stats(base, float(base.n), rng)
+    if panel.k is None:
+        raise InputError(f"panel {panel.name!r} of a low-rank figure needs its rank k")
+    return lowrank_stats(base, panel.k, rng)
+
+
+def run_figure(spec: FigureSpec, *, progress: bool = True) -> pd.DataFrame:
     """Every panel, mechanism, n and run of a figure; one row per run (a DataFrame)."""
     import pandas as pd
     from tqdm import tqdm
@@ -180,9 +194,7 @@ def run_figure(spec: FigureSpec, *, progress: bool = True):
                 panel_seeds = seeds[1].spawn(len(spec.panels))
                 for index, panel in enumerate(spec.panels):
                     if panel.k not in per_k:
-                        per_k[panel.k] = (lowrank_stats(base, panel.k, data_rng)
-                                          if spec.problem == "lowrank"
-                                          else ridge_stats(base, float(n), data_rng))
+                        per_k[panel.k] = _panel_stats(spec, panel, base, data_rng)
                     stats = per_k[panel.k]
                     rng = np.random.default_rng(panel_seeds[index])
                     for mechanism, p in mechanisms(spec.p_values):
@@ -240,7 +252,7 @@ def plot_figure(summary, spec: FigureSpec, path) -> None:
     fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=1.15 / height,
                         hspace=0.45, wspace=0.28)
     axes = fig.subplots(rows, cols, squeeze=False)
-    handles = {}
+    handles: dict[str, Any] = {}
     for panel in spec.panels:
         ax = axes[panel.row][panel.col]
         part = summary[summary["panel"] == panel.name]
@@ -346,7 +358,7 @@ def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds
 
 
 def reproduce_figure(spec: FigureSpec, out_dir: str | os.PathLike, *, force: bool = False,
-                     progress: bool = True) -> tuple[object, dict[str, Path], float]:
+                     progress: bool = True) -> tuple[pd.DataFrame, dict[str, Path], float]:
     """Check the outputs, run the whole grid, write everything: (summary, paths, seconds)."""
     check_figure_outputs(out_dir, spec, force)
     start = time.perf_counter()

@@ -120,15 +120,21 @@ def mechanism_error(stats: Stats, problem: str, mechanism: str, *, epsilon: floa
     privacy = replace(privacy, epsilon=epsilon)
     c = stats.gram.shape[0]
     lowrank = problem == "lowrank"
+    if lowrank and k is None:
+        raise InputError("the low-rank error needs the rank k")
+    if not lowrank and lam is None:
+        raise InputError("the ridge error needs lambda")
+    # Each is read only for its own problem, where the checks above saw it given.
+    rank, lam = (0 if k is None else k), (0.0 if lam is None else lam)
     if mechanism == "local":
         noisy = local_gram(stats, baselines.local_sigma2(c, privacy), rng)
         if lowrank:
-            return psi_from_stats(stats, _top_k_gram(noisy, k))
+            return psi_from_stats(stats, _top_k_gram(noisy, rank))
         return phi_from_stats(stats, ridge_from_gram(noisy[:-1, :-1], noisy[:-1, -1], lam), lam)
     if mechanism == "central":
         if lowrank:
             return psi_from_stats(stats, baselines.mod_sulq_from_gram(
-                stats.gram, stats.n, k, privacy, rng))
+                stats.gram, stats.n, rank, privacy, rng))
         return phi_from_stats(stats, baselines.ssp_from_gram(stats.gram, lam, privacy, rng), lam)
     if mechanism not in ("ltm-gaussian", "ltm-laplace"):
         raise InputError(f"unknown mechanism {mechanism!r}")
@@ -136,7 +142,7 @@ def mechanism_error(stats: Stats, problem: str, mechanism: str, *, epsilon: floa
     if T is None:
         T = np.zeros((m, c))
     if lowrank:
-        return psi_from_stats(stats, _top_k(T, k))
+        return psi_from_stats(stats, _top_k(T, rank))
     return phi_from_stats(stats, ridge_from_gram(T[:, :-1].T @ T[:, :-1],
                                                  T[:, :-1].T @ T[:, -1], lam), lam)
 

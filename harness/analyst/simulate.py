@@ -120,8 +120,8 @@ def stats_from_matrix(Z: np.ndarray, m: int, rng: np.random.Generator,
         raise InputError(f"the sketch has more rows than there are clients: m={m} > n={n}")
     gram = Z.T @ Z if gram is None else gram
     factor = gram_factor(gram) if factor is None else factor
-    rows = rng.integers(0, m, size=n)
-    signs = rng.integers(0, 2, size=n).astype(np.float64) * 2 - 1
+    rows = rng.integers(0, m, size=(n,))
+    signs = rng.integers(0, 2, size=(n,)).astype(np.float64) * 2 - 1
     index = rows[:, None] * c + np.arange(c)
     sparse = np.bincount(index.ravel(), weights=(Z * signs[:, None]).ravel(),
                          minlength=m * c).reshape(m, c)

@@ -33,6 +33,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +44,11 @@ from harness.fileio import write_atomic
 __all__ = ["DATASETS", "PAPER_TABLE6", "PAPER_TABLE7", "TABLES", "Dataset", "check_data_dir",
            "load_dataset", "reproduce_table", "run_table"]
 
-TABLES = {"table6": {"problem": "lowrank", "epsilon": 0.05, "lam": None, "metric": "psi",
-                     "mechanisms": ("local", "ltm-laplace", "ltm-gaussian", "central")},
-          "table7": {"problem": "ridge", "epsilon": 0.03, "lam": 10.0, "metric": "phi",
-                     "mechanisms": ("local", "ltm-gaussian", "central")}}
+TABLES: dict[str, dict[str, Any]] = {
+    "table6": {"problem": "lowrank", "epsilon": 0.05, "lam": None, "metric": "psi",
+               "mechanisms": ("local", "ltm-laplace", "ltm-gaussian", "central")},
+    "table7": {"problem": "ridge", "epsilon": 0.03, "lam": 10.0, "metric": "phi",
+               "mechanisms": ("local", "ltm-gaussian", "central")}}
 DEFAULT_TABLE_M = 500  # more than Songs' 91 columns, so the sketch keeps full rank
 
 
@@ -269,14 +271,14 @@ def table_markdown(frame, table: str, seconds: float) -> str:
              + f", delta = {first['delta']:g}, m = {first['m']}, s = 1 (Gaussian LTM; the "
              f"Laplace LTM uses the dense sketch), {first['runs']} runs, {seconds:.0f} s. "
              "Each cell: measured (paper).", ""]
-    mechanisms = list(setup["mechanisms"])
-    lines.append("| dataset | n (paper) | d (paper) | " + " | ".join(mechanisms) + " |")
-    lines.append("| --- | ---: | ---: | " + " | ".join("---" for _ in mechanisms) + " |")
+    names = list(setup["mechanisms"])
+    lines.append("| dataset | n (paper) | d (paper) | " + " | ".join(names) + " |")
+    lines.append("| --- | ---: | ---: | " + " | ".join("---" for _ in names) + " |")
     for name, part in frame.groupby("dataset", sort=False):
         row = part.iloc[0]
         flag = lambda a, b: f"{a} ({b})" + ("" if a == b else " **differs**")  # noqa: E731
         cells = []
-        for mech in mechanisms:
+        for mech in names:
             r = part[part["mechanism"] == mech].iloc[0]
             cells.append(f"{_cell(r['error_mean'], r['error_std'])} "
                          f"({_cell(r['paper_mean'], r['paper_std'])})")
