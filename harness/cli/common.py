@@ -99,12 +99,13 @@ def options_of(parser: argparse.ArgumentParser, config: type[DataclassInstance],
     can tell them apart from an explicit value; their help still shows the field's
     default, which the handler falls back to (see :func:`config_from`).
     """
-    defaults = {**config_defaults(config), **CLI_DEFAULTS}
-    unset = frozenset(unset)
+    defaults = config_defaults(config)
+    parse_to_none = frozenset(unset)
 
     def add(opt: Option) -> argparse.Action:
-        default = defaults[opt.dest]
-        if opt.dest in unset:
+        default = defaults[opt.dest]  # a KeyError here: the option is no field of config
+        default = CLI_DEFAULTS.get(opt.dest, default)
+        if opt.dest in parse_to_none:
             return opt.add(parser, None, shown=default)
         return opt.add(parser, default)
 
