@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analyst import baselines, datasets, figures
+from harness.analyst import baselines, datasets, figures, mechanisms, simulate
 from harness.cli import analyze as _cmd_analyze
 from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
@@ -34,7 +34,7 @@ def _z(a: np.ndarray, b: np.ndarray) -> float:
 # --- the statistics are drawn from the right distribution -------------------------------
 
 
-def _moments(stats: figures.Stats, n: int, d: int, m: int) -> list[float]:
+def _moments(stats: simulate.Stats, n: int, d: int, m: int) -> list[float]:
     return [(stats.sparse**2).sum() / (n * d), (stats.dense**2).sum() / (n * d * m),
             np.trace(stats.gram) / (n * d), stats.gram[0, 1] ** 2 / n,
             # couplings: the sketches with each other and with the Gram
@@ -45,29 +45,29 @@ def _moments(stats: figures.Stats, n: int, d: int, m: int) -> list[float]:
 def test_synthetic_stats_match_an_explicit_matrix_and_sketches() -> None:
     n, d, m, reps = 400, 3, 6, 300
     rng = np.random.default_rng(1)
-    fast = np.array([_moments(figures.synthetic_stats(n, d, m, rng), n, d, m)
+    fast = np.array([_moments(simulate.synthetic_stats(n, d, m, rng), n, d, m)
                      for _ in range(reps)])
-    slow = np.array([_moments(figures.explicit_synthetic_stats(n, d, m, rng), n, d, m)
+    slow = np.array([_moments(simulate.explicit_synthetic_stats(n, d, m, rng), n, d, m)
                      for _ in range(reps)])
     for column in range(fast.shape[1]):
         assert abs(_z(fast[:, column], slow[:, column])) < 4, column
     # and the values are what they must be: E||S X||^2 = n d, E||R X||^2 = m n d, ...
     assert fast[:, :3].mean(axis=0) == pytest.approx([1, 1, 1], abs=0.05)
-    stats = figures.synthetic_stats(n, d, m, rng)
+    stats = simulate.synthetic_stats(n, d, m, rng)
     assert stats.counts.sum() == n and np.allclose(stats.factor.T @ stats.factor, stats.gram)
 
 
 def test_lowrank_statistics_have_the_papers_spectrum() -> None:
     rng = np.random.default_rng(2)
-    base = figures.synthetic_stats(5000, 6, 10, rng)
-    stats = figures.lowrank_stats(base, 2, rng)
+    base = simulate.synthetic_stats(5000, 6, 10, rng)
+    stats = simulate.lowrank_stats(base, 2, rng)
     values = np.linalg.eigvalsh(stats.gram)[::-1]
     assert values[:2] == pytest.approx([2500, 2500])
     assert values[2:] == pytest.approx(np.full(4, 1 / 5000**2), abs=1e-9)
     # the sketches see the same matrix: its k-dim row space, so psi of the noiseless
     # sketch's projection is 0
     X = np.linalg.svd(stats.sparse)[2][:2].T
-    assert figures.psi_from_stats(stats, X) == pytest.approx(0.0, abs=1e-9)
+    assert mechanisms.psi_from_stats(stats, X) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_psi_and_phi_from_statistics_equal_the_direct_measures() -> None:
@@ -75,21 +75,21 @@ def test_psi_and_phi_from_statistics_equal_the_direct_measures() -> None:
 
     rng = np.random.default_rng(3)
     A = datasets.lowrank_data(800, 5, 2, rng)
-    stats = figures.stats_from_matrix(A, 20, rng)
+    stats = simulate.stats_from_matrix(A, 20, rng)
     X = np.linalg.qr(rng.standard_normal((5, 2)))[0]
-    assert figures.psi_from_stats(stats, X) == pytest.approx(analysis.lowrank_error(A, X))
+    assert mechanisms.psi_from_stats(stats, X) == pytest.approx(analysis.lowrank_error(A, X))
     F, b, _ = datasets.regression_data(800, 4, 3.0, rng)
-    stats = figures.stats_from_matrix(np.column_stack([F, b]), 20, rng)
+    stats = simulate.stats_from_matrix(np.column_stack([F, b]), 20, rng)
     x = rng.standard_normal(4)
-    assert figures.phi_from_stats(stats, x, 2.0) == pytest.approx(
+    assert mechanisms.phi_from_stats(stats, x, 2.0) == pytest.approx(
         analysis.ridge_error(F, b, x, 2.0))
 
 
 def test_local_gram_matches_explicit_noise() -> None:
     rng = np.random.default_rng(4)
     Z = rng.standard_normal((300, 3)) * [1.0, 3.0, 0.5]
-    stats = figures.stats_from_matrix(Z, 10, rng)
-    fast = np.array([figures.local_gram(stats, 2.0, rng).ravel() for _ in range(1500)])
+    stats = simulate.stats_from_matrix(Z, 10, rng)
+    fast = np.array([mechanisms.local_gram(stats, 2.0, rng).ravel() for _ in range(1500)])
     slow = []
     for _ in range(1500):
         noisy = Z + rng.normal(0.0, math.sqrt(2.0), Z.shape)
@@ -131,9 +131,9 @@ def test_corollary_and_experiments_laplace_in_the_simulation() -> None:
 # --- the summed noise: per-client draws and a real MPC run ---------------------------------
 
 
-def _ltm_noise_only(stats: figures.Stats, mechanism: str, spec_d: int, privacy,
+def _ltm_noise_only(stats: simulate.Stats, mechanism: str, spec_d: int, privacy,
                     calibration: str, rng) -> np.ndarray:
-    return figures._ltm_sketch(stats, mechanism, 1.0, spec_d, stats.m, privacy, calibration,
+    return mechanisms._ltm_sketch(stats, mechanism, 1.0, spec_d, stats.m, privacy, calibration,
                                rng)
 
 
@@ -149,7 +149,7 @@ def test_summed_noise_agrees_with_per_client_draws(mechanism: str) -> None:
     spec = NoiseSpec(kind, n=n, m=m, d=d, s=sk.s, epsilon=1.0, delta=0.1)
     assert not spec.zero_output
     counts = np.bincount(sk.rows[0], minlength=m)
-    stats = figures.Stats(n, np.eye(d), np.eye(d), counts, np.zeros((m, d)), np.zeros((m, d)))
+    stats = simulate.Stats(n, np.eye(d), np.eye(d), counts, np.zeros((m, d)), np.zeros((m, d)))
     rng = np.random.default_rng(10)
     summed = np.stack([_ltm_noise_only(stats, mechanism, d, privacy, "corollary", rng)
                        for _ in range(3000)])
@@ -208,12 +208,12 @@ def test_p0_has_the_local_models_error(problem: str) -> None:
         F, b, _ = datasets.regression_data(n, d - 1, 1.0, rng)
         Z, what, eps = np.column_stack([F, b]), {"lam": 10.0}, 20.0
     gram = Z.T @ Z
-    stats = figures.Stats(n, gram, figures.gram_factor(gram), np.ones(n, dtype=int),
+    stats = simulate.Stats(n, gram, simulate.gram_factor(gram), np.ones(n, dtype=int),
                           Z.copy(), np.zeros((n, d)))
     privacy = baselines.Privacy(eps, 1e-6, row_norm=1.0)
     errors = {}
     for mechanism, p in (("local", None), ("ltm-gaussian", 0.0), ("ltm-gaussian", 0.5)):
-        errors[mechanism, p] = np.array([figures.mechanism_error(
+        errors[mechanism, p] = np.array([mechanisms.mechanism_error(
             stats, problem, mechanism, epsilon=eps, m=n, p=p if p is not None else 1.0,
             privacy=privacy, calibration="experiments", rng=rng, **what) for _ in range(150)])
     local, p0, p05 = errors["local", None], errors["ltm-gaussian", 0.0], \

@@ -33,20 +33,22 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from harness.analyst import baselines, figures
+from harness.analyst import baselines, figures, mechanisms, simulate
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
 __all__ = ["DATASETS", "PAPER_TABLE6", "PAPER_TABLE7", "TABLES", "Dataset", "check_data_dir",
            "load_dataset", "reproduce_table", "run_table"]
 
-TABLES = {"table6": {"problem": "lowrank", "epsilon": 0.05, "lam": None, "metric": "psi",
-                     "mechanisms": ("local", "ltm-laplace", "ltm-gaussian", "central")},
-          "table7": {"problem": "ridge", "epsilon": 0.03, "lam": 10.0, "metric": "phi",
-                     "mechanisms": ("local", "ltm-gaussian", "central")}}
+TABLES: dict[str, dict[str, Any]] = {
+    "table6": {"problem": "lowrank", "epsilon": 0.05, "lam": None, "metric": "psi",
+               "mechanisms": ("local", "ltm-laplace", "ltm-gaussian", "central")},
+    "table7": {"problem": "ridge", "epsilon": 0.03, "lam": 10.0, "metric": "phi",
+               "mechanisms": ("local", "ltm-gaussian", "central")}}
 DEFAULT_TABLE_M = 500  # more than Songs' 91 columns, so the sketch keeps full rank
 
 
@@ -221,23 +223,23 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
     directory = check_data_dir(data_dir)
     eps, lam, problem = setup["epsilon"], setup["lam"], setup["problem"]
     rows = []
-    with figures.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
+    with mechanisms.one_blas_thread(), tqdm(total=len(DATASETS) * runs, disable=not progress,
                                           desc=table, unit="run") as bar:
         for index, dataset in enumerate(DATASETS):
             features, target = load_dataset(dataset.name, directory)
             Z = features if problem == "lowrank" else np.column_stack([features, target])
             gram = Z.T @ Z
-            factor = figures.gram_factor(gram)
+            factor = simulate.gram_factor(gram)
             k = min(dataset.k, Z.shape[1] - 1) if problem == "lowrank" else None
             privacy = baselines.Privacy(eps, figures.DEFAULT_DELTA)
             rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
             errors: dict[str, list[float]] = {name: [] for name in setup["mechanisms"]}
             for _ in range(runs):
                 bar.set_postfix(dataset=dataset.name, refresh=False)
-                stats = figures.stats_from_matrix(Z, min(m, Z.shape[0]), rng, gram, factor,
-                                                  dense="ltm-laplace" in errors)
+                stats = simulate.stats_from_matrix(Z, min(m, Z.shape[0]), rng, gram, factor,
+                                                   dense="ltm-laplace" in errors)
                 for name in errors:
-                    errors[name].append(figures.mechanism_error(
+                    errors[name].append(mechanisms.mechanism_error(
                         stats, problem, name, epsilon=eps, m=stats.m, k=k, lam=lam,
                         privacy=privacy, calibration=calibration, rng=rng))
                 bar.update()
@@ -269,14 +271,14 @@ def table_markdown(frame, table: str, seconds: float) -> str:
              + f", delta = {first['delta']:g}, m = {first['m']}, s = 1 (Gaussian LTM; the "
              f"Laplace LTM uses the dense sketch), {first['runs']} runs, {seconds:.0f} s. "
              "Each cell: measured (paper).", ""]
-    mechanisms = list(setup["mechanisms"])
-    lines.append("| dataset | n (paper) | d (paper) | " + " | ".join(mechanisms) + " |")
-    lines.append("| --- | ---: | ---: | " + " | ".join("---" for _ in mechanisms) + " |")
+    names = list(setup["mechanisms"])
+    lines.append("| dataset | n (paper) | d (paper) | " + " | ".join(names) + " |")
+    lines.append("| --- | ---: | ---: | " + " | ".join("---" for _ in names) + " |")
     for name, part in frame.groupby("dataset", sort=False):
         row = part.iloc[0]
         flag = lambda a, b: f"{a} ({b})" + ("" if a == b else " **differs**")  # noqa: E731
         cells = []
-        for mech in mechanisms:
+        for mech in names:
             r = part[part["mechanism"] == mech].iloc[0]
             cells.append(f"{_cell(r['error_mean'], r['error_std'])} "
                          f"({_cell(r['paper_mean'], r['paper_std'])})")

@@ -138,7 +138,14 @@ class _Trial:
         if c.problem == "lowrank":
             self.optimum = analysis.lowrank_projection(self.data, c.k)
         else:
-            self.optimum = analysis.ridge_solve(self.data, self.target, c.lam)
+            self.optimum = analysis.ridge_solve(self.data, self.b, c.lam)
+
+    @property
+    def b(self) -> np.ndarray:
+        """The regression target: a ridge trial always has one."""
+        if self.target is None:
+            raise ValueError("a low-rank trial has no regression target")
+        return self.target
 
     def noise(self, kind: str) -> NoiseSpec:
         s = self.config.m if kind == "laplace" else self.config.s
@@ -148,7 +155,7 @@ class _Trial:
     def error(self, estimate: np.ndarray) -> float:
         if self.config.problem == "lowrank":
             return analysis.psi(self.data, estimate, self.optimum)
-        return analysis.phi(self.data, self.target, estimate, self.optimum, self.config.lam)
+        return analysis.phi(self.data, self.b, estimate, self.optimum, self.config.lam)
 
     def estimate(self, method: str) -> tuple[np.ndarray, dict]:
         """Run one mechanism; also report its client noise variance."""
@@ -158,12 +165,12 @@ class _Trial:
             info = {"sigma2": baselines.local_sigma2(c.columns, privacy)}
             if lowrank:
                 return baselines.local_lowrank(self.data, c.k, privacy, rng), info
-            return baselines.local_ridge(self.data, self.target, c.lam, privacy, rng), info
+            return baselines.local_ridge(self.data, self.b, c.lam, privacy, rng), info
         if method == "central":
             if lowrank:
                 return baselines.mod_sulq_projection(self.data, c.k, privacy, rng), {
                     "sigma2": baselines.mod_sulq_beta(self.n, c.d, c.epsilon, c.delta) ** 2}
-            return baselines.ssp_ridge(self.data, self.target, c.lam, privacy, rng), {
+            return baselines.ssp_ridge(self.data, self.b, c.lam, privacy, rng), {
                 "sigma2": baselines.ssp_sigma2(c.columns, privacy)}
         kind = "laplace" if method == "ltm-laplace" else "gaussian"
         p = 1.0 if kind == "laplace" else _exponent(method)
@@ -172,13 +179,13 @@ class _Trial:
         calibrated = {"calibration": c.calibration, "privacy": privacy}
         experiments = c.calibration == "experiments"
         if kind == "gaussian":
-            sigma2 = baselines.interpolated_sigma2(spec, p, **calibrated)
+            sigma2 = baselines.interpolated_sigma2(spec, p, privacy, c.calibration)
         else:  # per client entry, or per sketch entry for the experiments' recipe
             sigma2 = 2 * c.m / c.epsilon**2 if experiments else spec.variance
         info = {"sigma2": sigma2, "zero_output": spec.zero_output and not experiments}
         if lowrank:
             return baselines.ltm_lowrank(self.data, c.k, sketch, spec, rng, p, **calibrated), info
-        return baselines.ltm_ridge(self.data, self.target, c.lam, sketch, spec, rng, p,
+        return baselines.ltm_ridge(self.data, self.b, c.lam, sketch, spec, rng, p,
                                    **calibrated), info
 
 

@@ -5,7 +5,9 @@ One module per subcommand group (``run``, ``reproduce``, ``analyze``, ``aws``,
 ``add_commands(subparsers)`` and pointing ``func`` at a handler that turns the
 parsed arguments into a call of a plain function in a lower layer (which is
 what tests call directly) and returns an exit status. Nothing but argument
-parsing and printing lives here.
+parsing and printing lives here. The options several commands share, and the
+rule that a command's defaults are its config dataclass's, are in
+:mod:`harness.cli.common`.
 """
 
 from __future__ import annotations

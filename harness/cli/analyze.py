@@ -9,7 +9,7 @@ import json
 import math
 import sys
 
-from harness.analyst import analysis, baselines, datasets, figures, uci, utility
+from harness.analyst import analysis, baselines, datasets, figures, mechanisms, uci, utility
 
 __all__ = ["add_commands"]
 
@@ -72,7 +72,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
-    return figures.compare_baselines(
+    return mechanisms.compare_baselines(
         run.data, problem, m=run.sketch.shape[0], params=run.params, epsilon=args.epsilon,
         calibration=args.calibration, runs=args.baseline_runs, seed=args.seed, **what)
 

@@ -1,12 +1,15 @@
-"""``ltm doctor`` and ``ltm mpspdz install``, and the ``--mp-spdz`` option every
-engine-using command shares; the work is in :mod:`harness.engine.mpspdz`."""
+"""``ltm doctor`` and ``ltm mpspdz install``; the work is in :mod:`harness.engine.mpspdz`.
+
+``--mp-spdz``, which every engine-using command shares, is defined with the
+other shared options in :mod:`harness.cli.common`.
+"""
 
 from __future__ import annotations
 
 import argparse
 
+from harness.cli.common import MP_SPDZ
 from harness.engine import (
-    ENV_VAR,
     NO_INSTALL_ENV_VAR,
     SUPPORTED_VERSION,
     URL_ENV_VAR,
@@ -16,30 +19,12 @@ from harness.engine import (
     release_url,
 )
 
-__all__ = ["add_commands", "add_install_argument", "add_mpspdz_argument"]
+__all__ = ["add_commands", "add_mpspdz_argument"]
 
 
 def add_mpspdz_argument(parser: argparse.ArgumentParser) -> None:
     """``--mp-spdz DIR``, shared by every subcommand that needs the engine."""
-    default = str(default_home()).replace("%", "%%")
-    parser.add_argument(
-        "--mp-spdz",
-        dest="mp_spdz",
-        metavar="DIR",
-        default=None,
-        help=f"MP-SPDZ directory (precedence: --mp-spdz > ${ENV_VAR} > {default})",
-    )
-
-
-def add_install_argument(parser: argparse.ArgumentParser) -> None:
-    """``--no-install``, for the commands that install MP-SPDZ on first use."""
-    parser.add_argument(
-        "--no-install",
-        dest="install_mpspdz",
-        action="store_false",
-        help="when no MP-SPDZ is configured, fail instead of downloading the release into "
-        f"the default location (also {NO_INSTALL_ENV_VAR}=1)",
-    )
+    MP_SPDZ.add(parser)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

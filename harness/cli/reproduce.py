@@ -1,15 +1,34 @@
 """``ltm reproduce``: argument parsing only; the work is
-:func:`harness.experiments.reproduce.reproduce`."""
+:func:`harness.experiments.reproduce`.
+
+Its options default to :class:`~harness.experiments.ReproduceConfig`'s fields
+(see :mod:`harness.cli.common`).
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from harness.cli.mpspdz import add_install_argument, add_mpspdz_argument
-from harness.cli.run import add_protocol_argument
-from harness.clients import NOISE_KINDS
-from harness.experiments import PROGRAMS, SHARINGS
+from harness.cli import common
+from harness.cli.common import option
+from harness.errors import InputError
+from harness.experiments import ReproduceConfig
+
+REPEAT = option("--repeat", type=int, metavar="K", unset="the paper's 10",
+                help="repetitions per cell (default: {default})")
+SCALE = option("--scale", type=float, metavar="F",
+               help="multiply every n by F, for quick looks (default {default})")
+FRESH_INPUTS = option("--fresh-inputs", action="store_true",
+                      help="prepare the clients' inputs anew for every repetition (default: "
+                           "once per cell, the servers rerun on them; always anew with "
+                           "--hosts or --network, where the upload is measured)")
+NO_PROGRESS = option("--no-progress", dest="progress", action="store_false",
+                     help="no progress bar")
+
+# Unset unless given, so that ``ltm reproduce security``, which runs every program
+# and protocol itself, can refuse them; otherwise ReproduceConfig's defaults apply.
+_UNSET = ("program", "protocol")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -24,48 +43,24 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "Table 3's grid and Table 5's point s = 10 (benchmarks/security.toml)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="sweep directory (created, or resumed if it holds the same sweep)")
-    p.add_argument("--repeat", type=int, metavar="K",
-                   help="repetitions per cell (default: the paper's 10)")
-    p.add_argument("--scale", type=float, default=1.0, metavar="F",
-                   help="multiply every n by F, for quick looks (default 1)")
-    p.add_argument("--program", choices=PROGRAMS, help="server program (default fast)")
-    add_protocol_argument(p)
-    p.add_argument("--sharing", choices=SHARINGS, default="full",
-                   help="full: every server receives all its share words; seeded: all but "
-                        "one sharing component (client j's component j mod C, spread over "
-                        "the servers) travel as 32-byte seeds per client, which the servers "
-                        "expand (computationally hiding; cells without share files "
-                        "are left out; default full)")
-    p.add_argument("--fresh-inputs", action="store_true",
-                   help="prepare the clients' inputs anew for every repetition (default: "
-                        "once per cell, the servers rerun on them; always anew with "
-                        "--hosts or --network, where the upload is measured)")
-    p.add_argument("--hosts", type=Path, metavar="FILE",
-                   help="hosts inventory: run party i on the i-th host over SSH")
-    p.add_argument("--network", metavar="PROFILE",
-                   help="local parties in network namespaces shaped to PROFILE "
-                        "(t3.large, t3.large-baseline or none; needs root)")
-    p.add_argument("--noise", choices=NOISE_KINDS, default="gaussian")
-    p.add_argument("--seed", type=int, default=1,
-                   help="seed of the public sketch and synthetic data (default 1)")
-    p.add_argument("--timeout", type=float, default=3600.0,
-                   help="seconds before one repetition's parties are stopped (default 3600)")
-    p.add_argument("--no-progress", dest="progress", action="store_false",
-                   help="no progress bar")
+    add = common.options_of(p, ReproduceConfig, unset=_UNSET)
+    for opt in (REPEAT, SCALE, common.PROGRAM, common.PROTOCOL, common.SHARING, FRESH_INPUTS,
+                common.HOSTS, common.NETWORK, common.NOISE, common.SEED, common.TIMEOUT,
+                NO_PROGRESS):
+        add(opt)
     p.add_argument("--estimate", action="store_true",
                    help="only print the sweep's expected duration and its cost on AWS "
                         "t3.large (servers plus one client machine), then exit")
     p.add_argument("--bandwidth", type=float, default=0.512, metavar="GBIT",
                    help="with --estimate: the clients' upload bandwidth (default 0.512, "
                         "t3.large's baseline)")
-    add_mpspdz_argument(p)
-    add_install_argument(p)
+    add(common.MP_SPDZ)
+    add(common.NO_INSTALL)
     p.set_defaults(func=_handle)
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from harness.errors import InputError
-    from harness.experiments import ReproduceConfig, reproduce
+    from harness.experiments import reproduce
 
     if args.out is None and not args.estimate:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
@@ -73,13 +68,7 @@ def _handle(args: argparse.Namespace) -> int:
         raise InputError("ltm reproduce security runs every protocol and program itself; "
                          "drop --program and --protocol")
     # An estimate plans the same cells as the sweep would, so it gets the same settings.
-    cfg = ReproduceConfig(tables=args.tables, out=args.out or Path("."), repeat=args.repeat,
-                          scale=args.scale, program=args.program or "fast",
-                          protocol=args.protocol or "semi2k", sharing=args.sharing,
-                          fresh_inputs=args.fresh_inputs,
-                          hosts=args.hosts, network=args.network, noise=args.noise,
-                          seed=args.seed, timeout=args.timeout, mp_spdz=args.mp_spdz,
-                          progress=args.progress, install_mpspdz=args.install_mpspdz)
+    cfg = common.config_from(ReproduceConfig, args, unset=_UNSET, out=args.out or Path("."))
     if args.estimate:
         from harness.experiments import estimate_sweep
 

@@ -145,13 +145,13 @@ class CellCost:
     upload_bytes: float
 
 
-def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
+def _upload_bytes(run_cfg: RunConfig, servers: int, values: int) -> float:
     if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
-    comps = components(run_cfg.share_format, run_cfg.parties)
+    comps = components(run_cfg.share_format, servers)
     # Client j sends component j mod C in full, the others as seeds; no padding rows.
-    return sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
-               for i in range(run_cfg.parties))
+    return float(sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
+                     for i in range(servers)))
 
 
 def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
@@ -176,7 +176,7 @@ def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
                           for c in comps.held[i]) for i in range(cell.servers))
         expand = values * slowest * EXPAND_NS * 1e-9
     return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
-                    expand_s=expand, upload_bytes=_upload_bytes(run_cfg, values))
+                    expand_s=expand, upload_bytes=_upload_bytes(run_cfg, cell.servers, values))
 
 
 def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BASELINE_GBIT,
