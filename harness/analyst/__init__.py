@@ -13,10 +13,35 @@ sketch, the noise calibrations and the matrix loader). It runs no MPC.
 """
 
 from harness.analyst.analysis import analyze_lowrank, analyze_ridge
+from harness.analyst.baselines import CALIBRATIONS
 from harness.analyst.datasets import RunOutput, load_run
-from harness.analyst.figures import FigureSpec, figure_spec, reproduce_figure
-from harness.analyst.uci import reproduce_table
-from harness.analyst.utility import SweepConfig, sweep
+from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
+from harness.analyst.figures import FIGURES, FigureSpec, figure_spec, reproduce_figure
+from harness.analyst.mechanisms import compare_baselines
+from harness.analyst.uci import DEFAULT_TABLE_M, reproduce_table
+from harness.analyst.utility import PROBLEMS, SweepConfig, sweep
+from harness.analyst.utility import check_outputs as check_sweep_outputs
+from harness.analyst.utility import summarize as summarize_sweep
+from harness.analyst.utility import write_outputs as write_sweep_outputs
 
-__all__ = ["FigureSpec", "RunOutput", "SweepConfig", "analyze_lowrank", "analyze_ridge",
-           "figure_spec", "load_run", "reproduce_figure", "reproduce_table", "sweep"]
+__all__ = [
+    "CALIBRATIONS",
+    "DEFAULT_FIGURE_M",
+    "DEFAULT_TABLE_M",
+    "FIGURES",
+    "PROBLEMS",
+    "FigureSpec",
+    "RunOutput",
+    "SweepConfig",
+    "analyze_lowrank",
+    "analyze_ridge",
+    "check_sweep_outputs",
+    "compare_baselines",
+    "figure_spec",
+    "load_run",
+    "reproduce_figure",
+    "reproduce_table",
+    "summarize_sweep",
+    "sweep",
+    "write_sweep_outputs",
+]

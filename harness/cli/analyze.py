@@ -9,11 +9,29 @@ import json
 import math
 import sys
 
-from harness.analyst import analysis, baselines, datasets, figures, mechanisms, uci, utility
+from harness.analyst import (
+    CALIBRATIONS,
+    DEFAULT_FIGURE_M,
+    DEFAULT_TABLE_M,
+    FIGURES,
+    PROBLEMS,
+    SweepConfig,
+    analyze_lowrank,
+    analyze_ridge,
+    check_sweep_outputs,
+    compare_baselines,
+    figure_spec,
+    load_run,
+    reproduce_figure,
+    reproduce_table,
+    summarize_sweep,
+    sweep,
+    write_sweep_outputs,
+)
 
 __all__ = ["add_commands"]
 
-_DEFAULTS = utility.SweepConfig()
+_DEFAULTS = SweepConfig()
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -52,7 +70,7 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _calibration_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calibration", choices=baselines.CALIBRATIONS, default="corollary",
+    parser.add_argument("--calibration", choices=CALIBRATIONS, default="corollary",
                         help="noise calibration of the simulated mechanisms: the corollaries' "
                              "DP guarantee, or the paper's experiments section (default: "
                              "corollary)")
@@ -72,22 +90,22 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
-    return mechanisms.compare_baselines(
+    return compare_baselines(
         run.data, problem, m=run.sketch.shape[0], params=run.params, epsilon=args.epsilon,
         calibration=args.calibration, runs=args.baseline_runs, seed=args.seed, **what)
 
 
 def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
-    run = datasets.load_run(args.directory, args.data)
-    result = analysis.analyze_lowrank(run.sketch, run.data, args.k)
+    run = load_run(args.directory, args.data)
+    result = analyze_lowrank(run.sketch, run.data, args.k)
     result["baselines"] = _baselines(args, run, "lowrank", k=args.k)
     _report(result, args.json, "psi", f"low-rank approximation, k={args.k}")
     return 0
 
 
 def cmd_analyze_ridge(args: argparse.Namespace) -> int:
-    run = datasets.load_run(args.directory, args.data)
-    result = analysis.analyze_ridge(run.sketch, run.data, args.lam, args.target_column)
+    run = load_run(args.directory, args.data)
+    result = analyze_ridge(run.sketch, run.data, args.lam, args.target_column)
     result["baselines"] = _baselines(args, run, "ridge", lam=args.lam,
                                      target_column=args.target_column)
     _report(result, args.json, "phi", f"ridge regression, lambda={args.lam:g}")
@@ -126,7 +144,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
                     "utility-PROBLEM.csv, utility-PROBLEM-summary.csv and utility-PROBLEM.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = parser.add_argument
-    add("--problem", choices=utility.PROBLEMS, default=d.problem, help="analysis to measure")
+    add("--problem", choices=PROBLEMS, default=d.problem, help="analysis to measure")
     add("--n-min", type=int, default=d.n_min, help="smallest number of clients")
     add("--n-max", type=int, default=d.n_max, help="largest number of clients")
     add("--points", type=int, default=d.points, help="log-spaced values of n")
@@ -146,7 +164,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     add("--p-values", type=_p_values, default=d.p_values,
         help="comma-separated exponents p of the n^-p interpolation")
     add("--seed", type=int, default=d.seed, help="seed for data, sketches and noise")
-    add("--calibration", choices=baselines.CALIBRATIONS, default=d.calibration,
+    add("--calibration", choices=CALIBRATIONS, default=d.calibration,
         help="the corollaries' DP guarantee, or the paper's experiments section")
     add("--out", default=".", metavar="DIR", help="output directory (default: .)")
     add("--force", action="store_true", help="overwrite existing output files")
@@ -168,15 +186,15 @@ def _p_values(text: str) -> tuple[float, ...]:
 
 
 def cmd_utility(args: argparse.Namespace) -> int:
-    config = utility.SweepConfig(
+    config = SweepConfig(
         problem=args.problem, n_min=args.n_min, n_max=args.n_max, points=args.points,
         d=args.d, k=args.k, lam=args.lam, mu2=args.mu2, m=args.m, s=args.s,
         repeat=args.repeat, epsilon=args.epsilon, delta=args.delta, eta=args.eta,
         seed=args.seed, p_values=args.p_values, calibration=args.calibration)
     # Refuse before the sweep, not after minutes of work.
-    utility.check_outputs(args.out, config.problem, args.force)
-    frame = utility.sweep(config, progress=not args.no_progress)
-    paths = utility.write_outputs(frame, config, args.out, force=args.force)
+    check_sweep_outputs(args.out, config.problem, args.force)
+    frame = sweep(config, progress=not args.no_progress)
+    paths = write_sweep_outputs(frame, config, args.out, force=args.force)
     _print_summary(frame)
     for path in paths.values():
         print(f"wrote {path}")
@@ -184,7 +202,7 @@ def cmd_utility(args: argparse.Namespace) -> int:
 
 
 def _print_summary(frame) -> None:
-    summary = utility.summarize(frame)
+    summary = summarize_sweep(frame)
     largest = summary["n"].max()
     metric = frame["metric"].iloc[0]
     calibration = frame["calibration"].iloc[0]
@@ -204,7 +222,7 @@ def _grid_options(parser: argparse.ArgumentParser, runs_default: str) -> None:
     _calibration_option(parser)
     parser.add_argument("--m", type=int, default=None,
                         help=f"sketch rows, which the paper does not state (default: "
-                             f"{figures.DEFAULT_M} for figures, {uci.DEFAULT_TABLE_M} for tables)")
+                             f"{DEFAULT_FIGURE_M} for figures, {DEFAULT_TABLE_M} for tables)")
     parser.add_argument("--seed", type=int, default=0, help="seed for data, sketches and noise")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -218,7 +236,7 @@ def _add_figure(grids: argparse._SubParsersAction) -> None:
                     "ridge-lambda: the same for lambda in {1, 10, 100}. n = 1000 * 1.5^i, "
                     "i = 0..16; local, central, LTM Laplace and the Gaussian LTM for p in "
                     "{1, 0.9, ..., 0.5, 0}. Writes FIGURE-CALIBRATION.csv|png|md to --out.")
-    parser.add_argument("name", choices=figures.FIGURES, metavar="FIGURE",
+    parser.add_argument("name", choices=FIGURES, metavar="FIGURE",
                         help="lowrank, ridge or ridge-lambda")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--quick", action="store_true",
@@ -244,10 +262,10 @@ def _add_tables(grids: argparse._SubParsersAction) -> None:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
-    spec = figures.figure_spec(args.name, quick=args.quick, runs=args.runs,
+    spec = figure_spec(args.name, quick=args.quick, runs=args.runs,
                                calibration=args.calibration, seed=args.seed,
-                               m=figures.DEFAULT_M if args.m is None else args.m)
-    summary, paths, seconds = figures.reproduce_figure(spec, args.out, force=args.force,
+                               m=DEFAULT_FIGURE_M if args.m is None else args.m)
+    summary, paths, seconds = reproduce_figure(spec, args.out, force=args.force,
                                                        progress=not args.no_progress)
     largest = max(spec.n)
     print(f"figure {spec.name} ({spec.metric}, calibration={spec.calibration}, m={spec.m}, "
@@ -263,7 +281,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
-    result, paths = uci.reproduce_table(
+    result, paths = reproduce_table(
         args.table, args.data_dir, args.out, runs=args.runs, calibration=args.calibration,
         m=args.m, seed=args.seed, force=args.force, progress=not args.no_progress)
     print(result["text"])
