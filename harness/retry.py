@@ -30,7 +30,7 @@ def retry(action: Callable[[], T], *,
     """``action()``'s result, calling it again after each error that ``when`` accepts.
 
     ``when`` is an exception class (or tuple of them) or a test on the error;
-    any other error is raised at once. Waits ``delay`` seconds before the 2nd
+    any other error, and any interrupt, is raised at once. Waits ``delay`` seconds before the 2nd
     call, multiplied by ``factor`` before each further one. Stops after
     ``attempts`` calls (None: no limit), or as soon as ``give_up()`` is true
     after a failed call, and then raises that call's error.
@@ -55,7 +55,10 @@ def retry(action: Callable[[], T], *,
 
 def _error_test(when: ErrorTest | type[BaseException]
                 | tuple[type[BaseException], ...]) -> ErrorTest:
+    # An interrupt (Ctrl-C, or a stop signal raised as one) is never retried: it must
+    # reach the cleanup at once, whatever the caller's test says.
     if isinstance(when, (type, tuple)):
         kinds = when
-        return lambda exc: isinstance(exc, kinds)
-    return when
+        return lambda exc: isinstance(exc, Exception) and isinstance(exc, kinds)
+    test = when
+    return lambda exc: isinstance(exc, Exception) and test(exc)
