@@ -1000,3 +1000,15 @@ def test_state_dir_default_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert aws.default_state_dir() == tmp_path / "home/.config/ltm-harness/aws"
     assert os.fspath(aws.default_state_dir()).endswith(".config/ltm-harness/aws")
+
+
+def test_without_the_aws_extra_the_command_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
+    assert main(["aws", "status"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("ltm: error: this command needs boto3, which is not installed; install it "
+                   "with: pip install 'ltm-harness[aws]'\n")
