@@ -699,6 +699,38 @@ def test_down_removes_everything_and_is_idempotent(session: boto3.Session, ec2: 
     assert aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=log) == []
 
 
+def test_down_retries_a_deletion_while_its_dependency_lingers(
+        session: boto3.Session, ec2: Any, pgs: PlacementGroups, state_dir: Path) -> None:
+    aws.up(session, options(state_dir, parties=2), log=Log())
+    calls: list[str] = []
+
+    def lingering(**_: Any) -> Any:
+        # EC2 keeps a terminated instance's network interface a little while.
+        calls.append("DeleteSecurityGroup")
+        if len(calls) <= 2:
+            return _error("DependencyViolation", "has a dependent object")
+        return None
+
+    session.events.register("before-call.ec2.DeleteSecurityGroup", lingering)
+    sleeps: list[float] = []
+    aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=Log(),
+             sleep=sleeps.append)
+    assert len(calls) == 3 and sleeps == [5.0, 5.0]
+    assert leftovers(ec2, pgs) == NOTHING
+
+
+def test_a_deletion_error_that_is_not_transient_is_not_retried(
+        session: boto3.Session, state_dir: Path) -> None:
+    aws.up(session, options(state_dir, parties=2), log=Log())
+    session.events.register("before-call.ec2.DeleteSecurityGroup",
+                            lambda **_: _error("UnauthorizedOperation", "denied"))
+    sleeps: list[float] = []
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=Log(),
+                 sleep=sleeps.append)
+    assert sleeps == []
+
+
 def test_down_asks_first(session: boto3.Session, ec2: Any, state_dir: Path) -> None:
     aws.up(session, options(state_dir, parties=2), log=Log())
     with pytest.raises(InputError, match="pass --yes"):
