@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from harness.errors import LtmError
+from harness.retry import retry
 
 __all__ = ["known_hosts_line", "scan_host_key", "wait_for_ssh"]
 
@@ -25,20 +26,21 @@ def wait_for_ssh(host: str, port: int = 22, *, timeout: float = 300.0,
     """
     start = clock()
     deadline = start + timeout
-    last_error = "no attempt made"
-    while True:
+
+    def knock() -> float:
         remaining = deadline - clock()
-        try:
-            with socket.create_connection((host, port), timeout=max(0.1, min(connect_timeout,
-                                                                             remaining))):
-                return clock() - start
-        except OSError as exc:
-            last_error = str(exc) or type(exc).__name__
-        if clock() + interval > deadline:
-            raise LtmError(f"SSH on {host}:{port} did not answer within {timeout:g} s "
-                           f"(last error: {last_error}); check the security group allows "
-                           "your address, or wait and retry")
-        sleep(interval)
+        with socket.create_connection((host, port),
+                                      timeout=max(0.1, min(connect_timeout, remaining))):
+            return clock() - start
+
+    try:
+        return retry(knock, when=OSError, delay=interval,
+                     give_up=lambda: clock() + interval > deadline, sleep=sleep)
+    except OSError as exc:
+        last_error = str(exc) or type(exc).__name__
+        raise LtmError(f"SSH on {host}:{port} did not answer within {timeout:g} s "
+                       f"(last error: {last_error}); check the security group allows "
+                       "your address, or wait and retry") from None
 
 
 def scan_host_key(host: str, port: int = 22, *, timeout: float = 15.0) -> str:
@@ -47,24 +49,20 @@ def scan_host_key(host: str, port: int = 22, *, timeout: float = 15.0) -> str:
     Only the key exchange is run: nothing is authenticated, so no credentials
     are sent to a server that is not yet trusted.
     """
-    import paramiko  # imported here: only `ltm aws up` needs it, and it is slow to load
+    # Imported here: only `ltm aws up` needs paramiko, and it is slow to load.
+    import paramiko
 
-    sock = socket.create_connection((host, port), timeout=timeout)
-    transport = paramiko.Transport(sock)
+    from harness.remote import fetch_host_key
+
     try:
-        transport.banner_timeout = timeout
-        transport.start_client(timeout=timeout)
-        key = transport.get_remote_server_key()
+        key = fetch_host_key(host, port, timeout=timeout)
     except (paramiko.SSHException, OSError) as exc:
         raise LtmError(f"could not read the SSH host key of {host}:{port}: {exc}; "
                        "retry, or add it yourself with ssh-keyscan") from None
-    finally:
-        transport.close()
-        sock.close()
-    return known_hosts_line(host, port, key.get_name(), key.get_base64())
+    return known_hosts_line(host, port, key.key_type, key.base64)
 
 
 def known_hosts_line(host: str, port: int, key_type: str, key_base64: str) -> str:
-    # OpenSSH writes non-default ports as [host]:port.
-    target = host if port == 22 else f"[{host}]:{port}"
-    return f"{target} {key_type} {key_base64}"
+    from harness.remote import known_target
+
+    return f"{known_target(host, port)} {key_type} {key_base64}"

@@ -9,6 +9,7 @@ instance's group in DescribeInstances the way EC2 does.
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import io
 import os
@@ -32,14 +33,15 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.amis import Ami
 
-import infra
+from harness import infra as aws
 from harness.cli import aws as _cmd_aws
 from harness.errors import InputError, LtmError
+from harness.infra._pricing import cost_estimate
+from harness.infra._ssh import known_hosts_line, scan_host_key, wait_for_ssh
+from harness.infra._userdata import render_user_data
+from harness.infra.aws import lookup, provision, state
+from harness.infra.aws import session as aws_session
 from harness.remote.hosts import load_inventory
-from infra import aws
-from infra._pricing import cost_estimate
-from infra._ssh import known_hosts_line, scan_host_key, wait_for_ssh
-from infra._userdata import render_user_data
 
 REGION = "eu-west-1"
 MY_CIDR = "203.0.113.7/32"
@@ -200,9 +202,9 @@ def _add_images() -> None:
     backend = ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
     noble = "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-{arch}-server-{date}"
     for ami_id, owner, arch, date in [
-        (EXPECTED_AMI, aws.CANONICAL_OWNER, "amd64", "20250610"),
-        ("ami-0000000000000a2d5", aws.CANONICAL_OWNER, "amd64", "20240423"),  # older
-        ("ami-0000000000000a2d7", aws.CANONICAL_OWNER, "arm64", "20250701"),  # wrong arch
+        (EXPECTED_AMI, lookup.CANONICAL_OWNER, "amd64", "20250610"),
+        ("ami-0000000000000a2d5", lookup.CANONICAL_OWNER, "amd64", "20240423"),  # older
+        ("ami-0000000000000a2d7", lookup.CANONICAL_OWNER, "arm64", "20250701"),  # wrong arch
         ("ami-0000000000000bad1", "111122223333", "amd64", "20250701"),  # not Canonical
     ]:
         created = datetime.strptime(date, "%Y%m%d").replace(tzinfo=timezone.utc)
@@ -237,13 +239,13 @@ class FakeTty(io.StringIO):
 
 def live_instances(ec2: Any) -> list[dict[str, Any]]:
     reservations = ec2.describe_instances(Filters=[
-        {"Name": "instance-state-name", "Values": list(aws.LIVE_STATES)}])["Reservations"]
+        {"Name": "instance-state-name", "Values": list(state.LIVE_STATES)}])["Reservations"]
     return [i for r in reservations for i in r["Instances"]]
 
 
 def cluster_groups(ec2: Any, cluster: str = "c1") -> list[dict[str, Any]]:
     return ec2.describe_security_groups(Filters=[
-        {"Name": f"tag:{aws.TAG_CLUSTER}", "Values": [cluster]}])["SecurityGroups"]
+        {"Name": f"tag:{state.TAG_CLUSTER}", "Values": [cluster]}])["SecurityGroups"]
 
 
 def leftovers(ec2: Any, pgs: PlacementGroups) -> dict[str, Any]:
@@ -269,8 +271,8 @@ def tag_dict(resource: dict[str, Any]) -> dict[str, str]:
 
 def assert_managed(resource: dict[str, Any], cluster: str = "c1") -> None:
     tags = tag_dict(resource)
-    assert tags[aws.TAG_CLUSTER] == cluster
-    assert tags[aws.TAG_MANAGED] == "true"
+    assert tags[state.TAG_CLUSTER] == cluster
+    assert tags[state.TAG_MANAGED] == "true"
     assert tags["Name"]
 
 
@@ -386,8 +388,9 @@ def test_up_records_host_keys_when_waiting_for_ssh(session: boto3.Session,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     state_dir: Path) -> None:
     waited: list[str] = []
-    monkeypatch.setattr(aws, "wait_for_ssh", lambda host, port, timeout: waited.append(host))
-    monkeypatch.setattr(aws, "scan_host_key",
+    monkeypatch.setattr(provision, "wait_for_ssh",
+                        lambda host, port, timeout: waited.append(host))
+    monkeypatch.setattr(provision, "scan_host_key",
                         lambda host, port: known_hosts_line(host, port, "ssh-ed25519", "AAAA"))
     import harness.remote.setup as remote_setup
 
@@ -425,28 +428,28 @@ def test_placement_strategy_choice(session: boto3.Session, pgs: PlacementGroups,
 
 
 def test_placement_strategy_rules() -> None:
-    assert aws.placement_strategy("auto", "t3.large", 7) == "spread"
-    assert aws.placement_strategy("auto", "t3a.xlarge", 8) == "partition"
-    assert aws.placement_strategy("auto", "m5.large", 50) == "cluster"
+    assert lookup.placement_strategy("auto", "t3.large", 7) == "spread"
+    assert lookup.placement_strategy("auto", "t3a.xlarge", 8) == "partition"
+    assert lookup.placement_strategy("auto", "m5.large", 50) == "cluster"
     with pytest.raises(InputError, match="at most 7"):
-        aws.placement_strategy("spread", "m5.large", 8)
+        lookup.placement_strategy("spread", "m5.large", 8)
     with pytest.raises(InputError, match="unknown placement strategy"):
-        aws.placement_strategy("packed", "m5.large", 2)
+        lookup.placement_strategy("packed", "m5.large", 2)
 
 
 def test_image_is_looked_up_not_hard_coded(ec2: Any) -> None:
-    image = aws.find_image(ec2)
+    image = lookup.find_image(ec2)
     assert image.image_id == EXPECTED_AMI
     assert "ubuntu-noble-24.04-amd64-server-20250610" in image.name
-    assert aws.find_image(ec2, "ami-0000000000000a2d5").image_id == "ami-0000000000000a2d5"
+    assert lookup.find_image(ec2, "ami-0000000000000a2d5").image_id == "ami-0000000000000a2d5"
 
 
 def test_image_lookup_failure_names_the_fix(ec2: Any) -> None:
     backend = ec2_backends[DEFAULT_ACCOUNT_ID][REGION]
-    for ami_id in [a for a, ami in backend.amis.items() if ami.owner_id == aws.CANONICAL_OWNER]:
+    for ami_id in [a for a, ami in backend.amis.items() if ami.owner_id == lookup.CANONICAL_OWNER]:
         del backend.amis[ami_id]
     with pytest.raises(aws.AwsError, match="pass --ami"):
-        aws.find_image(ec2)
+        lookup.find_image(ec2)
 
 
 def test_ami_override_is_used(session: boto3.Session, ec2: Any, state_dir: Path) -> None:
@@ -491,8 +494,8 @@ def test_confirm_treats_end_of_input_as_no() -> None:
     def eof(prompt: str) -> str:
         raise EOFError
 
-    assert aws.confirm("Go?", assume_yes=False, ask=eof, stdin=FakeTty()) is False
-    assert aws.confirm("Go?", assume_yes=True, ask=eof, stdin=io.StringIO()) is True
+    assert aws_session.confirm("Go?", assume_yes=False, ask=eof, stdin=FakeTty()) is False
+    assert aws_session.confirm("Go?", assume_yes=True, ask=eof, stdin=io.StringIO()) is True
 
 
 def test_unknown_instance_type_is_priced_unknown_but_allowed(session: boto3.Session,
@@ -555,7 +558,7 @@ def test_up_refuses_to_overwrite_an_inventory(session: boto3.Session, ec2: Any,
 def test_ssh_cidr_defaults_to_the_callers_address(session: boto3.Session, ec2: Any,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   state_dir: Path) -> None:
-    monkeypatch.setattr(aws, "caller_cidr", lambda: "198.51.100.9/32")
+    monkeypatch.setattr(provision, "caller_cidr", lambda: "198.51.100.9/32")
     aws.up(session, options(state_dir, parties=2, ssh_cidr=None), log=Log())
     [group] = cluster_groups(ec2)
     ssh = next(p for p in group["IpPermissions"] if p["FromPort"] == 22)
@@ -565,23 +568,23 @@ def test_ssh_cidr_defaults_to_the_callers_address(session: boto3.Session, ec2: A
 def test_caller_cidr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(urllib.request, "urlopen",
                         lambda url, timeout: io.BytesIO(b"198.51.100.9\n"))
-    assert aws.caller_cidr() == "198.51.100.9/32"
+    assert aws_session.caller_cidr() == "198.51.100.9/32"
     monkeypatch.setattr(urllib.request, "urlopen",
                         lambda url, timeout: io.BytesIO(b"<html>captive portal</html>"))
     with pytest.raises(LtmError, match="pass --ssh-cidr"):
-        aws.caller_cidr()
+        aws_session.caller_cidr()
 
     def offline(url: str, timeout: float) -> Any:
         raise OSError("network unreachable")
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     with pytest.raises(LtmError, match="network unreachable.*pass --ssh-cidr"):
-        aws.caller_cidr()
+        aws_session.caller_cidr()
 
 
 def test_normalise_cidr() -> None:
-    assert aws.normalise_cidr("203.0.113.7") == "203.0.113.7/32"
-    assert aws.normalise_cidr(" 10.1.2.3/24 ") == "10.1.2.0/24"
+    assert aws_session.normalise_cidr("203.0.113.7") == "203.0.113.7/32"
+    assert aws_session.normalise_cidr(" 10.1.2.3/24 ") == "10.1.2.0/24"
 
 
 # --- tearing down on failure -------------------------------------------------------------
@@ -608,7 +611,7 @@ def test_interrupt_while_waiting_terminates_the_instances(
         assert len(live_instances(ec2)) == 3  # they exist when the interrupt comes
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(aws, "wait_until_running", interrupted)
+    monkeypatch.setattr(provision, "wait_until_running", interrupted)
     with pytest.raises(KeyboardInterrupt):
         aws.up(session, options(state_dir), log=Log())
     assert leftovers(ec2, pgs) == NOTHING
@@ -632,7 +635,7 @@ def test_failure_writing_the_inventory_undoes_everything(
     def full_disk(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(aws, "write_inventory", full_disk)
+    monkeypatch.setattr(provision, "write_inventory", full_disk)
     with pytest.raises(OSError, match="No space"):
         aws.up(session, options(state_dir), log=Log())
     assert leftovers(ec2, pgs) == NOTHING
@@ -694,6 +697,38 @@ def test_down_removes_everything_and_is_idempotent(session: boto3.Session, ec2: 
     assert leftovers(ec2, pgs) == NOTHING
     assert list(state_dir.iterdir()) == []
     assert aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=log) == []
+
+
+def test_down_retries_a_deletion_while_its_dependency_lingers(
+        session: boto3.Session, ec2: Any, pgs: PlacementGroups, state_dir: Path) -> None:
+    aws.up(session, options(state_dir, parties=2), log=Log())
+    calls: list[str] = []
+
+    def lingering(**_: Any) -> Any:
+        # EC2 keeps a terminated instance's network interface a little while.
+        calls.append("DeleteSecurityGroup")
+        if len(calls) <= 2:
+            return _error("DependencyViolation", "has a dependent object")
+        return None
+
+    session.events.register("before-call.ec2.DeleteSecurityGroup", lingering)
+    sleeps: list[float] = []
+    aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=Log(),
+             sleep=sleeps.append)
+    assert len(calls) == 3 and sleeps == [5.0, 5.0]
+    assert leftovers(ec2, pgs) == NOTHING
+
+
+def test_a_deletion_error_that_is_not_transient_is_not_retried(
+        session: boto3.Session, state_dir: Path) -> None:
+    aws.up(session, options(state_dir, parties=2), log=Log())
+    session.events.register("before-call.ec2.DeleteSecurityGroup",
+                            lambda **_: _error("UnauthorizedOperation", "denied"))
+    sleeps: list[float] = []
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        aws.down(session, cluster="c1", state_dir=state_dir, yes=True, log=Log(),
+                 sleep=sleeps.append)
+    assert sleeps == []
 
 
 def test_down_asks_first(session: boto3.Session, ec2: Any, state_dir: Path) -> None:
@@ -875,9 +910,14 @@ def test_missing_region_is_an_input_error(aws_env: None, monkeypatch: pytest.Mon
         aws.up(aws.make_session(None, None), options(state_dir), log=Log())
 
 
-def test_public_names_are_exported() -> None:
-    for name in infra.__all__:
-        assert getattr(infra, name) is getattr(aws, name)
+def test_the_public_names_are_what_the_command_line_uses() -> None:
+    tree = ast.parse(Path(_cmd_aws.__file__).read_text())
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "aws"}
+    assert "up" in used and used <= set(aws.__all__)
+    assert aws.hourly_price("t3.large") == 0.0832  # harness.experiments.estimate's
+    for name in aws.__all__:
+        assert getattr(aws, name) is not None
 
 
 # --- user data ------------------------------------------------------------------------------
@@ -992,3 +1032,15 @@ def test_state_dir_default_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert aws.default_state_dir() == tmp_path / "home/.config/ltm-harness/aws"
     assert os.fspath(aws.default_state_dir()).endswith(".config/ltm-harness/aws")
+
+
+def test_without_the_aws_extra_the_command_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
+    assert main(["aws", "status"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("ltm: error: this command needs boto3, which is not installed; install it "
+                   "with: pip install 'ltm-harness[aws]'\n")

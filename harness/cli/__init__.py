@@ -38,6 +38,10 @@ _COMMAND_MODULES = (
     "harness.cli.reproduce",
 )
 
+# Libraries of an optional extra (pyproject.toml), imported only by the commands that
+# use them: a missing one is a missing extra, named in one line.
+_EXTRAS = {"boto3": "aws", "botocore": "aws", "matplotlib": "analysis", "pandas": "analysis"}
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with the harness's error format: one line, exit 1 (subcommands inherit it)."""
@@ -95,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.
         _say(f"ltm: error: {exc}")
+        return 1
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        _say(f"ltm: error: this command needs {exc.name}, which is not installed; install "
+             f"it with: pip install 'ltm-harness[{extra}]'")
         return 1
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):

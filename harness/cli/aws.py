@@ -1,7 +1,7 @@
 """`ltm aws up | status | down`: MPC clusters on EC2.
 
 The handlers only translate arguments and print results; the work is done by
-the plain functions in :mod:`infra.aws`.
+the plain functions in :mod:`harness.infra` (the repository's ``infra/``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness import infra as aws
 from harness.remote import DEFAULT_BASE_PORT
-from infra import aws
 
 __all__ = ["add_commands"]
 

@@ -34,13 +34,14 @@ _UNSET = ("program", "protocol")
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "reproduce", help="reproduce the paper's Tables 3-5 (sweeps, tables, plots, report)",
-        description="Runs the paper's MPC sweeps (benchmarks/table*.toml), verifying every "
-                    "repetition, and writes per-table CSV, Markdown, LaTeX and PNG beside the "
-                    "paper's values, plus report.md. Finished repetitions are appended to "
-                    "DIR/raw.jsonl at once; rerunning the same command resumes.")
+        description="Runs the paper's MPC sweeps (harness/experiments/specs/table*.toml), "
+                    "verifying every repetition, and writes per-table CSV, Markdown, LaTeX and "
+                    "PNG beside the paper's values, plus report.md. Finished repetitions are "
+                    "appended to DIR/raw.jsonl at once; rerunning the same command resumes.")
     p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security"),
                    help="a table, all three, or security: every protocol x program on "
-                        "Table 3's grid and Table 5's point s = 10 (benchmarks/security.toml)")
+                        "Table 3's grid and Table 5's point s = 10 "
+                        "(harness/experiments/specs/security.toml)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="sweep directory (created, or resumed if it holds the same sweep)")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)

@@ -186,7 +186,7 @@ def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BAS
     ``instances`` defaults to the largest S of the sweep plus one client machine.
     """
     from harness.experiments.reproduce import plan_sweep
-    from infra import hourly_price
+    from harness.infra import hourly_price
 
     if not bandwidth_gbit > 0:
         raise InputError(f"the bandwidth must be positive, got {bandwidth_gbit} Gbit/s")

@@ -1,8 +1,9 @@
 """Sweep specifications: the paper's Tables 3-5 as grids of cells to run.
 
-Each table is a TOML file in the ``benchmarks`` package (``table3.toml`` ...;
-the schema is documented in each file's header). A spec's cells are every
-variant (server count) times every grid point (n, s), in file order.
+Each table is a TOML file in ``harness/experiments/specs/`` (``table3.toml``
+...; the schema is documented in each file's header), package data of the
+harness. A spec's cells are every variant (server count) times every grid
+point (n, s), in file order.
 
 ``--scale`` multiplies every n so that a sweep can be tried on a small machine:
 the run's n is ``round(n * scale)`` (halves round up) and never below m, because
@@ -15,6 +16,7 @@ a sweep must not mix scales within one output directory.
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import io
 import math
 import sys
@@ -24,7 +26,6 @@ from typing import Any
 
 import pandas as pd
 
-import benchmarks
 from harness.errors import InputError
 
 if sys.version_info >= (3, 11):
@@ -121,7 +122,8 @@ def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: in
 
 def spec_dir() -> Path:
     """The directory holding the table specs and the paper's values."""
-    return Path(benchmarks.__file__).parent
+    # pip installs the harness as plain files (never zipped), so this is a real directory.
+    return Path(str(importlib.resources.files("harness.experiments") / "specs"))
 
 
 def resolve_tables(which: str) -> list[str]:
@@ -135,7 +137,7 @@ def resolve_tables(which: str) -> list[str]:
 
 
 def load_spec(name: str, directory: Path | None = None) -> Spec:
-    """The spec ``<name>.toml`` from the benchmarks package (or ``directory``)."""
+    """The spec ``<name>.toml`` from the harness's specs (or ``directory``)."""
     base = Path(directory) if directory is not None else spec_dir()
     path = base / f"{name}.toml"
     if not path.is_file():
@@ -314,7 +316,7 @@ def expand(spec: Spec, scale: float = 1.0) -> list[Cell]:
 
 
 def paper_values(path: Path | None = None) -> pd.DataFrame:
-    """The paper's Tables 3-5 (``benchmarks/paper_tables.csv``), one row per paper cell.
+    """The paper's Tables 3-5 (``specs/paper_tables.csv``), one row per paper cell.
 
     Columns: table ("table3"), servers (as captioned), servers_by_comm (what C_MPC
     implies), sparsity, clients, rows, dim, t_mpc_mean_s, t_mpc_std_s, c_mpc_mb, note.

@@ -34,6 +34,8 @@ _LAZY = {
     "check_hosts": "harness.remote.ssh",
     "trust_hosts": "harness.remote.ssh",
     "setup_hosts": "harness.remote.setup",
+    "fetch_host_key": "harness.remote._keys",
+    "known_target": "harness.remote._keys",
 }
 
 __all__ = sorted(_LAZY)

@@ -20,6 +20,7 @@ import paramiko
 from harness.errors import InputError, LtmError
 from harness.remote._keys import ServerKey
 from harness.remote.hosts import Host
+from harness.retry import retry
 
 __all__ = [
     "ConnectOptions",
@@ -120,8 +121,8 @@ def connect(host: Host, known_hosts: Path, *, options: ConnectOptions = ConnectO
     if host.key is not None and not Path(host.key).is_file():
         raise InputError(f"{describe(host)}: the SSH key {host.key} does not exist; fix 'key' "
                          "for this party in the inventory (or remove it to use the SSH agent)")
-    delay = options.backoff
-    for attempt in range(1, options.attempts + 1):
+
+    def attempt() -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         try:
             client.load_host_keys(str(known_hosts))
@@ -136,16 +137,18 @@ def connect(host: Host, known_hosts: Path, *, options: ConnectOptions = ConnectO
             if transport is not None:
                 # Traffic on an idle connection, so NAT/firewalls keep it during long runs.
                 transport.set_keepalive(_KEEPALIVE_SECONDS)
-            return client
-        except Exception as exc:
+        except BaseException:
             client.close()
-            error = _explain(host, known_hosts, inventory_path, exc)
-            if not _transient(exc):
-                raise error from None
-            if attempt == options.attempts:
-                raise SshConnectError(f"{error} (gave up after {attempt} attempts; check the "
-                                      "host is up, sshd runs and the firewall allows "
-                                      f"port {host.ssh_port})") from None
-        sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")  # pragma: no cover
+            raise
+        return client
+
+    try:
+        return retry(attempt, when=_transient, attempts=options.attempts,
+                     delay=options.backoff, factor=2.0, sleep=sleep)
+    except Exception as exc:
+        error = _explain(host, known_hosts, inventory_path, exc)
+        if not _transient(exc):
+            raise error from None
+        raise SshConnectError(f"{error} (gave up after {options.attempts} attempts; check the "
+                              "host is up, sshd runs and the firewall allows "
+                              f"port {host.ssh_port})") from None
