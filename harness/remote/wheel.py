@@ -38,7 +38,8 @@ _BUILD_TIMEOUT = 300.0
 # Fixed zip timestamps make the wheel a function of the source: the same tree
 # gives the same sha256 on every build.
 _SOURCE_DATE_EPOCH = "315532800"
-_PACKAGES = ("harness", "infra", "mpc_programs", "benchmarks")
+# infra/ sits beside harness/ in a checkout and inside it (harness/infra) once installed.
+_PACKAGES = ("harness", "infra", "mpc_programs")
 _TOP_FILES = ("pyproject.toml", "README.md", "LICENSE", "LICENSE.txt", "setup.cfg")
 
 
@@ -137,9 +138,9 @@ def _write_installed_tree(tree: Path, files: list[tuple[str, Path]]) -> None:
         f'version = "{__version__}"\nrequires-python = ">=3.10"\n'
         f"dependencies = {json.dumps(_installed_requirements())}\n"
         '[project.scripts]\nltm = "harness.cli:main"\n'
-        '[tool.setuptools.packages.find]\ninclude = ["harness*", "mpc_programs*", "infra*", '
-        '"benchmarks*"]\n[tool.setuptools.package-data]\nmpc_programs = ["*.mpc.j2"]\n'
-        'benchmarks = ["*.toml", "*.csv"]\n')
+        '[tool.setuptools.packages.find]\ninclude = ["harness*", "mpc_programs*"]\n'
+        '[tool.setuptools.package-data]\nmpc_programs = ["*.mpc.j2"]\n'
+        '"harness.experiments" = ["specs/*.toml", "specs/*.csv"]\n')
 
 
 def _installed_requirements() -> list[str]:
