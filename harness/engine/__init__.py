@@ -1,8 +1,8 @@
 """The servers' engine: MP-SPDZ and the parties that run it on this machine.
 
 Owns finding and installing MP-SPDZ (:mod:`.mpspdz`), the protocols it runs and
-their binaries (:mod:`.protocols`), rendering and compiling
-the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
+their binaries (:mod:`.protocols`), the server programs (:mod:`.server_programs`),
+rendering and compiling the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`) and the clients' TLS upload through it (:mod:`.upload`), parsing
@@ -26,6 +26,7 @@ from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
     PartyRun,
+    party_input_file,
 )
 from harness.engine.interface import ClientJob, Cluster, Delivery
 from harness.engine.mpspdz import (
@@ -63,6 +64,12 @@ from harness.engine.protocols import (
     protocol_for,
     unusable_reason,
 )
+from harness.engine.server_programs import (
+    INPUT_MODES,
+    PROGRAMS,
+    ServerProgram,
+    server_program,
+)
 from harness.engine.staging import (
     PartyStaging,
 )
@@ -81,11 +88,13 @@ __all__ = [
     "Completed",
     "DEFAULT_PROTOCOL",
     "ENV_VAR",
+    "INPUT_MODES",
     "LocalCluster",
     "MpSpdz",
     "NO_INSTALL_ENV_VAR",
     "OPTIONAL_BINARIES",
     "OUTPUT_MARKER",
+    "PROGRAMS",
     "PROTOCOL",
     "PROTOCOLS",
     "PartyRun",
@@ -93,6 +102,7 @@ __all__ = [
     "Protocol",
     "REQUIRED_BINARIES",
     "SUPPORTED_VERSION",
+    "ServerProgram",
     "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",
@@ -110,6 +120,7 @@ __all__ = [
     "make_certificates",
     "parse_output",
     "parse_stats",
+    "party_input_file",
     "profile_for",
     "protocol_for",
     "read_and_sum",
@@ -118,5 +129,6 @@ __all__ = [
     "run_group",
     "save_plan",
     "send_files",
+    "server_program",
     "unusable_reason",
 ]

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from harness.clients import components
 from harness.errors import InputError, LtmError
-from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
+from harness.experiments.config import RunConfig, default_input_mode
+from harness.experiments.workload import upload_model_mb
 
 if TYPE_CHECKING:
     from harness.experiments.reproduce import ReproduceConfig
@@ -146,12 +147,12 @@ class CellCost:
 
 
 def _upload_bytes(run_cfg: RunConfig, values: int) -> float:
-    if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
+    if run_cfg.sharing != "seeded" or run_cfg.input_kind != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
-    comps = components(run_cfg.share_format, run_cfg.parties)
+    comps = components(run_cfg.share_format, run_cfg.party_count)
     # Client j sends component j mod C in full, the others as seeds; no padding rows.
-    return sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
-               for i in range(run_cfg.parties))
+    return float(sum(comps.upload_bytes(i, run_cfg.clients, values // run_cfg.clients)
+                     for i in range(run_cfg.party_count)))
 
 
 def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
