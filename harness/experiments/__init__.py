@@ -3,7 +3,7 @@
 Owns ``ltm run``'s work (:mod:`.run`, the entry: its settings :mod:`.config`, its
 workload :mod:`.workload`, where its parties live :mod:`.placement` and one run on
 them :mod:`.execute`, verified bit for bit), the sweeps of Tables 3-5
-(:mod:`.sweeps`, :mod:`.reproduce`), their tables, plots and report
+(:mod:`.sweeps`, :mod:`.reproduce`, their raw rows :mod:`.raw`), their tables, plots and report
 (:mod:`.report`), cost and duration estimates (:mod:`.estimate`) and the result
 format with its migrations (:mod:`.results`).
 

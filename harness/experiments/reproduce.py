@@ -5,7 +5,8 @@ between resumptions) and ``raw.jsonl`` (one row per party per finished
 repetition). Every repetition is appended and flushed as soon as it is
 verified, as one write, so an interrupted sweep loses at most the repetition in
 flight; a rerun of the same command skips what ``raw.jsonl`` already holds.
-The tables, plots and ``report.md`` are rebuilt from ``raw.jsonl`` at the end.
+The tables, plots and ``report.md`` are rebuilt from ``raw.jsonl`` at the end;
+reading, checking and healing it is :mod:`.raw`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 from tqdm import tqdm
 
 from harness.engine import DEFAULT_PROTOCOL, MpSpdz, ensure_mpspdz, protocol_for
@@ -28,12 +28,12 @@ from harness.experiments import report
 from harness.experiments.config import PROGRAMS, SHARINGS, RunConfig, default_input_mode
 from harness.experiments.execute import ServerInputs, execute
 from harness.experiments.placement import check_placement, check_protocol_usable
+from harness.experiments.raw import completed, heal, load_raw
 from harness.experiments.results import (
     FORMAT_VERSION,
     RunResult,
     machine_info,
     metadata,
-    migrate_row,
     migrate_sweep_settings,
     write_json_atomic,
 )
@@ -44,7 +44,7 @@ from harness.experiments.workload import (
     program_for,
     public_input_for,
 )
-from harness.fileio import output_lock, write_atomic
+from harness.fileio import output_lock
 
 __all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
            "SWEEP_FILE"]
@@ -188,7 +188,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)
     raw_path = out / RAW_FILE
-    done = _heal(raw_path)
+    done = heal(raw_path)
     todo = [t for t in plan if (t.cell.key, t.repetition) not in done]
     if echo and len(todo) < len(plan):
         echo(f"ltm reproduce: resuming in {out}: {len(plan) - len(todo)} of {len(plan)} "
@@ -200,7 +200,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
             echo(f"ltm reproduce: interrupted; finished repetitions are kept in {raw_path}. "
                  "Run the same command again to resume.")
         raise
-    finished = _completed(raw_path)
+    finished = completed(raw_path)
     missing = [t for t in plan if (t.cell.key, t.repetition) not in finished]
     if missing:
         # Success means every cell complete, never a table with holes in it.
@@ -348,96 +348,6 @@ def _append(raw_path: Path, rows: list[dict]) -> None:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-# What every raw row must hold, and of which type, for resuming and the tables to work.
-_ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "table": (str,), "cell": (str,), "repetition": (int,), "servers": (int,),
-    "party": (int,), "t_mpc_s": (int, float), "c_mpc_mb": (int, float), "verified": (bool,),
-}
-
-
-def _damaged(raw_path: Path, number: int, what: str) -> InputError:
-    return InputError(f"{raw_path}: line {number} {what}; the raw results are damaged: "
-                      "restore the file, delete that line, or start a new sweep with another "
-                      "--out")
-
-
-def _check_row(raw_path: Path, number: int, row: object) -> dict:
-    if not isinstance(row, dict):
-        raise _damaged(raw_path, number, f"is JSON but not a raw row (a {type(row).__name__})")
-    for key, kinds in _ROW_FIELDS.items():
-        value = row.get(key)
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise _damaged(raw_path, number, f"has no valid {key!r} (got {value!r})")
-    if row["servers"] < 2 or not 0 <= row["party"] < row["servers"] or row["repetition"] < 0:
-        raise _damaged(raw_path, number, f"has party {row['party']} of {row['servers']} "
-                       f"servers, repetition {row['repetition']}")
-    # As the current version writes it; a row from a newer harness is refused here.
-    return migrate_row(row, f"{raw_path}: line {number}")
-
-
-def _read_lines(raw_path: Path) -> tuple[list[tuple[dict, str]], bool]:
-    """Every row with its line, validated; and whether a torn last line was left out.
-
-    Only a last line without its newline is the write a kill interrupted; any other
-    line that is not a raw row is damage, reported with its number before anything
-    is appended.
-    """
-    try:
-        data = raw_path.read_bytes()
-    except FileNotFoundError:
-        return [], False
-    except OSError as exc:
-        raise InputError(f"cannot read {raw_path}: {exc.strerror}; check its permissions") \
-            from None
-    lines = data.split(b"\n")
-    torn = lines.pop() != b""  # the piece after the last newline
-    rows = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-            row = json.loads(text)
-        except (UnicodeDecodeError, ValueError):
-            raise _damaged(raw_path, number, "is not JSON") from None
-        rows.append((_check_row(raw_path, number, row), text))
-    return rows, torn
-
-
-def _whole(rows: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
-    """The rows of complete repetitions: exactly one row for each of the cell's servers."""
-    parties: dict[tuple[str, int], list[int]] = {}
-    for row, _ in rows:
-        parties.setdefault((row["cell"], row["repetition"]), []).append(row["party"])
-    return [(row, text) for row, text in rows
-            if sorted(parties[(row["cell"], row["repetition"])]) == list(range(row["servers"]))]
-
-
-def _heal(raw_path: Path) -> set[tuple[str, int]]:
-    """Drop a torn tail and every incomplete repetition before appending; return what is done.
-
-    A kill during a repetition's write can leave some of its parties' rows: they
-    are dropped whole, so the repetition is run again and counted once.
-    """
-    rows, torn = _read_lines(raw_path)
-    whole = _whole(rows)
-    if torn or len(whole) != len(rows):
-        write_atomic(raw_path, "".join(text + "\n" for _, text in whole))
-    return {(row["cell"], row["repetition"]) for row, _ in whole}
-
-
-def load_raw(raw_path: Path) -> pd.DataFrame:
-    """Complete repetitions from ``raw.jsonl``, skipping a torn trailing line."""
-    return pd.DataFrame([row for row, _ in _whole(_read_lines(raw_path)[0])])
-
-
-def _completed(raw_path: Path) -> set[tuple[str, int]]:
-    df = load_raw(raw_path)
-    if df.empty:
-        return set()
-    return set(zip(df["cell"], df["repetition"].astype(int), strict=True))
 
 
 def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
