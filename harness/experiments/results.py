@@ -213,7 +213,7 @@ def load_result(source: str | os.PathLike[str] | dict) -> RunResult:
             data = _RESULT_UPDATES[version](data)
             version += 1
         return RunResult.from_json(data)
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"{where} is not a complete version-{version} result ({exc!r} "
                          "does not fit); restore it or rerun `ltm run`") from None
 
