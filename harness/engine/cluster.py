@@ -33,11 +33,10 @@ from pathlib import Path
 from harness.clients import Prepared, expand_party
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
-from harness.engine.interface import ClientJob, Delivery, PartyRun
+from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
-from harness.engine.parse import parse_stats
-from harness.engine.process import Command, Completed, run_group
+from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
@@ -249,7 +248,7 @@ class LocalCluster(PartyStaging):
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
-        return self._results(run_group(commands, timeout))
+        return completed_runs(run_group(commands, timeout))
 
     def _run_emulated(self, program: CompiledProgram, public_input: str, *, timeout: float,
                       port: int | None) -> list[PartyRun]:
@@ -275,14 +274,10 @@ class LocalCluster(PartyStaging):
                 commands.append(self._command(i, net.wrap(i, argv)))
             # run_group stops every party (its finally) before the namespaces go.
             done = run_group(commands, timeout)
-        return self._results(done)
+        return completed_runs(done)
 
     def _command(self, i: int, argv: list[str]) -> Command:
         return Command(f"P{i}", argv, self.party_dir(i), log_dir=self.workdir / "logs")
-
-    @staticmethod
-    def _results(done: list[Completed]) -> list[PartyRun]:
-        return [PartyRun(i, c, parse_stats(c.name, c.stderr)) for i, c in enumerate(done)]
 
 
 def _harness_env() -> dict[str, str]:
