@@ -84,7 +84,7 @@ def _end_to_end(cfg: RunConfig, sharing: str, out: Path) -> dict:
     result = run(dataclasses.replace(cfg, out=out, sharing=sharing, force=True))
     if not result["upload_measured"]:
         raise SystemExit("the upload was not measured: the run did not cross the network")
-    parts = {**result["timings"], **result}
+    parts = {**result.timings, **result.to_json()}
     sent = [p["upload_bytes_sent"] for p in result["parties"]]
     slowest = max(result["parties"], key=lambda p: p["upload_s"])
     return {**{k: float(parts.get(k, 0.0)) for k in _E2E_PARTS}, "upload_bytes_sent": sent,
@@ -95,8 +95,8 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
             network: str = "t3.large-baseline", echo=print, dim: int = 10,
             rows: int = 100) -> dict:
     cfg = RunConfig(out=workdir / "unused", parties=parties, clients=clients, dim=dim,
-                    rows=rows, sparsity=sparsity, noise="gaussian", seed=1, network=network)
-    cfg.validate()
+                    rows=rows, sparsity=sparsity, noise="gaussian", seed=1,
+                    network=network).validate()
     check_requirements()  # root and iproute2 now, not after minutes of preparing
     work = build_workload(cfg)
     fmt = cfg.share_format

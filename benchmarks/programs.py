@@ -60,11 +60,9 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repe
     mp = find_mpspdz(mp_spdz)
     base = dict(out=workdir / "unused", parties=parties, clients=clients, dim=dim, rows=rows,
                 sparsity=sparsity, noise="gaussian", seed=1)
-    ref_cfg = RunConfig(program="reference", **base)
-    fast_cfg = RunConfig(program="fast", **base)
-    local_cfg = RunConfig(program="local", **base)
-    for cfg in (ref_cfg, fast_cfg, local_cfg):
-        cfg.validate()
+    ref_cfg = RunConfig(program="reference", **base).validate()
+    fast_cfg = RunConfig(program="fast", **base).validate()
+    local_cfg = RunConfig(program="local", **base).validate()
     echo(f"preparing n={clients} d={dim} m={rows} s={sparsity} S={parties} ...")
     fast_work = build_workload(fast_cfg)
     ref_work = build_workload(ref_cfg)

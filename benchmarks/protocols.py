@@ -67,10 +67,8 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, repeat: int, workd
     for protocol in PROTOCOLS:
         base = dict(out=workdir / "unused", parties=3, clients=clients, dim=dim, rows=rows,
                     sparsity=sparsity, noise="gaussian", seed=1, protocol=protocol)
-        fast_cfg = RunConfig(program="fast", **base)
-        local_cfg = RunConfig(program="local", **base)
-        fast_cfg.validate()
-        local_cfg.validate()
+        fast_cfg = RunConfig(program="fast", **base).validate()
+        local_cfg = RunConfig(program="local", **base).validate()
         echo(f"preparing {protocol}: n={clients} d={dim} m={rows} s={sparsity} S=3 ...")
         work = build_workload(fast_cfg)
         shares = LocalCluster(mp, 3, workdir / protocol / "shares", protocol=protocol)

@@ -29,6 +29,7 @@ BUDGET = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, databa
                   suppress_health_check=[HealthCheck.function_scoped_fixture,
                                          HealthCheck.too_slow])
 run_module = importlib.import_module("harness.experiments.run")
+workload_module = importlib.import_module("harness.experiments.workload")
 reproduce_module = importlib.import_module("harness.experiments.reproduce")
 
 
@@ -43,7 +44,7 @@ def _reached(*args, **kwargs):
 @pytest.fixture(scope="module")
 def heavy_work_stops():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_module, "synthetic_matrix", _reached)
+        mp.setattr(workload_module, "synthetic_matrix", _reached)
         mp.setattr(run_module, "program_for", _reached)
         mp.setattr(reproduce_module, "program_for", _reached)
         mp.setattr(utility, "sweep", _reached)

@@ -21,8 +21,8 @@ from harness.analyst import utility
 from harness.cli import main
 from harness.errors import available_memory
 
-# The module, not the function that harness.experiments re-exports under its name.
-run_module = importlib.import_module("harness.experiments.run")
+# The module that draws the data (harness.experiments re-exports its functions).
+workload_module = importlib.import_module("harness.experiments.workload")
 
 
 def one_line_error(capsys, argv: list[str], needle: str) -> str:
@@ -45,7 +45,7 @@ def no_drawing(monkeypatch):
     def drawn(*args, **kwargs):
         raise AssertionError("data drawn before the options were checked")
 
-    monkeypatch.setattr(run_module, "synthetic_matrix", drawn)
+    monkeypatch.setattr(workload_module, "synthetic_matrix", drawn)
 
 
 @pytest.mark.parametrize(("args", "needle"), [

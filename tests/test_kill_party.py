@@ -9,16 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from _runs import staged
 
-from harness.engine.cluster import LocalCluster
 from harness.errors import PartyError
-from harness.experiments.run import (
-    RunConfig,
-    build_workload,
-    prepare_cluster,
-    program_for,
-    public_input_for,
-)
+from harness.experiments import RunConfig
 
 pytestmark = pytest.mark.mpspdz
 
@@ -46,19 +40,15 @@ def _zombie(pid: str) -> bool:
 
 
 def test_killed_party_stops_all(tmp_path, mp_spdz, program_cache):
-    cfg = RunConfig(out=tmp_path / "o", program="reference", clients=300_000, rows=10, dim=4,
-                    noise="none", seed=1, cache_dir=program_cache)
-    cfg.validate()
-    work = build_workload(cfg)
-    cluster = LocalCluster(mp_spdz, 3, tmp_path / "work")
-    prepare_cluster(cfg, work, cluster)
-    program = program_for(mp_spdz, cfg, work)
-    schedule = public_input_for(cfg, work)
+    cfg = RunConfig(out=tmp_path / "o", program="reference", parties=3, clients=300_000,
+                    rows=10, dim=4, noise="none", seed=1, cache_dir=program_cache)
+    run = staged(mp_spdz, cfg, tmp_path / "work")
+    cluster = run.cluster
     outcome: dict = {}
 
     def target():
         try:
-            cluster.run(program, schedule, timeout=120)
+            cluster.run(run.program, run.schedule, timeout=120)
         except PartyError as exc:
             outcome["error"] = exc
 

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from _runs import staged
 
 import harness.engine.netns as netns
 from harness.clients.seeded import SEED_BYTES
@@ -27,14 +28,7 @@ from harness.engine.netns import (
 from harness.engine.parse import parse_output
 from harness.engine.process import Command, run_group
 from harness.errors import InputError, PartyError, TamperDetectedError
-from harness.experiments.run import (
-    RunConfig,
-    build_workload,
-    prepare_cluster,
-    program_for,
-    public_input_for,
-    run,
-)
+from harness.experiments import RunConfig, run
 
 IS_ROOT = os.geteuid() == 0
 
@@ -269,20 +263,19 @@ def test_credits_burst_at_peak_then_fall_back_to_the_baseline():
 @pytest.mark.parametrize("parties", [2, 3])
 def test_mpspdz_parties_verify_over_t3_large(tmp_path, mp_spdz, program_cache, parties):
     cfg = RunConfig(out=tmp_path / "out", parties=parties, clients=300, rows=5, dim=2,
-                    sparsity=2, noise="none", seed=11, cache_dir=program_cache, timeout=60)
-    cfg.validate()
-    work = build_workload(cfg)
-    program = program_for(mp_spdz, cfg, work)
-    cluster = LocalCluster(mp_spdz, parties, tmp_path / "work", network="t3.large")
-    prepared = prepare_cluster(cfg, work, cluster)
+                    sparsity=2, noise="none", seed=11, cache_dir=program_cache, timeout=60,
+                    network="t3.large")
+    s = staged(mp_spdz, cfg, tmp_path / "work")
+    cluster = s.cluster
     before = set(_namespaces())
-    with cluster.network_session():  # one network for the upload and the MPC
-        uploaded = cluster.upload(timeout=cfg.timeout)
-        runs = cluster.run(program, public_input_for(cfg, work), timeout=cfg.timeout)
-    assert sorted(uploaded) == list(range(parties))
-    m, d = work.sketch.m, work.d
+    with cluster.session():  # one network for the upload and the MPC
+        delivery = cluster.deliver(s.job)
+        runs = cluster.run(s.program, s.schedule, timeout=cfg.timeout)
+    assert delivery.upload is not None and sorted(delivery.upload) == list(range(parties))
+    assert not cluster.reuses_inputs  # each run through the network sends anew
+    m, d = s.work.sketch.m, s.work.d
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
-    assert np.array_equal(revealed, prepared.expected)
+    assert np.array_equal(revealed, s.prepared.expected)
     assert all(r.stats["global_data_sent_mb"] > 0 for r in runs)
     hosts = (tmp_path / "work" / "ip-file").read_text().split()
     assert hosts == [f"{netns.SUBNET}.{i + 1}:{5000 + i}" for i in range(parties)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from harness.cli import main
 from harness.errors import InputError, VerificationError
+from harness.experiments import FORMAT_VERSION
 from harness.experiments.reproduce import RAW_FILE, ReproduceConfig, load_raw, reproduce
 from harness.experiments.sweeps import expand, load_spec
 
@@ -162,9 +164,10 @@ def test_resume_refuses_other_settings(tmp_path, mp_spdz, program_cache, monkeyp
 
 def test_mismatch_stops_the_sweep(tmp_path, mp_spdz, program_cache, monkeypatch):
     def corrupt(*args, **kwargs):
-        result = _EXECUTE(*args, **kwargs)
-        result["verification"] = {**result["verification"], "ok": False, "mismatches": 1}
-        return result
+        outcome = _EXECUTE(*args, **kwargs)
+        outcome.result.verification = dataclasses.replace(outcome.result.verification,
+                                                          ok=False, mismatches=1)
+        return outcome
 
     monkeypatch.setattr(rp, "execute", corrupt)
     cfg = _cfg(tmp_path, "table4", program_cache, repeat=1)
@@ -200,9 +203,9 @@ def test_raw_file_records_are_json_lines(tmp_path, mp_spdz, program_cache):
     lines = (cfg.out / RAW_FILE).read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert len(rows) == 5 * 2
-    assert {r["format_version"] for r in rows} == {1}
+    assert {r["format_version"] for r in rows} == {FORMAT_VERSION}
     sweep = json.loads((cfg.out / "sweep.json").read_text())
-    assert sweep["settings"]["scale"] == 0.002 and sweep["format_version"] == 1
+    assert sweep["settings"]["scale"] == 0.002 and sweep["format_version"] == FORMAT_VERSION
 
 
 @pytest.mark.root

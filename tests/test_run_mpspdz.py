@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.clients.sketch import Sketch
-from harness.experiments.run import RunConfig, run
+from harness.experiments import FORMAT_VERSION, RunConfig, run
 
 pytestmark = pytest.mark.mpspdz
 
@@ -53,7 +53,7 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     # fixed point with 16 fraction bits: error below 2^-16 per summand
     assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
     saved = json.loads((out / "result.json").read_text())
-    assert saved["format_version"] == 1
+    assert saved["format_version"] == FORMAT_VERSION == 2
     assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
     assert saved["metadata"]["harness_version"] and saved["metadata"]["date"]
     sk = np.load(out / "sketch.npz")

@@ -34,7 +34,7 @@ from harness.errors import MpSpdzError
 from harness.experiments import (
     RunConfig,
     build_workload,
-    prepare_cluster,
+    client_job,
     program_for,
     public_input_for,
     run,
@@ -115,13 +115,13 @@ def small_config(tmp_path: Path, cache: Path, **kw) -> RunConfig:
 def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
     """An SshCluster with the clients' inputs prepared, through harness.experiments' public
     functions, as a run prepares them."""
-    cfg.validate()
+    cfg = cfg.validate()
     work = build_workload(cfg)
     program = program_for(mp_spdz, cfg, work)
     cluster = SshCluster(mp_spdz, load_inventory(inventory), workdir, inventory_path=inventory,
                          **kw)
     assert isinstance(cluster, Cluster) and not cluster.reuses_inputs
-    prepared = prepare_cluster(cfg, work, cluster)
+    prepared = cluster.prepare(client_job(cfg, work))
     return cluster, program, public_input_for(cfg, work), prepared
 
 

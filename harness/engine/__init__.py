@@ -2,8 +2,9 @@
 
 Owns finding MP-SPDZ (:mod:`.mpspdz`), installing it (:mod:`.installer`, unpacking
 the release with :mod:`.release`) and reporting on it (:mod:`.checkup`), the
-protocols it runs and their binaries (:mod:`.protocols`), rendering and compiling
-the ``.mpc`` programs (:mod:`.programs`), the one subprocess wrapper
+protocols it runs and their binaries (:mod:`.protocols`), the server programs
+(:mod:`.server_programs`), rendering and compiling the ``.mpc`` programs
+(:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`) and the clients' TLS upload through it (:mod:`.upload`), parsing
@@ -28,6 +29,7 @@ from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
     PartyRun,
+    party_input_file,
 )
 from harness.engine.installer import ensure_mpspdz, install
 from harness.engine.interface import ClientJob, Cluster, Delivery
@@ -63,6 +65,12 @@ from harness.engine.protocols import (
     protocol_for,
     unusable_reason,
 )
+from harness.engine.server_programs import (
+    INPUT_MODES,
+    PROGRAMS,
+    ServerProgram,
+    server_program,
+)
 from harness.engine.staging import (
     PartyStaging,
 )
@@ -81,11 +89,13 @@ __all__ = [
     "Completed",
     "DEFAULT_PROTOCOL",
     "ENV_VAR",
+    "INPUT_MODES",
     "LocalCluster",
     "MpSpdz",
     "NO_INSTALL_ENV_VAR",
     "OPTIONAL_BINARIES",
     "OUTPUT_MARKER",
+    "PROGRAMS",
     "PROTOCOL",
     "PROTOCOLS",
     "PartyRun",
@@ -93,6 +103,7 @@ __all__ = [
     "Protocol",
     "REQUIRED_BINARIES",
     "SUPPORTED_VERSION",
+    "ServerProgram",
     "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",
@@ -110,6 +121,7 @@ __all__ = [
     "make_certificates",
     "parse_output",
     "parse_stats",
+    "party_input_file",
     "profile_for",
     "protocol_for",
     "read_and_sum",
@@ -118,5 +130,6 @@ __all__ = [
     "run_group",
     "save_plan",
     "send_files",
+    "server_program",
     "unusable_reason",
 ]

@@ -13,6 +13,9 @@ the party's directory) and :meth:`LocalCluster.upload` sends them through the
 emulated network, from the clients' namespace into a receiver in each party's
 (:mod:`harness.engine.upload`), timed per server. The network stays up from the
 upload to the end of the MPC, so a profile's credits spent on the upload stay spent.
+
+:class:`LocalCluster` implements :class:`harness.engine.interface.Cluster`: a run
+talks to it only through that protocol, as it does to the SSH cluster.
 """
 
 from __future__ import annotations
@@ -24,22 +27,24 @@ import shutil
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
+from harness.clients import Prepared, expand_party
+from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
-from harness.engine.interface import PartyRun
+from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
-from harness.engine.parse import parse_stats
-from harness.engine.process import Command, Completed, run_group
+from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
 from harness.errors import InputError, PartyError
 from harness.fileio import private_dir
 
-__all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun"]
+__all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun",
+           "party_input_file"]
 
 PROTOCOL = DEFAULT_PROTOCOL
 # Every party prints what it reveals (MP-SPDZ: "'.' for stdout on all parties"), so
@@ -71,6 +76,11 @@ def check_ports_free(base: int, count: int) -> None:
                          f"{base + count - 1}); pick another --port or leave it out")
 
 
+def party_input_file(party_dir: Path, party: int) -> Path:
+    """Party ``party``'s private input to the MPC (MP-SPDZ's ``Input-P<i>-0``)."""
+    return party_dir / "Player-Data" / f"Input-P{party}-0"
+
+
 def find_free_ports(count: int, attempts: int = 100) -> int:
     rng = random.SystemRandom()
     for _ in range(attempts):
@@ -97,6 +107,47 @@ class LocalCluster(PartyStaging):
         self._count_args = spec.party_count_args(parties)
         self._net: NetworkEmulation | None = None
         super().__init__(parties, workdir)
+
+    # --- the Cluster protocol -----------------------------------------------------------
+
+    def prepare(self, job: ClientJob) -> Prepared:
+        return self.prepare_here(job)
+
+    def session(self) -> AbstractContextManager[None]:
+        return self.network_session()
+
+    def deliver(self, job: ClientJob) -> Delivery:
+        """The clients' upload through the emulated network (if any), then each
+        server's expansion of its seeds, timed here (on separate machines the servers
+        would expand at the same time, each its own)."""
+        upload = self.upload(job.timeout) if job.input_mode == "shares" else None
+        expand_s = None
+        if job.sharing == "seeded":
+            expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.layout,
+                                     job.share_format, self.parties, job.n, job.sketch.s)
+                        for i in range(self.parties)]
+        return Delivery(upload=upload, expand_s=expand_s)
+
+    def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float]:
+        seconds = []
+        for i in range(self.parties):
+            raw = self.share_file(i)
+            received = raw.with_name(f"Received-P{i}.data")
+            if not received.exists():  # else a rerun on the same inputs: aggregate them again
+                raw.rename(received)
+            dest = party_input_file(self.party_dir(i), i) if as_input else raw
+            seconds.append(aggregate_share_file(received, job.layout, dest, job.share_format,
+                                                as_input=as_input))
+        return seconds
+
+    def upload_bytes(self, prepared: Prepared) -> list[int]:
+        # Without a network the files are written in place: what the clients would send.
+        return list(prepared.upload_bytes)
+
+    @property
+    def reuses_inputs(self) -> bool:
+        # Through an emulated network the upload is measured: every run sends anew.
+        return self.network is None
 
     # --- the clients' upload ----------------------------------------------------------
 
@@ -197,7 +248,7 @@ class LocalCluster(PartyStaging):
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
-        return self._results(run_group(commands, timeout))
+        return completed_runs(run_group(commands, timeout))
 
     def _run_emulated(self, program: CompiledProgram, public_input: str, *, timeout: float,
                       port: int | None) -> list[PartyRun]:
@@ -223,14 +274,10 @@ class LocalCluster(PartyStaging):
                 commands.append(self._command(i, net.wrap(i, argv)))
             # run_group stops every party (its finally) before the namespaces go.
             done = run_group(commands, timeout)
-        return self._results(done)
+        return completed_runs(done)
 
     def _command(self, i: int, argv: list[str]) -> Command:
         return Command(f"P{i}", argv, self.party_dir(i), log_dir=self.workdir / "logs")
-
-    @staticmethod
-    def _results(done: list[Completed]) -> list[PartyRun]:
-        return [PartyRun(i, c, parse_stats(c.name, c.stderr)) for i, c in enumerate(done)]
 
 
 def _harness_env() -> dict[str, str]:

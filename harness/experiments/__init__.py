@@ -1,44 +1,68 @@
 """Experiments: one verified run, the paper's sweeps, and what they write.
 
-Owns ``ltm run``'s work (:mod:`.run`: prepare, run on local or remote parties,
-verify bit for bit, write results), the sweeps of Tables 3-5 (:mod:`.sweeps`,
-:mod:`.reproduce`), their tables, plots and report (:mod:`.report`), cost and
-duration estimates (:mod:`.estimate`) and the result format (:mod:`.results`).
+Owns ``ltm run``'s work (:mod:`.run`, the entry: its settings :mod:`.config`, its
+workload :mod:`.workload`, where its parties live :mod:`.placement` and one run on
+them :mod:`.execute`, verified bit for bit), the sweeps of Tables 3-5
+(:mod:`.sweeps`, :mod:`.reproduce`, their raw rows :mod:`.raw`), their tables, plots and report
+(:mod:`.report`), cost and duration estimates (:mod:`.estimate`) and the result
+format with its migrations (:mod:`.results`).
 
 May import: the top-level shared modules, :mod:`harness.clients`,
 :mod:`harness.engine`, :mod:`harness.remote` and :mod:`infra`.
 """
 
-from harness.experiments.estimate import (
-    estimate_sweep,
-)
-from harness.experiments.reproduce import ReproduceConfig, reproduce
-from harness.experiments.results import (
-    metadata,
-)
-from harness.experiments.run import (
+from harness.experiments.config import (
     INPUT_MODES,
     PROGRAMS,
     PROTOCOLS,
     SHARINGS,
     RunConfig,
+    default_input_mode,
+)
+from harness.experiments.estimate import (
+    estimate_sweep,
+)
+from harness.experiments.execute import RunOutcome, ServerInputs, execute
+from harness.experiments.placement import make_cluster
+from harness.experiments.reproduce import ReproduceConfig, reproduce
+from harness.experiments.results import (
+    FORMAT_VERSION,
+    RunResult,
+    load_result,
+    metadata,
+    migrate_row,
+)
+from harness.experiments.run import run
+from harness.experiments.workload import (
+    Workload,
     build_workload,
+    client_job,
     prepare_cluster,
     program_for,
     public_input_for,
-    run,
 )
 
 __all__ = [
+    "FORMAT_VERSION",
     "INPUT_MODES",
     "PROGRAMS",
     "PROTOCOLS",
     "ReproduceConfig",
     "RunConfig",
+    "RunOutcome",
+    "RunResult",
     "SHARINGS",
+    "ServerInputs",
+    "Workload",
     "build_workload",
+    "client_job",
+    "default_input_mode",
     "estimate_sweep",
+    "execute",
+    "load_result",
+    "make_cluster",
     "metadata",
+    "migrate_row",
     "prepare_cluster",
     "program_for",
     "public_input_for",

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from harness.clients import components
 from harness.errors import InputError, LtmError
-from harness.experiments.run import RunConfig, default_input_mode, upload_model_mb
+from harness.experiments.config import RunConfig, default_input_mode
+from harness.experiments.workload import upload_model_mb
 
 if TYPE_CHECKING:
     from harness.experiments.reproduce import ReproduceConfig
@@ -146,7 +147,7 @@ class CellCost:
 
 
 def _upload_bytes(run_cfg: RunConfig, servers: int, values: int) -> float:
-    if run_cfg.sharing != "seeded" or run_cfg.input_mode != "shares":
+    if run_cfg.sharing != "seeded" or run_cfg.input_kind != "shares":
         return upload_model_mb(run_cfg, values) * 1e6
     comps = components(run_cfg.share_format, servers)
     # Client j sends component j mod C in full, the others as seeds; no padding rows.

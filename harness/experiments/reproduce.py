@@ -5,7 +5,8 @@ between resumptions) and ``raw.jsonl`` (one row per party per finished
 repetition). Every repetition is appended and flushed as soon as it is
 verified, as one write, so an interrupted sweep loses at most the repetition in
 flight; a rerun of the same command skips what ``raw.jsonl`` already holds.
-The tables, plots and ``report.md`` are rebuilt from ``raw.jsonl`` at the end.
+The tables, plots and ``report.md`` are rebuilt from ``raw.jsonl`` at the end;
+reading, checking and healing it is :mod:`.raw`.
 """
 
 from __future__ import annotations
@@ -19,28 +20,31 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 from tqdm import tqdm
 
 from harness.engine import DEFAULT_PROTOCOL, MpSpdz, ensure_mpspdz, protocol_for
 from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
-from harness.experiments.results import FORMAT_VERSION, machine_info, metadata, write_json_atomic
-from harness.experiments.run import (
-    PROGRAMS,
-    SHARINGS,
-    RunConfig,
+from harness.experiments.config import PROGRAMS, SHARINGS, RunConfig, default_input_mode
+from harness.experiments.execute import ServerInputs, execute
+from harness.experiments.placement import check_placement, check_protocol_usable
+from harness.experiments.raw import completed, heal, load_raw
+from harness.experiments.results import (
+    FORMAT_VERSION,
+    RunResult,
+    machine_info,
+    metadata,
+    migrate_sweep_settings,
+    write_json_atomic,
+)
+from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
+from harness.experiments.workload import (
     build_workload,
-    check_placement,
-    check_protocol_usable,
     check_workload_size,
-    default_input_mode,
-    execute,
     program_for,
     public_input_for,
 )
-from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
-from harness.fileio import output_lock, write_atomic
+from harness.fileio import output_lock
 
 __all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
            "SWEEP_FILE"]
@@ -52,10 +56,6 @@ SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
 _IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise", "seed")
-# sweep.json files written before a setting existed ran what is now its default
-# (the committed benchmarks/reproduction/*/sweep.json): read a missing key as that,
-# so that those sweeps still resume.
-_DEFAULTS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full"}
 # spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
 # inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
 # noisy value costs that per 200,000 values; above this many it is left out.
@@ -85,14 +85,16 @@ class ReproduceConfig:
 
     @property
     def reuses_inputs(self) -> bool:
-        """Repetitions of a cell rerun the servers on the cell's first inputs.
+        """Repetitions of a cell rerun the servers on the cell's first inputs, where
+        the cluster can (:attr:`harness.engine.Cluster.reuses_inputs`).
 
         The tables' repetitions measure the servers (T_MPC); drawing new noise and
         masks for each changes no distribution they measure, and the clients'
         figures are the first repetition's. Over a network (emulated or real) the
-        upload is part of what is measured, so there every repetition sends anew.
+        upload is part of what is measured, so there the cluster keeps nothing and
+        every repetition sends anew.
         """
-        return not self.fresh_inputs and self.hosts is None and self.network is None
+        return not self.fresh_inputs
 
     def identity(self) -> dict:
         # A sweep whose spec names its protocols and programs runs them all.
@@ -186,7 +188,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)
     raw_path = out / RAW_FILE
-    done = _heal(raw_path)
+    done = heal(raw_path)
     todo = [t for t in plan if (t.cell.key, t.repetition) not in done]
     if echo and len(todo) < len(plan):
         echo(f"ltm reproduce: resuming in {out}: {len(plan) - len(todo)} of {len(plan)} "
@@ -198,7 +200,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
             echo(f"ltm reproduce: interrupted; finished repetitions are kept in {raw_path}. "
                  "Run the same command again to resume.")
         raise
-    finished = _completed(raw_path)
+    finished = completed(raw_path)
     missing = [t for t in plan if (t.cell.key, t.repetition) not in finished]
     if missing:
         # Success means every cell complete, never a table with holes in it.
@@ -223,12 +225,11 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
     try:
         current: Cell | None = None
-        inputs = None
+        inputs: ServerInputs | None = None
         for task in todo:
             if task.cell != current:
                 current = task.cell
-                run_cfg = _run_config(cfg, current, workroot)
-                run_cfg.validate()
+                run_cfg = _run_config(cfg, current, workroot).validate()
                 work = build_workload(run_cfg)
                 program = program_for(mp, run_cfg, work)
                 schedule = public_input_for(run_cfg, work)
@@ -238,21 +239,21 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
             if inputs is None:
                 shutil.rmtree(workdir, ignore_errors=True)
             try:
-                result = execute(run_cfg, mp, work, program, workdir, schedule,
-                                 inputs=inputs, keep_inputs=cfg.reuses_inputs)
+                outcome = execute(run_cfg, mp, work, program, workdir, schedule,
+                                  inputs=inputs, keep_inputs=cfg.reuses_inputs)
             except BaseException:
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise
-            inputs = result.pop("_inputs", None)
+            inputs = outcome.inputs
             if inputs is None:
                 shutil.rmtree(workdir, ignore_errors=True)
-            result.pop("_revealed")
-            if not result["verification"]["ok"]:
-                v = result["verification"]
+            result = outcome.result
+            if not result.verification.ok:
+                v = result.verification
                 raise VerificationError(
                     f"{task.cell.key} repetition {task.repetition + 1}: the revealed sketch "
-                    f"differs from the plaintext computation in {v['mismatches']} of "
-                    f"{v['entries']} entries; the sweep stops here (finished repetitions are "
+                    f"differs from the plaintext computation in {v.mismatches} of "
+                    f"{v.entries} entries; the sweep stops here (finished repetitions are "
                     f"kept in {raw_path})")
             _append(raw_path, _rows(cfg, task, result))
             bar.update(1)
@@ -279,7 +280,7 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
                 "has party 0 input the noisy rows, so there are none to seed (a --sharing "
                 "full sweep measures it)")
     try:
-        run_cfg.validate()
+        run_cfg = run_cfg.validate()
     except InputError as exc:
         return str(exc)
     if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
@@ -306,10 +307,10 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing)
 
 
-def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
+def _rows(cfg: ReproduceConfig, task: _Task, result: RunResult) -> list[dict]:
     cell = task.cell
-    meta = {k: v for k, v in result["metadata"].items() if not isinstance(v, dict | list)}
-    upload_mb = sum(result["client_upload_bytes"]) / 1e6
+    meta = {k: v for k, v in result.metadata.items() if not isinstance(v, dict | list)}
+    upload_mb = sum(result.client_upload_bytes) / 1e6
     common = {
         "table": cell.table, "variant": cell.variant, "cell": cell.key,
         "servers": cell.servers, "clients": cell.clients, "paper_clients": cell.paper_clients,
@@ -317,22 +318,26 @@ def _rows(cfg: ReproduceConfig, task: _Task, result: dict) -> list[dict]:
         "program": cell.program or cfg.program, "network": cfg.network or "none",
         "hosts": str(cfg.hosts) if cfg.hosts else "local", "scale": cfg.scale,
         "repetition": task.repetition,
-        "t_mpc_s": result["t_mpc_s"], "client_upload_mb": upload_mb,
-        "client_upload_s": result["timings"].get("client_upload_s"),
-        "c_mpc_mb": result["c_mpc_mb"], "model_c_mpc_mb": result["model_c_mpc_mb"],
-        "model_client_upload_mb": result["model_client_upload_mb"],
-        "security": result["parameters"]["security"],
-        "verified": result["verification"]["ok"],
-        "prepare_s": result["timings"]["prepare_s"],
-        "inputs_reused": result["inputs_reused"],
-        "sharing": result["parameters"]["sharing"],
-        "t_end_to_end_s": result["t_end_to_end_s"],
-        "upload_measured": result["upload_measured"],
+        "t_mpc_s": result.t_mpc_s, "client_upload_mb": upload_mb,
+        "client_upload_s": result.timings.get("client_upload_s"),
+        "c_mpc_mb": result.c_mpc_mb, "model_c_mpc_mb": result.model_c_mpc_mb,
+        "model_client_upload_mb": result.model_client_upload_mb,
+        "security": result.parameters.security,
+        "verified": result.verification.ok,
+        "prepare_s": result.timings["prepare_s"],
+        "inputs_reused": result.inputs_reused,
+        "sharing": result.parameters.sharing,
+        "t_end_to_end_s": result.t_end_to_end_s,
+        "upload_measured": result.upload_measured,
         "format_version": FORMAT_VERSION, **meta,
     }
     keep = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb", "wall_s",
             "upload_s", "mpc_time_s", "aggregate_s", "expand_s")
-    return [{**common, **{k: p[k] for k in keep if k in p}} for p in result["parties"]]
+    rows = []
+    for p in result.parties:
+        party = p.to_json()
+        rows.append({**common, **{k: party[k] for k in keep if k in party}})
+    return rows
 
 
 def _append(raw_path: Path, rows: list[dict]) -> None:
@@ -343,95 +348,6 @@ def _append(raw_path: Path, rows: list[dict]) -> None:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
-
-
-# What every raw row must hold, and of which type, for resuming and the tables to work.
-_ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "table": (str,), "cell": (str,), "repetition": (int,), "servers": (int,),
-    "party": (int,), "t_mpc_s": (int, float), "c_mpc_mb": (int, float), "verified": (bool,),
-}
-
-
-def _damaged(raw_path: Path, number: int, what: str) -> InputError:
-    return InputError(f"{raw_path}: line {number} {what}; the raw results are damaged: "
-                      "restore the file, delete that line, or start a new sweep with another "
-                      "--out")
-
-
-def _check_row(raw_path: Path, number: int, row: object) -> dict:
-    if not isinstance(row, dict):
-        raise _damaged(raw_path, number, f"is JSON but not a raw row (a {type(row).__name__})")
-    for key, kinds in _ROW_FIELDS.items():
-        value = row.get(key)
-        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
-            raise _damaged(raw_path, number, f"has no valid {key!r} (got {value!r})")
-    if row["servers"] < 2 or not 0 <= row["party"] < row["servers"] or row["repetition"] < 0:
-        raise _damaged(raw_path, number, f"has party {row['party']} of {row['servers']} "
-                       f"servers, repetition {row['repetition']}")
-    return row
-
-
-def _read_lines(raw_path: Path) -> tuple[list[tuple[dict, str]], bool]:
-    """Every row with its line, validated; and whether a torn last line was left out.
-
-    Only a last line without its newline is the write a kill interrupted; any other
-    line that is not a raw row is damage, reported with its number before anything
-    is appended.
-    """
-    try:
-        data = raw_path.read_bytes()
-    except FileNotFoundError:
-        return [], False
-    except OSError as exc:
-        raise InputError(f"cannot read {raw_path}: {exc.strerror}; check its permissions") \
-            from None
-    lines = data.split(b"\n")
-    torn = lines.pop() != b""  # the piece after the last newline
-    rows = []
-    for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-            row = json.loads(text)
-        except (UnicodeDecodeError, ValueError):
-            raise _damaged(raw_path, number, "is not JSON") from None
-        rows.append((_check_row(raw_path, number, row), text))
-    return rows, torn
-
-
-def _whole(rows: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
-    """The rows of complete repetitions: exactly one row for each of the cell's servers."""
-    parties: dict[tuple[str, int], list[int]] = {}
-    for row, _ in rows:
-        parties.setdefault((row["cell"], row["repetition"]), []).append(row["party"])
-    return [(row, text) for row, text in rows
-            if sorted(parties[(row["cell"], row["repetition"])]) == list(range(row["servers"]))]
-
-
-def _heal(raw_path: Path) -> set[tuple[str, int]]:
-    """Drop a torn tail and every incomplete repetition before appending; return what is done.
-
-    A kill during a repetition's write can leave some of its parties' rows: they
-    are dropped whole, so the repetition is run again and counted once.
-    """
-    rows, torn = _read_lines(raw_path)
-    whole = _whole(rows)
-    if torn or len(whole) != len(rows):
-        write_atomic(raw_path, "".join(text + "\n" for _, text in whole))
-    return {(row["cell"], row["repetition"]) for row, _ in whole}
-
-
-def load_raw(raw_path: Path) -> pd.DataFrame:
-    """Complete repetitions from ``raw.jsonl``, skipping a torn trailing line."""
-    return pd.DataFrame([row for row, _ in _whole(_read_lines(raw_path)[0])])
-
-
-def _completed(raw_path: Path) -> set[tuple[str, int]]:
-    df = load_raw(raw_path)
-    if df.empty:
-        return set()
-    return set(zip(df["cell"], df["repetition"].astype(int), strict=True))
 
 
 def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
@@ -447,7 +363,7 @@ def _open_sweep(out: Path, cfg: ReproduceConfig, mp: MpSpdz) -> None:
         if not isinstance(recorded, dict) or not isinstance(recorded.get("settings"), dict):
             raise InputError(f"{sweep} is damaged (it is JSON but has no 'settings' object); "
                              "restore it or choose another --out")
-        recorded = {**_DEFAULTS_BEFORE, **recorded["settings"]}
+        recorded = migrate_sweep_settings(recorded, str(sweep))
         differs = {k: (recorded.get(k), v) for k, v in cfg.identity().items()
                    if recorded.get(k) != v}
         if differs:

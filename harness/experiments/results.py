@@ -1,25 +1,266 @@
-"""Result files: versioned JSON, metadata stamps, flat rows, safe output dirs."""
+"""Result files: the typed run result, its versioned JSON, migrations, safe output dirs.
+
+:class:`RunResult` is what ``ltm run`` measured and writes as ``result.json``;
+a sweep writes one ``raw.jsonl`` row per party per repetition (:mod:`.reproduce`).
+``FORMAT_VERSION`` goes up with every change of either schema, and this module alone reads older
+files: :func:`load_result` and :func:`migrate_row` bring a record up one version
+at a time (``_update_to_<N>``), as asv's ``Results`` does with ``api_version``.
+A record from a newer harness is refused rather than half understood.
+
+Versions: 1, the first format, gained keys while its number stayed 1 (the
+protocol and security, sharing, hosts and network parameters; T_end_to_end,
+whether the upload was measured and whether inputs were reused); 2 has every
+key of :class:`RunResult` in every file.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import platform
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pandas as pd
 
 from harness._version import __version__
+from harness.engine import DEFAULT_PROTOCOL, PROTOCOLS
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
-__all__ = ["FORMAT_VERSION", "machine_info", "metadata", "output_directory",
-           "write_json_atomic", "flat_rows"]
+__all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verification",
+           "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
+           "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
+                       "computed with numpy from the same encoding")
+
+
+@dataclass
+class Verification:
+    ok: bool
+    mismatches: int
+    entries: int
+    method: str = VERIFICATION_METHOD
+
+
+@dataclass
+class PartyResult:
+    """One server's figures; the optional ones only where they were measured."""
+
+    party: int
+    time_s: float  # the local program: mpc_time_s + aggregate_s
+    data_sent_mb: float
+    rounds: int
+    global_data_sent_mb: float
+    wall_s: float | None = None
+    upload_s: float | None = None
+    upload_bytes_sent: int | None = None
+    expand_s: float | None = None
+    mpc_time_s: float | None = None
+    aggregate_s: float | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass
+class RunParameters:
+    """What was run: the command's settings as the run resolved them."""
+
+    protocol: str
+    security: str | None  # semi-honest or malicious (the protocol's)
+    tamper: int | None
+    sharing: str
+    parties: int
+    clients: int
+    dim: int
+    rows: int
+    sparsity: int
+    dense: bool
+    program: str
+    input: str
+    frac_bits: int
+    seed: int | None
+    data: str  # the data file, or "synthetic"
+    hosts: str  # the inventory, or "local"
+    network: str  # the emulated network's profile, or "loopback"
+    noise: dict = field(default_factory=dict)
+    layout: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """``result.json``: one verified run's parameters, measurements and provenance.
+
+    Fields that a migrated older file did not record are None (``t_end_to_end_s``,
+    ``upload_measured``, ``model_client_upload_mb``). Read access by key
+    (``result["t_mpc_s"]``) gives the JSON form's values, as the file holds them.
+    """
+
+    metadata: dict
+    parameters: RunParameters
+    parties: list[PartyResult]
+    t_mpc_s: float
+    t_end_to_end_s: float | None
+    upload_measured: bool | None
+    inputs_reused: bool
+    global_data_sent_mb: float
+    client_upload_bytes: list[int]
+    c_mpc_mb: float
+    model_c_mpc_mb: float
+    model_client_upload_mb: float | None
+    verification: Verification
+    noise_observed: dict
+    timings: dict[str, float]
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict:
+        """The file's content: today's keys, the format version first."""
+        out: dict[str, Any] = {"format_version": self.format_version}
+        for f in dataclasses.fields(self):
+            if f.name == "format_version":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "parties":
+                value = [p.to_json() for p in value]
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                value = dataclasses.asdict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunResult:
+        """A current-version record (see :func:`load_result` for older ones)."""
+        fields = {k: v for k, v in data.items() if k != "format_version"}
+        fields["parameters"] = RunParameters(**fields["parameters"])
+        fields["parties"] = [PartyResult(**p) for p in fields["parties"]]
+        fields["verification"] = Verification(**fields["verification"])
+        return cls(**fields, format_version=FORMAT_VERSION)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, self.to_json())
+
+
+def _update_to_2(data: dict) -> dict:
+    """Version 1 gained keys while its number stayed 1: a file without one ran what is
+    now its default (semi2k, full sharing, local parties, loopback) and measured
+    nothing of it."""
+    params = dict(data["parameters"])
+    protocol = params.setdefault("protocol", (data.get("metadata") or {}).get("protocol")
+                                 or DEFAULT_PROTOCOL)
+    known = PROTOCOLS.get(protocol)
+    params.setdefault("security", known.model if known else None)
+    before: dict[str, object] = {"tamper": None, "sharing": "full", "hosts": "local",
+                                 "network": "loopback"}
+    unmeasured: dict[str, object] = {"t_end_to_end_s": None, "upload_measured": None,
+                                     "inputs_reused": False, "model_client_upload_mb": None}
+    return {**unmeasured, **data, "parameters": {**before, **params}}
+
+
+_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2}
+
+
+def _version_of(data: dict, where: str, what: str) -> int:
+    version = data.get("format_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InputError(f"{where}: format_version {version!r} is not a version; the "
+                         f"{what} is damaged: restore it or rerun")
+    if version > FORMAT_VERSION:
+        raise InputError(f"{where}: format version {version} is newer than this harness "
+                         f"reads ({FORMAT_VERSION}); upgrade ltm-harness to read it")
+    return version
+
+
+def load_result(source: str | os.PathLike[str] | dict) -> RunResult:
+    """A ``result.json`` of any version this harness wrote, brought up to the current one.
+
+    ``source`` is the file or its parsed content. A damaged file or one from a newer
+    harness is refused in one line.
+    """
+    where = "result" if isinstance(source, dict) else str(source)
+    if isinstance(source, dict):
+        data = source
+    else:
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"{where} does not exist; pass the result.json of an "
+                             "`ltm run`") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read {where}: {exc}; restore it or rerun `ltm run`") \
+                from None
+    if not isinstance(data, dict):
+        raise InputError(f"{where} is not a result (JSON {type(data).__name__}, not an "
+                         "object); pass the result.json of an `ltm run`")
+    version = _version_of(data, where, "result")
+    try:
+        while version < FORMAT_VERSION:
+            data = _RESULT_UPDATES[version](data)
+            version += 1
+        return RunResult.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{where} is not a complete version-{version} result ({exc!r} "
+                         "does not fit); restore it or rerun `ltm run`") from None
+
+
+# --- sweep rows (raw.jsonl) and settings (sweep.json) ------------------------------------
+
+# Columns that rows gained while the version stayed 1, with what a row without one
+# means: full sharing, nothing measured.
+_ROW_ADDED_IN_1 = {"sharing": "full", "t_end_to_end_s": math.nan, "expand_s": math.nan,
+                   "upload_measured": math.nan}
+
+
+def _row_to_2(row: dict) -> dict:
+    return {**_ROW_ADDED_IN_1, **row}
+
+
+_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2}
+
+
+def migrate_row(row: dict, where: str = "raw row") -> dict:
+    """One ``raw.jsonl`` row of any version, as the current version writes it."""
+    version = _version_of(row, where, "raw row")
+    while version < FORMAT_VERSION:
+        row = _ROW_UPDATES[version](row)
+        version += 1
+    return {**row, "format_version": FORMAT_VERSION}
+
+
+def migrate_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows in a table, whatever wrote them: the columns older rows lack, filled as
+    :func:`migrate_row` fills them (a resumed sweep mixes old rows and new)."""
+    rows = rows.assign(**{c: rows[c] if c in rows.columns else v
+                          for c, v in _ROW_ADDED_IN_1.items()})
+    rows["sharing"] = rows["sharing"].fillna(_ROW_ADDED_IN_1["sharing"])
+    return rows
+
+
+# sweep.json settings written before a setting existed ran what is now its default
+# (the committed benchmarks/reproduction/*/sweep.json): read a missing key as that,
+# so that those sweeps still resume.
+_SETTINGS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full"}
+
+
+def migrate_sweep_settings(record: dict, where: str = "sweep.json") -> dict:
+    """A ``sweep.json`` record's settings with the keys older sweeps lack, as they ran."""
+    _version_of(record, where, "sweep record")
+    return {**_SETTINGS_BEFORE, **record["settings"]}
 
 
 def machine_info() -> dict:
@@ -60,7 +301,7 @@ def _json_default(obj: object) -> object:
 
 
 @contextmanager
-def output_directory(out: Path, *, force: bool = False):
+def output_directory(out: Path, *, force: bool = False) -> Iterator[Path]:
     """Yield a staging directory that becomes ``out`` only if the block succeeds.
 
     An existing non-empty ``out`` is refused unless ``force``; then it is
@@ -86,17 +327,3 @@ def output_directory(out: Path, *, force: bool = False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, out)
-
-
-def flat_rows(result: dict) -> list[dict]:
-    """One flat row per party: parameters, measurements, machine info (for pandas)."""
-    params = {k: v for k, v in result["parameters"].items() if not isinstance(v, dict | list)}
-    noise = result["parameters"].get("noise", {})
-    meta = {k: v for k, v in result["metadata"].items() if not isinstance(v, dict | list)}
-    rows = []
-    for party in result["parties"]:
-        rows.append({**params, "noise": noise.get("kind"), **party,
-                     "t_mpc_s": result["t_mpc_s"], "c_mpc_mb": result["c_mpc_mb"],
-                     "model_c_mpc_mb": result["model_c_mpc_mb"],
-                     "verified": result["verification"]["ok"], **meta})
-    return rows

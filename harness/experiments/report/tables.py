@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import InputError
+from harness.experiments.results import migrate_rows
 from harness.experiments.sweeps import c_mpc_model_mb, load_spec, paper_values
 
 RAW_COLUMNS = ("table", "variant", "cell", "servers", "clients", "paper_clients", "sparsity",
@@ -88,21 +89,14 @@ def _table_rows(raw: pd.DataFrame, table: str) -> pd.DataFrame:
     return rows
 
 
-# Columns that rows written before seeded sharing and T_end_to_end lack, with
-# what such a row means: full sharing, nothing measured.
-_LATER_COLUMNS = {"sharing": "full", "t_end_to_end_s": np.nan, "expand_s": np.nan,
-                  "upload_measured": np.nan}
-
-
 def _repetitions(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, repetition): slowest party's time, C_MPC, and completeness.
 
     Also T_end_to_end, the slowest server's expansion and whether the upload was
     measured (NaN where the rows predate them).
     """
-    rows = rows.assign(**{c: rows[c] if c in rows.columns else v
-                          for c, v in _LATER_COLUMNS.items()})
-    rows["sharing"] = rows["sharing"].fillna("full")
+    # Rows written before seeded sharing and T_end_to_end: full sharing, nothing measured.
+    rows = migrate_rows(rows)
     per = rows.groupby(["cell", "repetition"], sort=False).agg(
         t_mpc_s=("time_s", "max"), c_mpc_mb=("c_mpc_mb", "mean"),
         t_end_to_end_s=("t_end_to_end_s", "max"), expand_s=("expand_s", "max"),

@@ -1,0 +1,102 @@
+"""The server programs the harness runs: one source of truth for each.
+
+Beside :mod:`.protocols` (how the parties compute), a server program fixes what
+they compute on and how: the ``.mpc`` template it compiles and which of the
+run's values it takes, the input modes it accepts (and its default), whether
+the clients' share files are in the blocked layout, whether each server first
+sums its own shares into the m x d accumulators (``local``), and the public
+schedule the compiled program reads. Everything that would ask for a program
+by name asks here instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.clients import Layout, Sketch, format_integers
+from harness.errors import InputError
+
+__all__ = ["INPUT_MODES", "PROGRAMS", "ServerProgram", "server_program"]
+
+# shares: the clients secret-share their noisy rows among the servers;
+# party: party 0, the data owner, types the noisy rows in.
+INPUT_MODES = ("shares", "party")
+
+
+def _no_schedule(sketch: Sketch, layout: Layout) -> str:
+    return ""
+
+
+def _slot_schedule(sketch: Sketch, layout: Layout) -> str:
+    # (bucket, sign) of every slot: 25M pairs at s = 50, so numpy formats them
+    pairs = np.stack([sketch.rows.ravel(), sketch.signs.ravel()], axis=1)
+    return f"{pairs.shape[0]}\n" + format_integers(pairs.ravel()).decode("ascii")
+
+
+def _block_schedule(sketch: Sketch, layout: Layout) -> str:
+    if layout.block_acc is None:
+        raise ValueError("the blocked schedule needs a blocked layout")
+    return f"{layout.n_chunks}\n" + format_integers(layout.block_acc).decode("ascii")
+
+
+@dataclass(frozen=True)
+class ServerProgram:
+    name: str
+    template: str  # mpc_programs/<template>.mpc.j2
+    params: tuple[str, ...]  # the template's parameters, picked from the run's values
+    input_modes: tuple[str, ...]  # the --input modes it accepts
+    default_input: str
+    blocked: bool  # the clients' share files in the blocked layout (else one row per slot)
+    # Each server sums its own shares into m x d accumulators before the MPC.
+    aggregates: bool
+    # The public schedule (it depends only on the sketch) the compiled program reads.
+    schedule: Callable[[Sketch, Layout], str]
+    # Why the input modes it does not accept cannot work, for the one-line refusal.
+    input_note: str = ""
+
+    def check_input(self, input_mode: str) -> None:
+        if input_mode not in self.input_modes:
+            raise InputError(f"--program {self.name} {self.input_note}; it needs --input "
+                             f"{' or '.join(self.input_modes)}")
+
+    def reads_client_shares(self, input_mode: str) -> bool:
+        """The MPC reads the clients' share files as they are, in the protocol's format."""
+        return input_mode == "shares" and not self.aggregates
+
+    def source(self, input_mode: str, *, as_input: bool) -> str:
+        """Where the compiled program takes its data: ``shares`` or ``party`` as the
+        clients sent it; for an aggregating program, the servers' sums as share files
+        (``shares``) or as each server's private input (``inputs``)."""
+        if self.aggregates:
+            return "inputs" if as_input else "shares"
+        return input_mode
+
+    def template_params(self, values: Mapping[str, object]) -> dict[str, object]:
+        """The template's parameters out of everything the run knows."""
+        return {key: values[key] for key in self.params}
+
+    def public_input(self, sketch: Sketch, layout: Layout) -> str:
+        return self.schedule(sketch, layout)
+
+
+PROGRAMS: dict[str, ServerProgram] = {p.name: p for p in (
+    ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks"),
+                  INPUT_MODES, "shares", blocked=True, aggregates=False,
+                  schedule=_block_schedule),
+    # The textbook program: the data owner types its rows in.
+    ServerProgram("reference", "reference", ("m", "d", "source"), INPUT_MODES, "party",
+                  blocked=False, aggregates=False, schedule=_slot_schedule),
+    ServerProgram("local", "open", ("m", "d", "source", "parties"), ("shares",), "shares",
+                  blocked=True, aggregates=True, schedule=_no_schedule,
+                  input_note="aggregates the servers' own shares"),
+)}
+
+
+def server_program(name: str) -> ServerProgram:
+    try:
+        return PROGRAMS[name]
+    except KeyError:
+        raise InputError(f"unknown --program {name!r}; choose {', '.join(PROGRAMS)}") from None

@@ -1,0 +1,182 @@
+"""``ltm run``'s settings and their checks, before anything is read or drawn.
+
+:meth:`RunConfig.validate` returns the settings a run uses (the input mode and
+the number of parties resolved from their defaults) and leaves the caller's
+config as it was, so one config can be checked, copied and run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.clients import ADDITIVE, ShareFormat
+from harness.engine import (
+    DEFAULT_PROTOCOL,
+    INPUT_MODES,
+    PROGRAMS,
+    PROTOCOLS,
+    Protocol,
+    ServerProgram,
+    protocol_for,
+    server_program,
+)
+from harness.errors import InputError, check_number
+from harness.remote import load_inventory
+
+__all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "PROGRAMS", "PROTOCOLS",
+           "SHARINGS", "RunConfig", "check_numbers", "default_input_mode"]
+
+# full: every server receives all its words; seeded: all but one component as seeds
+SHARINGS = ("full", "seeded")
+
+# Far beyond any run this harness can do, yet small enough to fail cleanly.
+MAX_CLIENTS = 1 << 40
+MAX_DIM = 1 << 24
+MAX_PARTIES = 256
+
+
+def default_input_mode(program: str) -> str:
+    return server_program(program).default_input
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    out: Path
+    parties: int | None = None  # default: every host of --hosts, else 2
+    clients: int = 100_000
+    dim: int = 10
+    rows: int = 100
+    sparsity: int = 1
+    dense: bool = False
+    data: Path | None = None
+    noise: str = "gaussian"
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    eta: float = 1.0
+    corrupt_clients: int = 0
+    program: str = "fast"
+    input_mode: str | None = None  # default: the program's
+    frac_bits: int = 16
+    seed: int | None = None
+    mp_spdz: Path | None = None
+    port: int | None = None
+    timeout: float = 900.0
+    force: bool = False
+    keep_work: bool = False
+    cache_dir: Path | None = None
+    hosts: Path | None = None  # inventory: run each party on its own host over SSH
+    network: str | None = None  # emulated network profile for local parties
+    install_mpspdz: bool = False  # install the release on first use (the CLI's default)
+    protocol: str = DEFAULT_PROTOCOL
+    tamper: int | None = None  # test aid: change one word of this party's input
+    sharing: str = "full"
+
+    @property
+    def spec(self) -> Protocol:
+        return protocol_for(self.protocol)
+
+    @property
+    def server_program(self) -> ServerProgram:
+        return server_program(self.program)
+
+    @property
+    def share_format(self) -> ShareFormat:
+        """The clients' sharing: the protocol's own, or additive for servers to input."""
+        return self.spec.share_format or ADDITIVE
+
+    @property
+    def inputs_aggregates(self) -> bool:
+        """Servers aggregate additive shares and input the sums through the protocol."""
+        return self.server_program.aggregates and self.spec.share_format is None
+
+    @property
+    def party_count(self) -> int:
+        """The number of parties of a validated config."""
+        if self.parties is None:
+            raise ValueError("RunConfig.parties is unset: run the config that validate() "
+                             "returns")
+        return self.parties
+
+    @property
+    def input_kind(self) -> str:
+        """The input mode of a validated config."""
+        if self.input_mode is None:
+            raise ValueError("RunConfig.input_mode is unset: run the config that validate() "
+                             "returns")
+        return self.input_mode
+
+    def validate(self) -> RunConfig:
+        """These settings checked, with the input mode and parties resolved; a new config."""
+        check_numbers(self)
+        program = server_program(self.program)
+        input_mode = self.input_mode or program.default_input
+        if input_mode not in INPUT_MODES:
+            raise InputError(f"unknown --input {input_mode!r}; choose shares or party")
+        program.check_input(input_mode)
+        spec = protocol_for(self.protocol)
+        if self.sharing not in SHARINGS:
+            raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
+        if self.sharing == "seeded" and input_mode != "shares":
+            raise InputError("--sharing seeded compresses the servers' share files, and with "
+                             "--input party the servers receive none; use --input shares or "
+                             "--sharing full")
+        if self.tamper is not None and self.hosts is not None:
+            raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
+        if program.reads_client_shares(input_mode) and spec.share_format is None:
+            raise InputError(f"--protocol {spec.name} cannot run --program {self.program} on "
+                             f"client share files ({spec.no_client_shares}); use --program "
+                             "local (the servers input their aggregates) or --input party")
+        parties = self.parties
+        if parties is None:
+            parties = (len(load_inventory(self.hosts).hosts) if self.hosts
+                       else spec.exact_parties or 2)
+        if parties < 2:
+            raise InputError(f"--parties must be at least 2 ({spec.name}), got {parties}")
+        spec.check_parties(parties)
+        if self.tamper is not None:
+            if not 0 <= self.tamper < parties:
+                raise InputError(f"--tamper {self.tamper} is not a party; choose one of "
+                                 f"0..{parties - 1}")
+            if input_mode == "party":
+                raise InputError("--tamper changes a server's shares, and with --input party "
+                                 "the servers hold none; use --input shares")
+        if self.timeout <= 0:
+            raise InputError("--timeout must be positive")
+        resolved = dataclasses.replace(self, input_mode=input_mode, parties=parties)
+        if self.hosts is not None and resolved.inputs_aggregates:
+            raise InputError(f"--protocol {spec.name} --program local inputs each server's "
+                             "aggregate through the protocol, which --hosts does not run "
+                             "remotely yet; run it with local parties")
+        if self.hosts is not None and self.network is not None:
+            raise InputError("--network emulates a network between parties on this machine; "
+                             "with --hosts the real network is used: drop one of them")
+        if self.network is not None:
+            from harness.engine import profile_for
+
+            profile_for(self.network)
+        return resolved
+
+
+def check_numbers(cfg: RunConfig) -> None:
+    """Every numeric option finite and in range, before anything is read or drawn."""
+    # Lower bounds of the dimensions and parties: checked (and worded) by the sketch and
+    # validate(), still before any data is drawn.
+    for option, value, low, high in (
+            ("--clients", cfg.clients, None, MAX_CLIENTS), ("--dim", cfg.dim, None, MAX_DIM),
+            ("--rows", cfg.rows, None, MAX_CLIENTS),
+            ("--sparsity", cfg.sparsity, None, MAX_CLIENTS),
+            ("--corrupt-clients", cfg.corrupt_clients, 0, MAX_CLIENTS),
+            ("--frac-bits", cfg.frac_bits, 0, 52)):
+        check_number(option, value, low=low, high=high, integer=True)
+    optional: tuple[tuple[str, int | None, int | None, int], ...] = (
+        ("--parties", cfg.parties, None, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
+        ("--port", cfg.port, 1024, 65535))
+    for name, given, least, most in optional:
+        if given is not None:
+            check_number(name, given, low=least, high=most, integer=True)
+    check_number("--epsilon", cfg.epsilon, low=0, open_low=True)
+    check_number("--delta", cfg.delta, low=0, high=1, open_low=True)
+    check_number("--eta", cfg.eta, low=0, open_low=True)
+    check_number("--timeout", cfg.timeout, low=0, high=10**7, open_low=True)

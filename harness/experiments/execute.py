@@ -1,0 +1,250 @@
+"""One run on a cluster: the clients' inputs, the parties, verification, the result.
+
+:func:`execute` talks to wherever the parties live only through
+:class:`harness.engine.Cluster` (prepare, session, deliver, aggregate, run,
+upload_bytes, reuses_inputs); :func:`harness.experiments.placement.make_cluster`
+chose the kind. It returns a :class:`RunOutcome`: the typed result that is
+written, and apart from it what is never written into it (the revealed ring
+elements, and the servers' inputs for a caller that reruns on them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.clients import Prepared, tamper_share_file, tamper_text_file
+from harness.engine import (
+    OUTPUT_MARKER,
+    ClientJob,
+    Cluster,
+    CompiledProgram,
+    Delivery,
+    MpSpdz,
+    PartyRun,
+    Protocol,
+    build_refusal,
+    parse_output,
+    party_input_file,
+)
+from harness.errors import MpSpdzError, PartyError, TamperDetectedError
+from harness.experiments.config import RunConfig
+from harness.experiments.placement import make_cluster
+from harness.experiments.results import (
+    PartyResult,
+    RunParameters,
+    RunResult,
+    Verification,
+    metadata,
+)
+from harness.experiments.workload import Workload, client_job, public_input_for, upload_model_mb
+
+__all__ = ["RunOutcome", "ServerInputs", "execute"]
+
+
+@dataclass
+class ServerInputs:
+    """The servers' inputs once the clients are done: their files in ``cluster``, and
+    the clients' measurements of making and delivering them."""
+
+    cluster: Cluster
+    job: ClientJob
+    prepared: Prepared
+    delivery: Delivery
+
+
+@dataclass
+class RunOutcome:
+    """A run's :class:`RunResult` and what stays out of it: the revealed ring elements
+    (m x d uint64) and, when kept, the servers' inputs to run on again."""
+
+    result: RunResult
+    revealed: np.ndarray
+    inputs: ServerInputs | None = None
+
+
+def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
+            workdir: Path, schedule: str | None = None, *,
+            inputs: ServerInputs | None = None, keep_inputs: bool = False) -> RunOutcome:
+    """One complete run in ``workdir``: fresh noise and masks, parties, verification.
+
+    ``cfg`` is a validated config; ``schedule`` is :func:`public_input_for`'s text,
+    for callers that repeat a workload. Nothing is written outside ``workdir``.
+
+    ``keep_inputs`` asks for the servers' inputs as this run left them, kept when
+    the cluster can compute on them again (local parties without a network) and
+    nothing was tampered with; passed back as ``inputs``, the next run reuses them,
+    so the servers compute again on the same shares and the clients' side
+    (prepare, upload, expand) is not repeated: its figures are the first run's.
+    """
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    timings["compile_s"] = program.compile_seconds or 0.0
+    if inputs is None:
+        cluster = make_cluster(cfg, mp, workdir)
+        job = client_job(cfg, work)
+        prepared = cluster.prepare(job)
+        delivery: Delivery | None = None
+    else:
+        cluster, job, prepared, delivery = (inputs.cluster, inputs.job, inputs.prepared,
+                                            inputs.delivery)
+    timings["prepare_s"] = prepared.seconds
+    aggregate_s = None
+    # One session (an emulated network) carries the upload and then the MPC.
+    with cluster.session():
+        if delivery is None:
+            delivery = cluster.deliver(job)
+        if cfg.server_program.aggregates:
+            aggregate_s = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
+        if cfg.tamper is not None:  # after the upload: a server changes what it received
+            tamper_input(cfg, work, cluster)
+        launched = time.perf_counter()
+        if schedule is None:
+            schedule = public_input_for(cfg, work)
+        try:
+            runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+        except PartyError as exc:
+            raise_if_detected(cfg.spec, exc, cluster.workdir)
+            refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
+            if refusal:
+                raise MpSpdzError(refusal) from exc
+            raise
+    timings["mpc_wall_s"] = time.perf_counter() - launched
+    revealed, mismatches = _verify(runs, prepared.expected)
+    parties = _party_results(cfg, runs, delivery, aggregate_s)
+    expand = [p.expand_s for p in parties if p.expand_s is not None]
+    if expand:
+        timings["expand_s"] = max(expand)
+    uploads = [p.upload_s for p in parties if p.upload_s is not None]
+    if uploads:
+        # The clients send to all servers at once: the upload lasts as long as the slowest.
+        timings["client_upload_s"] = max(uploads)
+    upload = cluster.upload_bytes(prepared)
+    timings["total_s"] = time.perf_counter() - started
+    m, d, s = work.sketch.m, work.d, work.sketch.s
+    t_mpc = max(p.time_s for p in parties)
+    global_mb = max(p.global_data_sent_mb for p in parties)
+    measured = timings.get("client_upload_s")
+    result = RunResult(
+        metadata=metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
+                          parties=cfg.party_count),
+        parameters=_parameters(cfg, work),
+        parties=parties,
+        t_mpc_s=t_mpc,
+        # T_end_to_end = prepare + upload + expand + T_MPC, each as measured. The upload
+        # is measured only where it crosses a network; else the share files are written
+        # in place and it counts 0 s, which upload_measured says.
+        t_end_to_end_s=(timings["prepare_s"] + (measured or 0.0)
+                        + timings.get("expand_s", 0.0) + t_mpc),
+        upload_measured=measured is not None,
+        inputs_reused=inputs is not None,
+        global_data_sent_mb=global_mb,
+        client_upload_bytes=upload,
+        c_mpc_mb=sum(upload) / 1e6 + global_mb,
+        model_c_mpc_mb=cfg.party_count * 8 * (s * work.n * d + m * d) / 1e6,
+        model_client_upload_mb=upload_model_mb(cfg, s * work.n * d),
+        verification=Verification(ok=mismatches == 0, mismatches=mismatches, entries=m * d),
+        noise_observed=prepared.stats,
+        timings=timings,
+    )
+    kept = None
+    if keep_inputs and cluster.reuses_inputs and cfg.tamper is None:
+        kept = ServerInputs(cluster, job, prepared, delivery)
+    return RunOutcome(result, revealed, kept)
+
+
+def _verify(runs: list[PartyRun], expected: np.ndarray) -> tuple[np.ndarray, int]:
+    """P0's revealed ring elements, and the most entries any party's view got wrong."""
+    m, d = expected.shape
+    revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
+    # Every party that printed its view is checked: one honest-looking P0 is not enough.
+    mismatches = max(
+        int(np.count_nonzero(parse_output(f"P{r.party}", r.completed.stdout, m * d)
+                             .reshape(m, d) != expected))
+        for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout)
+    return revealed, mismatches
+
+
+def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
+                   aggregate_s: list[float] | None) -> list[PartyResult]:
+    """Each server's figures: MP-SPDZ's, and the upload, expansion and aggregation where
+    they were timed here (else as the server's host reported them in its stats)."""
+    expand_s = delivery.expand_s
+    if cfg.sharing == "seeded" and expand_s is None:
+        expand_s = [r.stats["expand_s"] for r in runs]
+    parties = []
+    for r in runs:
+        stats = r.stats
+        row = PartyResult(party=r.party, time_s=stats["time_s"],
+                          data_sent_mb=stats["data_sent_mb"], rounds=stats["rounds"],
+                          global_data_sent_mb=stats["global_data_sent_mb"],
+                          wall_s=r.completed.wall_seconds, upload_s=stats.get("upload_s"),
+                          expand_s=stats.get("expand_s"), aggregate_s=stats.get("aggregate_s"))
+        if delivery.upload is not None:
+            row.upload_s = delivery.upload[r.party]["upload_s"]
+            row.upload_bytes_sent = delivery.upload[r.party]["upload_bytes_sent"]
+        if expand_s is not None:
+            row.expand_s = expand_s[r.party]
+        if cfg.server_program.aggregates:
+            row.mpc_time_s = row.time_s
+            row.aggregate_s = (aggregate_s[r.party] if aggregate_s is not None
+                               else stats["aggregate_s"])
+            row.time_s = row.mpc_time_s + row.aggregate_s
+        parties.append(row)
+    return parties
+
+
+def _parameters(cfg: RunConfig, work: Workload) -> RunParameters:
+    lay = work.layout
+    return RunParameters(
+        protocol=cfg.protocol, security=cfg.spec.model, tamper=cfg.tamper, sharing=cfg.sharing,
+        parties=cfg.party_count, clients=work.n, dim=work.d, rows=work.sketch.m,
+        sparsity=work.sketch.s, dense=cfg.dense, program=cfg.program, input=cfg.input_kind,
+        frac_bits=cfg.frac_bits, seed=cfg.seed,
+        data=str(cfg.data) if cfg.data else "synthetic",
+        hosts=str(cfg.hosts) if cfg.hosts else "local", network=cfg.network or "loopback",
+        noise=work.noise.describe(),
+        layout={"kind": lay.kind, "block_rows": lay.block_rows,
+                "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
+                "padding_rows": lay.total_rows - lay.real_rows})
+
+
+def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:
+    """Change one word of party ``cfg.tamper``'s input to the MPC (``--tamper``).
+
+    The first word of the first real share: under a replicated sharing that is
+    a_i, the word the party's neighbour also holds, so a malicious protocol can
+    notice; padding rows are never revealed, so changing one would prove nothing.
+    """
+    party = cfg.tamper
+    if party is None:
+        return
+    if cfg.inputs_aggregates:
+        tamper_text_file(party_input_file(cluster.party_dir(party), party))
+        return
+    fmt = cfg.share_format
+    program = cfg.server_program
+    row = 0  # an aggregated file holds the m x d accumulators; a plain one no padding
+    if program.blocked and not program.aggregates:
+        row = int(np.flatnonzero(work.layout.file_slot >= 0)[0])
+    tamper_share_file(cluster.share_file(party), fmt, row * work.d * fmt.words)
+
+
+def raise_if_detected(spec: Protocol, exc: PartyError, workdir: Path) -> None:
+    """A malicious protocol's abort on a failed check, as one line; else nothing."""
+    if not spec.malicious:
+        return
+    from harness.engine import detected_tampering
+
+    texts = [(str(exc.party), exc.stderr)]
+    texts += [(log.stem, log.read_text(errors="replace"))
+              for log in sorted((workdir / "logs").glob("*.stderr"))]
+    for who, text in texts:
+        said = detected_tampering(text or "")
+        if said:
+            raise TamperDetectedError(
+                f"the servers detected tampering: {spec.name} aborted before revealing the "
+                f"sketch ({who}: {said!r}); no output was produced") from exc

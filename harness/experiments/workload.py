@@ -1,0 +1,136 @@
+"""What one run computes on: the clients' rows, the sketch, the noise, the encoding.
+
+Also what the servers are given for it: the compiled program and the public
+schedule it reads (both fixed by the workload and the server program), and the
+:class:`~harness.engine.ClientJob` that tells a cluster what the clients prepare.
+Every size is checked before anything is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.clients import (
+    FixedPoint,
+    Layout,
+    NoiseSpec,
+    Prepared,
+    Sketch,
+    check_dimensions,
+    check_matrix,
+    load_matrix,
+    synthetic_matrix,
+)
+from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
+from harness.errors import InputError, check_memory
+from harness.experiments.config import RunConfig
+
+__all__ = ["Workload", "build_workload", "check_encodable", "check_workload_size",
+           "client_job", "prepare_cluster", "program_for", "public_input_for",
+           "upload_model_mb"]
+
+
+@dataclass
+class Workload:
+    """Everything public and private that one run computes on."""
+
+    data: np.ndarray
+    sketch: Sketch
+    noise: NoiseSpec
+    fp: FixedPoint
+    layout: Layout
+
+    @property
+    def n(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def d(self) -> int:
+        return int(self.data.shape[1])
+
+
+def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
+    """Refuse parameters whose noisy entries cannot be encoded, before drawing any.
+
+    Ten standard deviations past eta: no draw of a run ever reaches that, so a
+    run this lets through does not fail on an entry later.
+    """
+    try:
+        spread = math.sqrt(noise.variance)
+    except (ZeroDivisionError, OverflowError, ValueError):
+        spread = math.inf
+    worst = (eta + 10 * spread) * fp.scale
+    if not worst < 2.0**63:
+        size = f"2^{math.log2(worst):.1f}" if math.isfinite(worst) else "infinity"
+        raise InputError(f"fixed-point overflow: entries up to eta + 10 noise standard "
+                         f"deviations encode to {size}, beyond the ring's bound 2^63; raise "
+                         f"--epsilon, or lower --eta or --frac-bits (now {fp.frac_bits})")
+
+
+def check_workload_size(n: int, d: int, m: int, s: int) -> None:
+    """The data, the sketch and the accumulators must fit in memory (checked, not tried)."""
+    check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
+                 "lower --clients, --dim or --sparsity (or --scale)")
+
+
+def build_workload(cfg: RunConfig) -> Workload:
+    data = None
+    if cfg.data is not None:
+        data, _ = load_matrix(cfg.data)
+        n, d = data.shape
+    else:
+        check_dimensions(cfg.clients, cfg.rows, cfg.sparsity if not cfg.dense else cfg.rows)
+        if cfg.dim < 1:
+            raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
+        n, d = cfg.clients, cfg.dim
+    s = cfg.rows if cfg.dense else cfg.sparsity
+    check_dimensions(n, cfg.rows, s, dense=cfg.dense)
+    check_workload_size(n, d, cfg.rows, s)
+    noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
+                      delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients)
+    fp = FixedPoint(cfg.frac_bits)
+    check_encodable(noise, fp, cfg.eta)
+    if data is None:
+        data = synthetic_matrix(n, d, cfg.eta, cfg.seed)
+    check_matrix(data, cfg.eta)
+    sketch = Sketch.generate(n, cfg.rows, s, seed=cfg.seed, dense=cfg.dense)
+    layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
+              if cfg.server_program.blocked else Layout.plain(sketch, d))
+    return Workload(data, sketch, noise, fp, layout)
+
+
+def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
+    """The server program compiled for this workload (cached)."""
+    program = cfg.server_program
+    values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
+              "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
+              "block_rows": work.layout.block_rows, "chunk_blocks": work.layout.chunk_blocks}
+    return compile_program(mp, program.template, program.template_params(values),
+                           cache_dir=cfg.cache_dir)
+
+
+def public_input_for(cfg: RunConfig, work: Workload) -> str:
+    """The public schedule the program reads (it depends only on the sketch)."""
+    return cfg.server_program.public_input(work.sketch, work.layout)
+
+
+def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
+    """What the clients compute on and how they hand it to the servers."""
+    return ClientJob(work.data, work.sketch, work.layout, work.noise, work.fp,
+                     cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
+                     timeout=cfg.timeout)
+
+
+def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:
+    """The clients prepare every server's inputs for ``cluster`` (not yet delivered)."""
+    return cluster.prepare(client_job(cfg, work))
+
+
+def upload_model_mb(cfg: RunConfig, values: int) -> float:
+    """What the clients must upload: every server's words of every noisy value."""
+    if cfg.input_kind == "party":
+        return 8 * values / 1e6  # the data owner's plaintext rows, to party 0
+    return cfg.party_count * cfg.share_format.words * 8 * values / 1e6

@@ -1,0 +1,193 @@
+"""The result format: result.json of every version loads through one reader, rows migrate."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.errors import InputError
+from harness.experiments import FORMAT_VERSION, RunResult, load_result, migrate_row
+from harness.experiments.results import migrate_rows, migrate_sweep_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_METADATA = {"harness_version": "0.1.0", "mp_spdz_version": "0.4.2",
+             "mp_spdz": {"version": "0.4.2", "root": "/opt/mp-spdz"}, "protocol": "semi2k",
+             "parties": 3, "date": "2026-11-21T06:24:53+00:00", "host": "vm",
+             "platform": "Linux", "python": "3.11.7", "cpu": "AMD EPYC", "cpu_count": 2}
+_NOISE = {"kind": "gaussian", "epsilon": 1.0, "delta": 1e-06, "eta": 1.0, "t_prime": 0,
+          "variance": 12.5, "zero_output": False}
+_LAYOUT = {"kind": "blocked", "block_rows": 8, "chunk_blocks": 4, "file_rows": 104,
+           "padding_rows": 4}
+_VERIFICATION = {"ok": True, "mismatches": 0, "entries": 20,
+                 "method": "revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
+                           "computed with numpy from the same encoding"}
+
+
+def _party(i: int, **extra: float) -> dict:
+    return {"party": i, "time_s": 0.0045, "data_sent_mb": 0.016, "rounds": 4,
+            "global_data_sent_mb": 0.032, "wall_s": 0.0728, **extra}
+
+
+def first_format() -> dict:
+    """result.json as the first harness wrote it (version 1, before the protocol, sharing,
+    hosts and network parameters and T_end_to_end existed): the local program, 3 parties."""
+    return {
+        "format_version": 1,
+        "metadata": _METADATA,
+        "parameters": {"parties": 3, "clients": 100, "dim": 2, "rows": 10, "sparsity": 1,
+                       "dense": False, "program": "local", "input": "shares", "frac_bits": 16,
+                       "seed": 7, "data": "synthetic", "noise": _NOISE, "layout": _LAYOUT},
+        "parties": [_party(i, mpc_time_s=0.0021, aggregate_s=0.0024) for i in range(3)],
+        "t_mpc_s": 0.0045,
+        "global_data_sent_mb": 0.032,
+        "client_upload_bytes": [1600, 1600, 1600],
+        "c_mpc_mb": 0.0368,
+        "model_c_mpc_mb": 0.00528,
+        "verification": _VERIFICATION,
+        "noise_observed": {"noise_mean": 0.01, "noise_var": 12.1},
+        "timings": {"compile_s": 0.0, "prepare_s": 0.11, "mpc_wall_s": 0.2, "total_s": 0.4},
+    }
+
+
+def last_version_1() -> dict:
+    """result.json as the harness wrote it just before version 2: every key there, the
+    number still 1 (a seeded run under ps-rep-ring)."""
+    data = first_format()
+    data["metadata"] = {**_METADATA, "protocol": "ps-rep-ring"}
+    data["parameters"] = {"protocol": "ps-rep-ring", "security": "malicious", "tamper": None,
+                          "sharing": "seeded", **data["parameters"], "program": "fast",
+                          "hosts": "local", "network": "t3.large"}
+    data["parties"] = [_party(i, upload_s=0.5, upload_bytes_sent=2000, expand_s=0.01)
+                       for i in range(3)]
+    data.update(t_end_to_end_s=0.65, upload_measured=True, inputs_reused=False,
+                model_client_upload_mb=0.0048)
+    data["timings"] = {**data["timings"], "expand_s": 0.01, "client_upload_s": 0.5}
+    return {key: data[key] for key in _ORDER}
+
+
+# The keys in the order `ltm run` has written them since they all existed.
+_ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_end_to_end_s",
+          "upload_measured", "inputs_reused", "global_data_sent_mb", "client_upload_bytes",
+          "c_mpc_mb", "model_c_mpc_mb", "model_client_upload_mb", "verification",
+          "noise_observed", "timings")
+
+
+def test_the_first_format_loads_as_the_run_it_was():
+    result = load_result(first_format())
+    assert result.format_version == FORMAT_VERSION == 2
+    p = result.parameters
+    # what it ran is what the options' defaults are now
+    assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
+        ("semi2k", "semi-honest", "full", "local", "loopback", None)
+    assert (p.program, p.parties, p.clients, p.dim, p.rows) == ("local", 3, 100, 2, 10)
+    # what it did not measure stays unmeasured, never a made-up figure
+    assert result.t_end_to_end_s is None and result.upload_measured is None
+    assert result.model_client_upload_mb is None and result.inputs_reused is False
+    assert [q.aggregate_s for q in result.parties] == [0.0024] * 3
+    assert result.parties[0].upload_s is None
+    assert result.verification.ok and result.verification.entries == 20
+    saved = result.to_json()
+    assert saved["format_version"] == 2 and saved["parameters"]["protocol"] == "semi2k"
+    assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
+
+
+def test_the_last_version_1_keeps_every_value(tmp_path):
+    data = last_version_1()
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    result = load_result(path)
+    saved = result.to_json()
+    assert saved == {**data, "format_version": 2}  # the same keys, the same values
+    assert list(saved) == list(data)  # in the order the file had them
+    assert result.parameters.security == "malicious" and result.upload_measured is True
+
+
+def test_a_current_result_round_trips(tmp_path):
+    result = load_result(last_version_1())
+    result.save(tmp_path / "result.json")
+    text = (tmp_path / "result.json").read_text()
+    again = load_result(tmp_path / "result.json")
+    assert again == result and isinstance(again, RunResult)
+    assert json.loads(text) == result.to_json()
+    # read by key, as the file holds it
+    assert result["verification"]["ok"] is True and result["t_mpc_s"] == result.t_mpc_s
+
+
+def test_a_result_from_a_newer_harness_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({**last_version_1(), "format_version": FORMAT_VERSION + 1}))
+    with pytest.raises(InputError) as err:
+        load_result(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"format version {FORMAT_VERSION + 1} is newer than this harness reads" in message
+    assert "upgrade ltm-harness" in message
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("[1, 2]", "is not a result"),
+    ("{not json", "cannot read"),
+    (json.dumps({**first_format(), "format_version": "one"}), "is not a version"),
+    (json.dumps({**first_format(), "parameters": {"parties": 3}}), "is not a complete"),
+    (json.dumps({**last_version_1(), "format_version": 2, "t_mpc_s": None,
+                 "unexpected": 1}), "is not a complete"),
+])
+def test_a_damaged_result_is_one_line(tmp_path, content, needle):
+    path = tmp_path / "result.json"
+    path.write_text(content)
+    with pytest.raises(InputError, match=needle) as err:
+        load_result(path)
+    assert "\n" not in str(err.value)
+
+
+def test_migration_leaves_the_callers_record_alone():
+    data = first_format()
+    before = copy.deepcopy(data)
+    load_result(data)
+    assert data == before
+
+
+def _committed_row(sweep: str) -> dict:
+    with open(ROOT / "benchmarks" / "reproduction" / sweep / "raw.jsonl") as fh:
+        return json.loads(fh.readline())
+
+
+def test_a_committed_version_1_row_migrates():
+    row = _committed_row("local")  # written before sharing and T_end_to_end existed
+    assert row["format_version"] == 1 and "sharing" not in row
+    new = migrate_row(row)
+    assert new["format_version"] == FORMAT_VERSION and new["sharing"] == "full"
+    assert math.isnan(new["t_end_to_end_s"]) and math.isnan(new["expand_s"])
+    assert {k: v for k, v in new.items() if k in row and k != "format_version"} == \
+        {k: v for k, v in row.items() if k != "format_version"}
+    later = _committed_row("fast")  # a version-1 row that already has them keeps them
+    assert migrate_row(later)["t_end_to_end_s"] == later["t_end_to_end_s"]
+
+
+def test_a_row_from_a_newer_harness_is_refused():
+    row = {**_committed_row("fast"), "format_version": FORMAT_VERSION + 1}
+    with pytest.raises(InputError, match=r"raw.jsonl: line 3: format version \d+ is newer"):
+        migrate_row(row, "raw.jsonl: line 3")
+
+
+def test_rows_in_a_table_are_filled_as_migrate_row_fills_them():
+    old, new = _committed_row("local"), migrate_row(_committed_row("fast"))
+    frame = migrate_rows(pd.DataFrame([old, new]))
+    assert list(frame["sharing"]) == ["full", "full"]
+    assert math.isnan(frame["t_end_to_end_s"][0])
+    assert frame["t_end_to_end_s"][1] == new["t_end_to_end_s"]
+
+
+def test_old_sweep_settings_read_as_they_ran():
+    record = json.loads((ROOT / "benchmarks" / "reproduction" / "local" / "sweep.json")
+                        .read_text())
+    settings = migrate_sweep_settings(record)
+    assert settings["protocol"] == "semi2k" and settings["sharing"] == "full"
+    with pytest.raises(InputError, match="newer than this harness reads"):
+        migrate_sweep_settings({**record, "format_version": FORMAT_VERSION + 1})

@@ -1,0 +1,144 @@
+"""The run path's pieces: validation that returns a config, the server-program
+registry, and one run that reaches its parties only through the Cluster protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.engine import PROGRAMS, Cluster, LocalCluster, server_program
+from harness.errors import InputError
+from harness.experiments import (
+    RunConfig,
+    build_workload,
+    execute,
+    program_for,
+    public_input_for,
+)
+
+execute_module = importlib.import_module("harness.experiments.execute")
+
+
+def test_validate_returns_a_resolved_config_and_leaves_the_given_one():
+    given = RunConfig(out=Path("o"), program="reference", protocol="replicated-ring")
+    settled = given.validate()
+    assert (given.parties, given.input_mode) == (None, None)
+    assert (settled.parties, settled.input_mode) == (3, "party")
+    assert settled.party_count == 3 and settled.input_kind == "party"
+    assert dataclasses.replace(settled, parties=None, input_mode=None) == given
+    with pytest.raises(ValueError, match="validate"):
+        given.party_count  # noqa: B018 -- the property raises
+
+
+@pytest.mark.parametrize(("program", "default", "blocked", "aggregates"), [
+    ("fast", "shares", True, False), ("reference", "party", False, False),
+    ("local", "shares", True, True)])
+def test_the_registry_describes_each_program(program, default, blocked, aggregates):
+    spec = server_program(program)
+    assert (spec.default_input, spec.blocked, spec.aggregates) == (default, blocked, aggregates)
+    cfg = RunConfig(out=Path("o"), program=program, clients=200, rows=10, dim=2,
+                    noise="none", seed=1).validate()
+    work = build_workload(cfg)
+    assert work.layout.kind == ("blocked" if blocked else "plain")
+    schedule = public_input_for(cfg, work)
+    # the local program's servers read their own sums: no public schedule
+    assert (schedule == "") == aggregates
+    assert set(PROGRAMS) == {"fast", "reference", "local"}
+
+
+def test_programs_refuse_what_they_cannot_read_in_one_line():
+    with pytest.raises(InputError, match="^--program local aggregates the servers' own "
+                                         "shares; it needs --input shares$"):
+        RunConfig(out=Path("o"), program="local", input_mode="party").validate()
+    with pytest.raises(InputError, match="^unknown --program 'textbook'; choose fast, "
+                                         "reference, local$"):
+        RunConfig(out=Path("o"), program="textbook").validate()
+    # spdz2k: clients cannot write its shares; only programs that read them are refused
+    with pytest.raises(InputError, match="cannot run --program fast on client share files"):
+        RunConfig(out=Path("o"), protocol="spdz2k").validate()
+    assert RunConfig(out=Path("o"), protocol="spdz2k", program="local").validate() \
+        .inputs_aggregates
+
+
+class Recording:
+    """A Cluster that is not a LocalCluster: it records each call and passes it on."""
+
+    def __init__(self, inner: LocalCluster) -> None:
+        self.inner = inner
+        self.parties = inner.parties
+        self.workdir = inner.workdir
+        self.calls: list[str] = []
+
+    def party_dir(self, i):
+        return self.inner.party_dir(i)
+
+    def share_file(self, i):
+        return self.inner.share_file(i)
+
+    def prepare(self, job):
+        self.calls.append("prepare")
+        return self.inner.prepare(job)
+
+    def session(self):
+        self.calls.append("session")
+        return self.inner.session()
+
+    def deliver(self, job):
+        self.calls.append("deliver")
+        return self.inner.deliver(job)
+
+    def aggregate(self, job, *, as_input):
+        self.calls.append("aggregate")
+        return self.inner.aggregate(job, as_input=as_input)
+
+    def run(self, program, public_input, *, timeout, port=None):
+        self.calls.append("run")
+        return self.inner.run(program, public_input, timeout=timeout, port=port)
+
+    def upload_bytes(self, prepared):
+        self.calls.append("upload_bytes")
+        return self.inner.upload_bytes(prepared)
+
+    @property
+    def reuses_inputs(self):
+        return self.inner.reuses_inputs
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("program", ["fast", "local"])
+def test_a_run_reaches_its_parties_only_through_the_protocol(tmp_path, mp_spdz, program_cache,
+                                                             monkeypatch, program):
+    cfg = RunConfig(out=tmp_path / "o", program=program, clients=300, rows=5, dim=2,
+                    sparsity=2, noise="none", seed=3, cache_dir=program_cache, timeout=120,
+                    sharing="seeded").validate()
+    made: list[Recording] = []
+
+    def make_cluster(cfg, mp, workdir):
+        made.append(Recording(LocalCluster(mp, cfg.party_count, workdir,
+                                           protocol=cfg.protocol)))
+        return made[-1]
+
+    monkeypatch.setattr(execute_module, "make_cluster", make_cluster)
+    work = build_workload(cfg)
+    compiled = program_for(mp_spdz, cfg, work)
+    first = execute(cfg, mp_spdz, work, compiled, tmp_path / "w", keep_inputs=True)
+    [cluster] = made
+    assert isinstance(cluster, Cluster) and not isinstance(cluster, LocalCluster)
+    middle = ["aggregate"] if program == "local" else []
+    assert cluster.calls == ["prepare", "session", "deliver", *middle, "run", "upload_bytes"]
+    result = first.result
+    assert result.verification.ok and not result.inputs_reused
+    assert all(p.expand_s is not None and p.expand_s >= 0 for p in result.parties)
+    assert first.revealed.shape == (5, 2) and first.revealed.dtype == np.uint64
+    assert "_revealed" not in result.to_json() and "_inputs" not in result.to_json()
+    # again on the same inputs: the clients' side is not repeated
+    assert first.inputs is not None
+    cluster.calls.clear()
+    again = execute(cfg, mp_spdz, work, compiled, tmp_path / "w", inputs=first.inputs)
+    assert cluster.calls == ["session", *middle, "run", "upload_bytes"]
+    assert again.result.verification.ok and again.result.inputs_reused
+    assert again.inputs is None  # not asked to keep them
