@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.analyst import utility
+from harness.cli import analyze as analyze_cli
 from harness.cli import main
 from harness.errors import InputError
 
@@ -47,7 +47,7 @@ def heavy_work_stops():
         mp.setattr(workload_module, "synthetic_matrix", _reached)
         mp.setattr(run_module, "program_for", _reached)
         mp.setattr(reproduce_module, "program_for", _reached)
-        mp.setattr(utility, "sweep", _reached)
+        mp.setattr(analyze_cli, "sweep", _reached)
         yield
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from numpy.lib import format as npy_format
 
-from harness.analyst import utility
+from harness.cli import analyze as analyze_cli
 from harness.cli import main
 from harness.errors import available_memory
 
@@ -159,7 +159,7 @@ def test_utility_out_that_is_a_file_is_refused_before_the_sweep(tmp_path, capsys
     def sweep(*args, **kwargs):
         raise AssertionError("the sweep ran before its output was checked")
 
-    monkeypatch.setattr(utility, "sweep", sweep)
+    monkeypatch.setattr(analyze_cli, "sweep", sweep)
     (tmp_path / "f").write_text("")
     one_line_error(capsys, ["utility", "--out", str(tmp_path / "f")], "is a file")
 
