@@ -29,7 +29,7 @@ from harness.engine.mpspdz import SUPPORTED_VERSION, MpSpdz
 
 pytestmark = pytest.mark.mpspdz
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RELEASE = f"mp-spdz-{SUPPORTED_VERSION}.tar"
 
 

@@ -1,7 +1,7 @@
 """`ltm hosts setup`: bad input is refused in one line before anything is uploaded.
 
 The whole path on fresh hosts (install, check, runs, idempotence) is the
-rehearsal in tests/test_rehearsal.py; these tests stop setups early, so they
+rehearsal in tests/remote/test_rehearsal.py; these tests stop setups early, so they
 need no pip install.
 """
 

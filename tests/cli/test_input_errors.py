@@ -1,7 +1,7 @@
 """Every bad input is one line ``ltm: error: ...``, exit 1, nothing written.
 
 One test per input the hardening review broke ``ltm`` with; the property-based
-layer over the whole argument space is tests/test_cli_properties.py.
+layer over the whole argument space is tests/cli/test_cli_properties.py.
 """
 
 from __future__ import annotations

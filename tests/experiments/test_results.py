@@ -14,7 +14,7 @@ from harness.errors import InputError
 from harness.experiments import FORMAT_VERSION, RunResult, load_result, migrate_row
 from harness.experiments.results import migrate_rows, migrate_sweep_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _METADATA = {"harness_version": "0.1.0", "mp_spdz_version": "0.4.2",
              "mp_spdz": {"version": "0.4.2", "root": "/opt/mp-spdz"}, "protocol": "semi2k",

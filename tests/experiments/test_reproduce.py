@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.mpspdz]
 # The module, not the function that harness/__init__ re-exports under its name.
 rp = importlib.import_module("harness.experiments.reproduce")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _EXECUTE = rp.execute
 
 

@@ -18,7 +18,7 @@ from harness.experiments.reproduce import RAW_FILE, ReproduceConfig, load_raw, r
 
 pytestmark = [pytest.mark.mpspdz]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 rp = importlib.import_module("harness.experiments.reproduce")
 _EXECUTE = rp.execute
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
 SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _PHASE_SECONDS = 120.0

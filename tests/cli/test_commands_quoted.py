@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness.cli import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "ARCHITECTURE.md")
 
 _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_']*(\.[a-z]+)?|[a-z]|<[^>]*>|\{\}")
