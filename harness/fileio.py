@@ -10,6 +10,7 @@ Locked: :func:`file_lock` is the one inter-process lock (``ARCHITECTURE.md``,
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -23,7 +24,8 @@ from typing import IO
 from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "check_output_dir",
-           "copy_private", "file_lock", "open_private", "output_lock", "private_dir",
+           "copy_private", "copy_tree_private", "file_lock", "open_private", "output_lock",
+           "private_dir",
            "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
@@ -115,6 +117,35 @@ def copy_private(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     with open(source, "rb") as src, open_private(dest, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
     return Path(dest)
+
+
+def copy_tree_private(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Copy the tree ``source`` to the new ``dest``, private from the first byte.
+
+    Every directory is made 0700 and every file 0600 as it is created (symbolic links
+    are copied as links), whatever the umask: ``shutil.copytree`` would create them
+    with the source's or default modes, readable until they were tightened, and a
+    descriptor opened meanwhile stays usable after any chmod. Used for whatever may
+    hold shares, keys or inputs, such as a failed run's evidence.
+    """
+    source, dest = Path(source), Path(dest)
+    if dest.exists() or dest.is_symlink():
+        raise FileExistsError(errno.EEXIST, "will not copy over an existing path", str(dest))
+    private_dir(dest)
+    for root, dirs, files in os.walk(source):
+        here = dest / Path(root).relative_to(source)
+        for name in dirs:
+            if (Path(root) / name).is_symlink():
+                os.symlink(os.readlink(Path(root) / name), here / name)
+            else:
+                private_dir(here / name)
+        for name in files:
+            item = Path(root) / name
+            if item.is_symlink():
+                os.symlink(os.readlink(item), here / name)
+            else:
+                copy_private(item, here / name)
+    return dest
 
 
 def _lock_path(path: str | os.PathLike[str]) -> Path:

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.fileio import copy_private, open_private, private_dir, write_private
+from harness.fileio import (
+    copy_private,
+    copy_tree_private,
+    open_private,
+    private_dir,
+    write_private,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OTHER = "ltm-other"
@@ -134,3 +140,60 @@ def test_private_helpers_ignore_a_permissive_umask(tmp_path):
     assert modes == {tmp_path / "a": 0o700, directory: 0o700, tmp_path / "loose": 0o600,
                      written: 0o600, copied: 0o600}
     assert copied.read_text() == "secret" and (tmp_path / "loose").read_bytes() == b"share"
+
+
+@pytest.mark.mpspdz
+@pytest.mark.root
+def test_mismatch_evidence_is_never_readable_while_it_is_written(other_user, shared_dir,
+                                                                  program_cache):
+    """A run whose sketch fails verification (``--tamper``) keeps its evidence: the
+    clients' data and, with ``--keep-work``, every party's shares and keys. Another
+    user walks the tree in a loop while it is copied: 160 MB of data.npy take long
+    enough that a copy made with default modes and tightened afterwards is seen."""
+    out = shared_dir / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--clients", "2000000", "--dim", "10",
+         "--rows", "10", "--program", "local", "--noise", "none", "--tamper", "1",
+         "--keep-work", "--out", str(out)], cwd=ROOT,
+        env={**os.environ, "XDG_CACHE_HOME": str(program_cache)}, umask=0o022,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[str] = set()
+    walks = 0
+    try:
+        while proc.poll() is None:
+            seen.update(readable_by(other_user, shared_dir))
+            walks += 1
+    finally:
+        _, err = proc.communicate(timeout=300)
+    evidence = Path(str(out) + ".mismatch")
+    assert proc.returncode == 1 and f"evidence kept in {evidence}" in err, err
+    kept = files_under(evidence)
+    assert any(f.endswith("data.npy") for f in kept)
+    assert any("Transactions-P1" in f or "Received-P1" in f for f in kept)
+    assert any(f.endswith(".key") for f in kept)
+    assert walks > 10, "the reader never ran while the evidence was written"
+    assert sorted(f for f in seen if is_secret(f)) == []
+    assert readable_by(other_user, evidence) == []
+
+
+def test_copy_tree_private_creates_everything_private(tmp_path):
+    source = tmp_path / "src"
+    (source / "a" / "b").mkdir(parents=True)
+    (source / "a" / "b" / "share").write_bytes(b"s" * 1000)
+    (source / "public.json").write_text("{}")
+    os.chmod(source / "public.json", 0o644)
+    (source / "link").symlink_to("a/b/share")
+    previous = os.umask(0)
+    try:
+        copy_tree_private(source, tmp_path / "dst")
+    finally:
+        os.umask(previous)
+    dest = tmp_path / "dst"
+    modes = {str(p.relative_to(dest)): stat.S_IMODE(p.lstat().st_mode)
+             for p in [dest, *dest.rglob("*")] if not p.is_symlink()}
+    assert modes == {".": 0o700, "a": 0o700, "a/b": 0o700, "a/b/share": 0o600,
+                     "public.json": 0o600}
+    assert os.readlink(dest / "link") == "a/b/share"
+    assert (dest / "a" / "b" / "share").read_bytes() == b"s" * 1000
+    with pytest.raises(FileExistsError):
+        copy_tree_private(source, dest)

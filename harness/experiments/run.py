@@ -34,7 +34,7 @@ from harness.experiments.execute import execute
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.results import RunResult, output_directory
 from harness.experiments.workload import Workload, build_workload, program_for
-from harness.fileio import open_private, output_lock
+from harness.fileio import copy_tree_private, open_private, output_lock
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
            "default_input_mode", "summary"]
@@ -64,7 +64,7 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
             # Keep the evidence, but never as a normal result.
             failed = Path(str(cfg.out) + ".mismatch")
             shutil.rmtree(failed, ignore_errors=True)
-            shutil.copytree(staging, failed)
+            copy_tree_private(staging, failed)
             raise VerificationError(
                 f"the revealed sketch differs from the plaintext computation in "
                 f"{result.verification.mismatches} of {result.verification.entries}"
