@@ -12,10 +12,20 @@ sketch, the noise calibrations and the matrix loader). It runs no MPC.
 """
 
 from harness.analyst.analysis import analyze_lowrank, analyze_ridge
+from harness.analyst.audit import (
+    AUDIT_CALIBRATIONS,
+    AUDIT_NOISES,
+    AuditConfig,
+    AuditResult,
+    audit,
+    trials_needed,
+)
 from harness.analyst.datasets import RunOutput, load_run
 from harness.analyst.figures import FigureSpec, figure_spec, reproduce_figure
 from harness.analyst.uci import reproduce_table
 from harness.analyst.utility import SweepConfig, sweep
 
-__all__ = ["FigureSpec", "RunOutput", "SweepConfig", "analyze_lowrank", "analyze_ridge",
-           "figure_spec", "load_run", "reproduce_figure", "reproduce_table", "sweep"]
+__all__ = ["AUDIT_CALIBRATIONS", "AUDIT_NOISES", "AuditConfig", "AuditResult", "FigureSpec",
+           "RunOutput", "SweepConfig", "analyze_lowrank", "analyze_ridge", "audit",
+           "figure_spec", "load_run", "reproduce_figure", "reproduce_table", "sweep",
+           "trials_needed"]

@@ -34,6 +34,7 @@ _COMMAND_MODULES = (
     "harness.cli.aws",
     "harness.cli.hosts",
     "harness.cli.reproduce",
+    "harness.cli.audit",
 )
 
 
