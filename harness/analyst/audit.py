@@ -53,7 +53,7 @@ AUDIT_CALIBRATIONS = ("corollary", "analytic", "experiments", "dp")
 CONFIDENCE = 0.95
 # Noise draws per neighbouring input when --trials is not given: about a minute
 # for both inputs on one core of this machine (Gaussian ~40 ns a draw with its encoding).
-_DRAW_BUDGET = {"gaussian": 400_000_000, "skellam": 150_000_000, "laplace": 100_000_000}
+_DRAW_BUDGET = {"gaussian": 400_000_000, "skellam": 150_000_000, "laplace": 40_000_000}
 _MAX_DEFAULT_TRIALS = 4_000_000
 _CHUNK_DRAWS = 1 << 22
 # Thresholds tried on the selection half: quantiles, dense in both tails.
@@ -65,6 +65,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "epsilon": (1e-4, 100.0), "delta": (1e-30, 0.5), "eta": (1e-9, 1e9), "p": (0.0, 1.0),
     "frac_bits": (0, 52), "trials": (2, 10**9), "seed": (0, 2**63 - 1), "t_prime": (0, 10**9),
 }
+
+_OPTIONS = {"n": "--clients", "m": "--rows", "d": "--dim", "s": "--sparsity",
+            "t_prime": "--corrupt-clients"}
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,8 @@ class AuditConfig:
             if value is None:
                 continue
             if not (math.isfinite(value) and low <= value <= high):
-                raise InputError(f"--{name.replace('_', '-')} must lie in [{low:g}, {high:g}], "
-                                 f"got {value}")
+                raise InputError(f"{_OPTIONS.get(name, '--' + name.replace('_', '-'))} must "
+                                 f"lie in [{low:g}, {high:g}], got {value}")
         if self.m > self.n or self.s > self.m:
             raise InputError(f"need s <= m <= n, got n={self.n}, m={self.m}, s={self.s}; "
                              "change --clients, --rows or --sparsity")
