@@ -193,10 +193,11 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
             # The recipe adds noise to the scaled sketch (1/sqrt(s)) sum_i S_i A, not per client.
             def bucket(rng: np.random.Generator, k: int) -> np.ndarray:
                 return experiments_laplace_noise((k,), config.m, config.epsilon, rng)
-            mech = BucketMechanism(honest, None, False, fp, config.eta,
+            # The other clients add neither noise nor (holding 0) data: one contributor.
+            mech = BucketMechanism(1, None, False, fp, config.eta,
                                    scale_out=1 / math.sqrt(config.s), bucket_noise=bucket)
             return mech, (f"laplace, the experiments' recipe: the sum of m={config.m} "
-                          f"Lap(1/epsilon) on each entry; {honest} noiseless contributors")
+                          "Lap(1/epsilon) on the entry of the scaled sketch")
         spec = _spec(config, "laplace")
         contributors = config.s * (config.n // config.m - config.t_prime)
         mech = BucketMechanism(contributors, spec.sample, False, fp, config.eta)

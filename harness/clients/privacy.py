@@ -196,3 +196,28 @@ def certify(noise: NoiseSpec) -> tuple[float, float]:
     sens = release_sensitivity(noise.eta, noise.s, noise.d)
     return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
 
+
+
+def calibration_table(ns: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000), m: int = 100,
+                      d: int = 10, s: int = 1, epsilon: float = 1.0, delta: float = 1e-6) -> str:
+    """A markdown table: per-client noise of every calibration at these settings.
+
+    The sketch's error scales with the noise's standard deviation, so the ratio
+    column is what the analytic calibration does to it. Defaults: the paper's.
+    """
+    from harness.clients.noise import NoiseSpec  # noise imports this module
+
+    def spec(n: int, kind: str, calibration: str = "corollary") -> NoiseSpec:
+        return NoiseSpec(kind, n=n, m=m, d=d, s=s, epsilon=epsilon, delta=delta,
+                         calibration=calibration)
+
+    lines = [f"m = {m}, d = {d}, s = {s}, epsilon = {epsilon:g}, delta = {delta:g}, eta = 1",
+             "",
+             "| n | sigma^2 corollary | sigma^2 analytic | Skellam variance (reals) "
+             "| std analytic / corollary | certified epsilon of the corollary's noise |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for n in ns:
+        cor, ana, ske = spec(n, "gaussian"), spec(n, "gaussian", "analytic"), spec(n, "skellam")
+        lines.append(f"| {n:,} | {cor.sigma2:.4g} | {ana.sigma2:.4g} | {ske.variance:.4g} "
+                     f"| {math.sqrt(ana.sigma2 / cor.sigma2):.3f} | {certify(cor)[0]:.3f} |")
+    return "\n".join(lines)
