@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.analyst.audit import (
     AuditConfig,
@@ -16,6 +19,17 @@ from harness.analyst.audit import (
 )
 from harness.cli import main
 from harness.clients import NoiseSpec, privacy
+from tests.test_cli_properties import (
+    BUDGET,
+    _reached,
+    check_outcome,
+    options,
+    small_int,
+    wild_number,
+)
+
+# harness.analyst exports the function audit under the module's name
+audit_module = importlib.import_module("harness.analyst.audit")
 
 # n = 20,000 clients, m = 100, d = 10: 100 honest contributors per bucket, so a
 # trial costs 100 draws; 20,000 trials per input take about a second.
@@ -95,3 +109,25 @@ def test_audit_simulates_the_zero_output_branch_and_the_lattice():
     bucket_mu = NoiseSpec("skellam", n=20000, m=100, d=10, s=1, frac_bits=8).bucket_mu
     assert high.var() == pytest.approx(bucket_mu, rel=0.1)
     assert high.mean() - low.mean() == pytest.approx(2 * 2**8, abs=5 * math.sqrt(bucket_mu / 2000))
+
+
+AUDIT_OPTIONS = {
+    "--clients": st.one_of(wild_number(), small_int(2, 50_000)),
+    "--rows": st.one_of(wild_number(), small_int(1, 200)),
+    "--dim": st.one_of(wild_number(), small_int(1, 20)),
+    "--sparsity": st.one_of(wild_number(), small_int(1, 5)),
+    "--epsilon": wild_number(), "--delta": wild_number(), "--eta": wild_number(),
+    "--p": wild_number(), "--frac-bits": wild_number(), "--trials": wild_number(),
+    "--seed": wild_number(), "--corrupt-clients": wild_number(),
+    "--noise": st.sampled_from(["gaussian", "laplace", "skellam", "poisson"]),
+    "--calibration": st.sampled_from(["corollary", "analytic", "experiments", "dp", "x"]),
+}
+
+
+@BUDGET
+@given(args=options(AUDIT_OPTIONS))
+def test_audit_arguments_exit_0_or_1_with_one_line(capsys, args):
+    """Whatever the arguments, the audit reaches its simulation or refuses in one line."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(audit_module.BucketMechanism, "outputs", _reached)
+        check_outcome(capsys, ["audit", *args])

@@ -129,8 +129,8 @@ def test_skellam_that_no_parameters_can_meet_names_the_fix():
     with pytest.raises(InputError, match=r"use n >= 1484 or raise --delta"):
         NoiseSpec("skellam", n=1300, m=10, d=1, s=10)
     NoiseSpec("skellam", n=1484, m=10, d=1, s=10)
-    with pytest.raises(InputError, match=r"use epsilon >= [0-9.]+ or fewer --frac-bits"):
-        NoiseSpec("skellam", n=100_000, m=100, d=10, s=1, epsilon=1e-9, frac_bits=40)
+    with pytest.raises(InputError, match=r"use epsilon >= [0-9.e+]+ or fewer --frac-bits"):
+        NoiseSpec("skellam", n=100_000, m=100, d=10, s=1, epsilon=1e-4, frac_bits=40)
     with pytest.raises(InputError, match="is for Gaussian noise"):
         NoiseSpec("skellam", n=100_000, m=100, d=10, s=1, calibration="analytic")
 

@@ -110,6 +110,14 @@ class NoiseSpec:
 
     def _check_tight(self) -> None:
         """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
+        # The accountant's numerics hold in these ranges (and any sane request lies there).
+        for name, value, low, high in (("epsilon", self.epsilon, 1e-4, 100.0),
+                                       ("delta", self.delta, 1e-30, 0.5),
+                                       ("eta", self.eta, 1e-12, 1e12)):
+            if not low <= value <= high:
+                raise InputError(f"--{name} must lie in [{low:g}, {high:g}] for {self.kind} "
+                                 f"noise ({self.calibration if self.kind == 'gaussian' else 'rdp'} "
+                                 f"calibration), got {value}")
         if privacy.concentration_failure(self.n, self.m, self.s, self.t_prime) >= self.delta:
             smallest = privacy.smallest_n(self.m, self.s, self.t_prime, self.delta)
             raise InputError(
@@ -120,6 +128,11 @@ class NoiseSpec:
             return
         if not 0 <= self.frac_bits <= 52:
             raise InputError(f"--frac-bits must lie in [0, 52], got {self.frac_bits}")
+        steps = round(self.eta * 2.0**self.frac_bits)
+        if not 1 <= steps < 2**52:
+            raise InputError(f"--eta {self.eta} is {steps} steps of the lattice at --frac-bits "
+                             f"{self.frac_bits}; Skellam noise needs 1 to 2^52 steps: change "
+                             "--frac-bits")
         bucket = self.client_mu * privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
         # A bucket holds about n s / m draws, at most twice that except with
         # probability delta_E; prepare checks the real sums. mu scales like 1/epsilon^2.

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import dp_accounting
+import numpy as np
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
@@ -111,14 +112,18 @@ def analytic_gaussian_sigma(sensitivity: float, epsilon: float, delta: float) ->
     Rounded up by 1e-9 relative, so that the certificate of the result never
     exceeds ``epsilon`` by the root finder's last digits.
     """
-    return sensitivity * float(dp_accounting.get_sigma_gaussian(epsilon, delta)) * (1 + 1e-9)
+    # dp-accounting's root finder probes log(0) on the way; the result is exact.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sigma = float(dp_accounting.get_sigma_gaussian(epsilon, delta))
+    return sensitivity * sigma * (1 + 1e-9)
 
 
 def gaussian_epsilon(sigma: float, sensitivity: float, delta: float) -> float:
     """The exact epsilon of N(0, sigma^2) at l2 ``sensitivity`` and ``delta``."""
     if sigma <= 0:
         return math.inf
-    return float(dp_accounting.get_epsilon_gaussian(sigma / sensitivity, delta))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(dp_accounting.get_epsilon_gaussian(sigma / sensitivity, delta))
 
 
 def pld_gaussian_epsilon(sigma: float, sensitivity: float, delta: float) -> float:
@@ -159,8 +164,12 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
     """The least variance mu (to 1e-9 relative) whose certified epsilon is <= ``epsilon``."""
     # The Gaussian's analytic variance is a lower bound: the RDP route never beats it.
     low = analytic_gaussian_sigma(sensitivity.l2, epsilon, delta) ** 2
+    if not 0 < low < math.inf:
+        raise ValueError(f"no Skellam calibration for sensitivity {sensitivity}")
     high = 2 * low
     while skellam_epsilon(high, sensitivity, delta) > epsilon:
+        if high > 1e300:
+            raise ValueError(f"no Skellam variance reaches epsilon={epsilon}")
         low, high = high, 2 * high
     while high - low > 1e-9 * high:
         mid = (low + high) / 2
