@@ -9,6 +9,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_cli_properties import (
+    BUDGET,
+    _reached,
+    check_outcome,
+    options,
+    small_int,
+    wild_number,
+)
 
 from harness.analyst.audit import (
     AuditConfig,
@@ -19,14 +27,6 @@ from harness.analyst.audit import (
 )
 from harness.cli import main
 from harness.clients import NoiseSpec, privacy
-from tests.test_cli_properties import (
-    BUDGET,
-    _reached,
-    check_outcome,
-    options,
-    small_int,
-    wild_number,
-)
 
 # harness.analyst exports the function audit under the module's name
 audit_module = importlib.import_module("harness.analyst.audit")
