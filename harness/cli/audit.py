@@ -18,7 +18,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "audit", help="audit the noise of one bucket empirically: a lower bound on epsilon",
         description="Simulate one entry of the release (per-client noise, fixed-point "
         "encoding, sum; Skellam in integers) on two neighbouring inputs, run the optimal "
-        "threshold test and print a 95%% Clopper-Pearson lower bound on epsilon. Exit 0 when "
+        "threshold test and print a 95% Clopper-Pearson lower bound on epsilon. Exit 0 when "
         f"it is at most the claimed epsilon, {REFUTED} when the audit proves the claim false.")
     p.add_argument("--noise", choices=AUDIT_NOISES, default="gaussian")
     p.add_argument("--calibration", choices=AUDIT_CALIBRATIONS, default="corollary",
