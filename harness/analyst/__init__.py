@@ -13,6 +13,14 @@ sketch, the noise calibrations and the matrix loader). It runs no MPC.
 """
 
 from harness.analyst.analysis import analyze_lowrank, analyze_ridge
+from harness.analyst.audit import (
+    AUDIT_CALIBRATIONS,
+    AUDIT_NOISES,
+    AuditConfig,
+    AuditResult,
+    audit,
+    trials_needed,
+)
 from harness.analyst.baselines import CALIBRATIONS
 from harness.analyst.datasets import RunOutput, load_run
 from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
@@ -25,16 +33,21 @@ from harness.analyst.utility import summarize as summarize_sweep
 from harness.analyst.utility import write_outputs as write_sweep_outputs
 
 __all__ = [
+    "AUDIT_CALIBRATIONS",
+    "AUDIT_NOISES",
+    "AuditConfig",
+    "AuditResult",
     "CALIBRATIONS",
     "DEFAULT_FIGURE_M",
     "DEFAULT_TABLE_M",
     "FIGURES",
-    "PROBLEMS",
     "FigureSpec",
+    "PROBLEMS",
     "RunOutput",
     "SweepConfig",
     "analyze_lowrank",
     "analyze_ridge",
+    "audit",
     "check_sweep_outputs",
     "compare_baselines",
     "figure_spec",
@@ -43,5 +56,6 @@ __all__ = [
     "reproduce_table",
     "summarize_sweep",
     "sweep",
+    "trials_needed",
     "write_sweep_outputs",
 ]

@@ -36,6 +36,7 @@ _COMMAND_MODULES = (
     "harness.cli.aws",
     "harness.cli.hosts",
     "harness.cli.reproduce",
+    "harness.cli.audit",
 )
 
 # Libraries of an optional extra (pyproject.toml), imported only by the commands that

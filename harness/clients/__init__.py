@@ -1,7 +1,8 @@
 """The clients' side: from a data row to the share files each server receives.
 
 Owns the public sketch (:mod:`.sketch`), the noise each client adds
-(:mod:`.noise`), fixed-point encoding into Z_2^64 (:mod:`.encoding`),
+(:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
+encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
 (:mod:`.layout`), the streaming preparation of all parties' inputs
 (:mod:`.prepare`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
@@ -15,7 +16,7 @@ from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
 from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
-from harness.clients.noise import NOISE_KINDS, NoiseSpec, noise_rng
+from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
     Prepared,
     ShareSink,
@@ -27,6 +28,17 @@ from harness.clients.prepare import (
     tamper_share_file,
     tamper_text_file,
     write_share_file,
+)
+from harness.clients.privacy import (
+    Sensitivity,
+    analytic_gaussian_sigma,
+    certify,
+    concentration_failure,
+    gaussian_epsilon,
+    honest_contributors,
+    release_sensitivity,
+    skellam_epsilon,
+    skellam_mu,
 )
 from harness.clients.seeded import (
     SeededSink,
@@ -49,34 +61,45 @@ from harness.clients.sketch import Sketch, check_dimensions
 
 __all__ = [
     "ADDITIVE",
+    "CALIBRATIONS",
     "FORMATS",
     "FixedPoint",
     "Layout",
     "MALICIOUS_REPLICATED",
+    "NOISE_GENERATOR",
     "NOISE_KINDS",
     "NoiseSpec",
     "Prepared",
     "REPLICATED",
     "SeededSink",
+    "Sensitivity",
     "ShareFormat",
     "ShareSink",
     "Sink",
     "Sketch",
     "TextSink",
+    "analytic_gaussian_sigma",
+    "certify",
     "check_dimensions",
     "check_matrix",
     "components",
+    "concentration_failure",
     "expand_file",
     "expand_party",
     "format_integers",
     "libcrypto",
+    "gaussian_epsilon",
+    "honest_contributors",
     "load_matrix",
     "noise_rng",
     "prepare_inputs",
     "read_share_file",
+    "release_sensitivity",
     "save_plan",
     "share",
     "share_format",
+    "skellam_epsilon",
+    "skellam_mu",
     "synthetic_matrix",
     "tamper_share_file",
     "tamper_text_file",

@@ -7,29 +7,54 @@
 - Laplace (Corollary "privlap", dense sketch, randomizer R_D^dense): the
   difference of two Gamma(1/(n/m - t'), b) samples with b = 2 eta m^2 d / epsilon;
   the n/m - t' honest contributions to a bucket add up to Laplace(0, b).
+- Skellam (``kind="skellam"``, the distributed Skellam mechanism of Agarwal,
+  Kairouz and Liu, NeurIPS 2021): integer noise on the fixed-point lattice,
+  Poisson(mu/2) - Poisson(mu/2) per entry, added by each client to its already
+  encoded values, so the data never meets floating point after encoding. The
+  bucket's variance mu comes from the Skellam RDP bound (:mod:`.privacy`) and is
+  split over its H honest contributors; sums of Skellams are Skellam, so every
+  bucket's noise is exactly Skellam whatever its number of contributors.
 - None: no noise, for exact checks.
 
-Noise is drawn from a generator seeded by the OS's entropy, never from the
-run's public ``--seed``: the sketch is public, the noise must not be.
+Gaussian noise has two calibrations (``calibration``): ``corollary``, the
+formula above, and ``analytic``, the analytic Gaussian mechanism for the
+release's l2 sensitivity split over the H honest contributors of a bucket
+(:mod:`.privacy` derives both; the analytic one holds for every epsilon).
+
+Noise is drawn from a cryptographic generator keyed by the OS's entropy
+(:func:`noise_rng`), never from the run's public ``--seed``: the sketch is
+public, the noise must not be, and a non-cryptographic generator's state can
+be recovered from its outputs.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
+import os
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+from randomgen import AESCounter
 
+from harness.clients import privacy
 from harness.errors import InputError
 
-__all__ = ["NOISE_KINDS", "NoiseSpec", "noise_rng"]
+__all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "noise_rng"]
 
-NOISE_KINDS = ("gaussian", "laplace", "none")
+NOISE_KINDS = ("gaussian", "laplace", "skellam", "none")
+CALIBRATIONS = ("corollary", "analytic")
+NOISE_GENERATOR = "randomgen.AESCounter (AES-128-CTR, AES-NI where present; key from os.urandom)"
+# numpy's Poisson sampler refuses larger means.
+_POISSON_MAX = 1e18
+# The ring Z_2^64 holds +-2^63; a bucket's noise stays below 2^62 with margin to spare.
+_NOISE_BOUND = 2.0**62
+_TAILS = 40.0
 
 
 def noise_rng() -> np.random.Generator:
-    return np.random.default_rng(secrets.randbits(128))
+    """A numpy Generator over AES-128 in counter mode, keyed from ``os.urandom``."""
+    return np.random.Generator(AESCounter(key=int.from_bytes(os.urandom(16), "little")))
 
 
 @dataclass(frozen=True)
@@ -43,10 +68,19 @@ class NoiseSpec:
     delta: float = 1e-6
     eta: float = 1.0
     t_prime: int = 0
+    calibration: str = "corollary"
+    # Skellam noise lives on the fixed-point lattice: its sensitivity is in 2^-F steps.
+    frac_bits: int = 16
 
     def __post_init__(self) -> None:
         if self.kind not in NOISE_KINDS:
             raise InputError(f"unknown noise {self.kind!r}; choose one of {', '.join(NOISE_KINDS)}")
+        if self.calibration not in CALIBRATIONS:
+            raise InputError(f"unknown calibration {self.calibration!r}; choose "
+                             f"{' or '.join(CALIBRATIONS)} (--calibration)")
+        if self.calibration != "corollary" and self.kind != "gaussian":
+            raise InputError(f"--calibration {self.calibration} is for Gaussian noise; "
+                             f"{self.kind} noise has one calibration")
         if self.kind == "none":
             return
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -55,13 +89,15 @@ class NoiseSpec:
             raise InputError(f"--eta must be positive, got {self.eta}")
         if self.t_prime < 0 or self.t_prime >= self.n:
             raise InputError(f"--corrupt-clients t' must satisfy 0 <= t' < n, got {self.t_prime}")
-        if self.kind == "gaussian":
+        if self.kind in ("gaussian", "skellam"):
             if not 0 < self.delta < 1:
                 raise InputError(f"--delta must lie in (0, 1), got {self.delta}")
             if not self.zero_output:
                 if self.n - self.s - self.t_prime <= 0:
                     raise InputError("Gaussian calibration needs n > s + t'")
-                if self._log_denominator <= 0:
+                if self.kind == "skellam" or self.calibration == "analytic":
+                    self._check_tight()
+                elif self._log_denominator <= 0:
                     raise InputError(
                         "Gaussian calibration is undefined: delta/d <= m exp(-(n-s-t')/(8m)); "
                         "raise --delta or the number of clients")
@@ -72,10 +108,48 @@ class NoiseSpec:
             if self.n / self.m - self.t_prime <= 0:
                 raise InputError("Laplace calibration needs n/m > t'; lower --corrupt-clients")
 
+    def _check_tight(self) -> None:
+        """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
+        # The accountant's numerics hold in these ranges (and any sane request lies there).
+        for name, value, low, high in (("epsilon", self.epsilon, 1e-4, 100.0),
+                                       ("delta", self.delta, 1e-30, 0.5),
+                                       ("eta", self.eta, 1e-12, 1e12)):
+            if not low <= value <= high:
+                raise InputError(f"--{name} must lie in [{low:g}, {high:g}] for {self.kind} "
+                                 f"noise ({self.calibration if self.kind == 'gaussian' else 'rdp'} "
+                                 f"calibration), got {value}")
+        if privacy.concentration_failure(self.n, self.m, self.s, self.t_prime) >= self.delta:
+            smallest = privacy.smallest_n(self.m, self.s, self.t_prime, self.delta)
+            raise InputError(
+                f"no {self.kind} noise gives epsilon={self.epsilon} at n={self.n}: too few clients "
+                f"hide each bucket (delta_E >= delta={self.delta}); use n >= {smallest} "
+                "or raise --delta")
+        if self.kind != "skellam":
+            return
+        if not 0 <= self.frac_bits <= 52:
+            raise InputError(f"--frac-bits must lie in [0, 52], got {self.frac_bits}")
+        steps = round(self.eta * 2.0**self.frac_bits)
+        if not 1 <= steps < 2**52:
+            raise InputError(f"--eta {self.eta} is {steps} steps of the lattice at --frac-bits "
+                             f"{self.frac_bits}; Skellam noise needs 1 to 2^52 steps: change "
+                             "--frac-bits")
+        bucket = self.client_mu * privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
+        # A bucket holds about n s / m draws, at most twice that except with
+        # probability delta_E; prepare checks the real sums. mu scales like 1/epsilon^2.
+        worst = self.client_mu * 2 * self.n * self.s / self.m
+        excess = max(self.client_mu / 2 / _POISSON_MAX,
+                     (_TAILS * math.sqrt(worst) / _NOISE_BOUND) ** 2)
+        if excess >= 1:
+            least = self.epsilon * math.sqrt(excess) * 1.01
+            raise InputError(
+                f"no skellam noise for epsilon={self.epsilon} fits the 64-bit ring at "
+                f"--frac-bits {self.frac_bits} (bucket variance 2^{math.log2(bucket):.0f} "
+                f"lattice steps^2); use epsilon >= {least:.3g} or fewer --frac-bits")
+
     @property
     def zero_output(self) -> bool:
-        """R_D sends zeros when too few clients hide each bucket (Gaussian only)."""
-        if self.kind != "gaussian":
+        """R_D sends zeros when too few clients hide each bucket (Gaussian and Skellam)."""
+        if self.kind not in ("gaussian", "skellam"):
             return False
         # The paper states the threshold for s = 1 (n <= 8m ln(dm/delta) + t'); the
         # corollary's sigma^2 needs delta/d > m exp(-(n-s-t')/8m), i.e. n above the
@@ -88,15 +162,41 @@ class NoiseSpec:
         honest = self.n - self.s - self.t_prime
         return self.delta / self.d - self.m * math.exp(-honest / (8 * self.m))
 
-    @property
+    @cached_property
     def sigma2(self) -> float:
         """Variance of one Gaussian noise entry (0 for no noise or zero output)."""
         if self.kind != "gaussian" or self.zero_output:
             return 0.0
+        if self.calibration == "analytic":
+            sens = privacy.release_sensitivity(self.eta, self.s, self.d)
+            rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
+            bucket = privacy.analytic_gaussian_sigma(sens.l2, self.epsilon, rest) ** 2
+            return bucket / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
         honest = self.n - self.s - self.t_prime
         log_term = math.log(1.25 * self.s / self._log_denominator)
         return (4 * self.s**3 * self.eta**2 * log_term * self.m * self.d**2
                 / (self.epsilon**2 * honest))
+
+    @cached_property
+    def bucket_mu(self) -> float:
+        """Skellam: the variance, in lattice steps^2, of the H honest draws in an entry of T."""
+        if self.kind != "skellam" or self.zero_output:
+            return 0.0
+        sens = privacy.release_sensitivity(self.eta, self.s, self.d, self.frac_bits)
+        rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
+        return privacy.skellam_mu(sens, self.epsilon, rest)
+
+    @property
+    def client_mu(self) -> float:
+        """Skellam: one client's variance per entry in lattice steps^2 (Poissons of mean mu/2)."""
+        if self.kind != "skellam" or self.zero_output:
+            return 0.0
+        return self.bucket_mu / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
+
+    @property
+    def integer(self) -> bool:
+        """True when :meth:`sample` gives lattice steps, added after encoding."""
+        return self.kind == "skellam"
 
     @property
     def gamma_shape(self) -> float:
@@ -113,9 +213,17 @@ class NoiseSpec:
             return self.sigma2
         if self.kind == "laplace":
             return 2 * self.gamma_shape * self.laplace_scale**2
+        if self.kind == "skellam":
+            return self.client_mu / 4.0**self.frac_bits
         return 0.0
 
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """One client's noise per entry: reals, or int64 lattice steps when :attr:`integer`."""
+        if self.kind == "skellam":
+            if self.zero_output:
+                return np.zeros(shape, dtype=np.int64)
+            half = self.client_mu / 2
+            return rng.poisson(half, size=shape) - rng.poisson(half, size=shape)
         if self.kind == "gaussian" and not self.zero_output:
             return rng.normal(0.0, math.sqrt(self.sigma2), size=shape)
         if self.kind == "laplace":
@@ -123,12 +231,24 @@ class NoiseSpec:
             return rng.gamma(k, b, size=shape) - rng.gamma(k, b, size=shape)
         return np.zeros(shape)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": self.kind}
         if self.kind != "none":
+            certified_epsilon, certified_delta = privacy.certify(self)
+            # JSON has no infinity: None is "nothing certified".
             out.update(epsilon=self.epsilon, delta=self.delta, eta=self.eta,
                        t_prime=self.t_prime, variance=self.variance,
-                       zero_output=self.zero_output)
+                       zero_output=self.zero_output, generator=NOISE_GENERATOR,
+                       certified_epsilon=(certified_epsilon if math.isfinite(certified_epsilon)
+                                          else None),
+                       certified_delta=certified_delta)
+        if self.kind == "gaussian":
+            out.update(calibration=self.calibration)
         if self.kind == "laplace":
             out.update(gamma_shape=self.gamma_shape, laplace_scale=self.laplace_scale)
+        if self.kind == "skellam":
+            out.update(calibration="skellam-rdp", frac_bits=self.frac_bits,
+                       bucket_mu=self.bucket_mu, client_mu=self.client_mu,
+                       honest_contributors=privacy.honest_contributors(
+                           self.n, self.m, self.s, self.t_prime))
         return out

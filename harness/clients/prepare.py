@@ -5,7 +5,9 @@ stays bounded by the chunk whatever n and s are. Noise is i.i.d. per noisy
 entry, so drawing it in file order instead of client order changes nothing.
 
 While streaming, the plaintext result sum_i S_i enc(X_i) mod 2^64 is
-accumulated, which is what the revealed sketch is checked against. For the
+accumulated, which is what the revealed sketch is checked against. Integer
+(Skellam) noise is added to the encoded values in the ring, after encoding, so
+it is part of that plaintext sum to the bit. For the
 blocked layout it is summed a block at a time, so the layout is first checked
 against the sketch itself (every slot stored once, every row in a block of its
 own accumulator): a wrong layout cannot make a wrong program look right.
@@ -13,6 +15,7 @@ own accumulator): a wrong layout cannot make a wrong program look right.
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from harness.clients.layout import Layout, accumulator_index
 from harness.clients.noise import NoiseSpec
 from harness.clients.sharing import ADDITIVE, ShareFormat, random_ring
 from harness.clients.sketch import Sketch
+from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
 __all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "Sink", "TextSink", "prepare_inputs",
@@ -212,6 +216,22 @@ def _add_blocks(acc: np.ndarray, abs_acc: np.ndarray, layout: Layout, start: int
     np.add.at(abs_acc, block_acc, sums.reshape(-1, d))
 
 
+def _add_lattice_noise(encoded: np.ndarray, magnitude: np.ndarray, noise: np.ndarray,
+                       fp: FixedPoint) -> None:
+    """Add int64 lattice noise to encoded ring elements, in place, mod 2^64.
+
+    Two's complement makes the uint64 sum the ring sum; ``magnitude`` keeps
+    bounding |value| so the bucket bound stays sound.
+    """
+    magnitude += np.abs(noise)
+    worst = float(magnitude.max()) if magnitude.size else 0.0
+    if worst >= 2.0**63:
+        raise InputError(
+            f"fixed-point overflow: a noisy value encodes to 2^{math.log2(worst):.1f}, beyond "
+            f"the ring's bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+    encoded += noise.view(np.uint64)
+
+
 @dataclass
 class Prepared:
     expected: np.ndarray  # (m, d) uint64
@@ -254,7 +274,10 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
         # real entry still gets an independent one.
         drawn = noise.sample(rng, (min(step, layout.total_rows - start), d))
         drawn[layout.file_slot[start:start + step] < 0] = 0
-        flat = drawn.ravel()
+        # Statistics in reals: lattice steps are 2^-F, and int64 squares would overflow.
+        flat = drawn.ravel().astype(np.float64)
+        if noise.integer:
+            flat /= fp.scale
         return drawn, float(flat.sum()), float(np.dot(flat, flat))
 
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
@@ -266,16 +289,24 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
             drawing = pool.submit(draw, starts[k + 1]) if k + 1 < len(starts) else None
             slots = layout.file_slot[start:start + step]
             real = slots >= 0
+            lattice_noise = None
             if drawn is None:  # R_D outputs zeros: neither data nor noise leaves the client
                 values = np.zeros((slots.size, d), dtype=np.float64)
             else:
-                values, total, squares = drawn
+                noise_draw, total, squares = drawn
                 noise_sum += total
                 noise_sq += squares
                 # A padding slot (-1) reads client n - 1's row; zeroed right after.
-                values += np.take(data, slots % n, axis=0)
+                if noise.integer:
+                    lattice_noise = noise_draw
+                    values = np.take(data, slots % n, axis=0).astype(np.float64)
+                else:
+                    values = noise_draw
+                    values += np.take(data, slots % n, axis=0)
                 values[~real] = 0
             encoded, magnitude = fp.encode_in_place(values)
+            if lattice_noise is not None:
+                _add_lattice_noise(encoded, magnitude, lattice_noise, fp)
             if layout.kind == "blocked":
                 _add_blocks(acc, abs_acc, layout, start, encoded, magnitude)
             else:
