@@ -25,13 +25,13 @@ ErrorTest = Callable[[BaseException], bool]
 def retry(action: Callable[[], T], *,
           when: ErrorTest | type[BaseException] | tuple[type[BaseException], ...],
           attempts: int | None = None, delay: float = 0.0, factor: float = 1.0,
-          give_up: Callable[[], bool] | None = None,
+          max_delay: float | None = None, give_up: Callable[[], bool] | None = None,
           sleep: Callable[[float], None] = time.sleep) -> T:
     """``action()``'s result, calling it again after each error that ``when`` accepts.
 
     ``when`` is an exception class (or tuple of them) or a test on the error;
     any other error, and any interrupt, is raised at once. Waits ``delay`` seconds before the 2nd
-    call, multiplied by ``factor`` before each further one. Stops after
+    call, multiplied by ``factor`` before each further one (never above ``max_delay``). Stops after
     ``attempts`` calls (None: no limit), or as soon as ``give_up()`` is true
     after a failed call, and then raises that call's error.
     """
@@ -39,6 +39,11 @@ def retry(action: Callable[[], T], *,
         raise ValueError(f"attempts must be at least 1, got {attempts}")
     if attempts is None and give_up is None:
         raise ValueError("give either attempts or give_up: a retry must end")
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        seconds = delay * factor ** (state.attempt_number - 1)
+        return seconds if max_delay is None else min(seconds, max_delay)
+
     def stop(state: tenacity.RetryCallState) -> bool:
         return ((attempts is not None and state.attempt_number >= attempts)
                 or (give_up is not None and give_up()))
@@ -46,7 +51,7 @@ def retry(action: Callable[[], T], *,
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(_error_test(when)),
         stop=stop,
-        wait=lambda state: delay * factor ** (state.attempt_number - 1),
+        wait=wait,
         sleep=sleep,
         reraise=True,
     )

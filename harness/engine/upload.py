@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from harness.fileio import open_private, private_dir
+from harness.retry import retry
 
 __all__ = ["TIMEOUT", "read_exactly", "receive_files", "safe_destination", "send_files",
            "tls_context", "main"]
@@ -127,16 +128,11 @@ def receive_files(bind: str, port: int, cert: Path, key: Path, peer: Path,
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    # The receiver may not listen yet: retry a refused connection for a short while.
     deadline = time.monotonic() + min(timeout, _CONNECT_RETRY_S)
-    delay = 0.01
-    while True:
-        try:
-            return socket.create_connection((host, port), timeout=timeout)
-        except (ConnectionRefusedError, TimeoutError):
-            if time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+    return retry(lambda: socket.create_connection((host, port), timeout=timeout),
+                 when=(ConnectionRefusedError, TimeoutError), delay=0.01, factor=2,
+                 max_delay=0.2, give_up=lambda: time.monotonic() + 0.01 > deadline)
 
 
 def send_files(targets: list[dict], cert: Path, key: Path, *,
