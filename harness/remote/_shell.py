@@ -121,8 +121,9 @@ def guarded(script: str) -> str:
     q = shlex.quote(script)
     # An asynchronous list's stdin is /dev/null in a non-interactive shell: the watcher
     # reads the channel through fd 3. `kill -SIG -PGID` is what dash and bash both accept.
-    return (f"command -v setsid >/dev/null 2>&1 || exec /bin/sh -c {q}; exec 3<&0; "
-            f"setsid /bin/sh -c {q} </dev/null 3<&- & p=$!; "
+    # The login shell ($SHELL, which sshd sets) runs the script, as sshd itself would.
+    return ('command -v setsid >/dev/null 2>&1 || exec "${SHELL:-/bin/sh}" -c ' + q + "; "
+            'exec 3<&0; setsid "${SHELL:-/bin/sh}" -c ' + q + " </dev/null 3<&- & p=$!; "
             "{ while read -r _ <&3; do :; done; kill -TERM -$p; sleep 1; kill -KILL -$p; } "
             ">/dev/null 2>&1 & w=$!; exec 3<&-; "
             'wait "$p"; s=$?; kill "$w" 2>/dev/null; exit "$s"')
