@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 from _fresh import FreshCluster
-from _sshd import mpc_base_port, write_inventory_file
-from test_ssh import farm, make_inventory, small_config, staged  # noqa: F401 - fixture
+from _sshd import SshFarm, mpc_base_port, write_inventory_file
+from test_ssh import make_inventory, small_config, staged
 
 from harness.errors import InputError
 from harness.experiments import run
@@ -30,6 +29,15 @@ from harness.remote.hosts import DEFAULT_WORKDIR, Host, load_inventory
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="real users and sshd need root")]
+
+
+@pytest.fixture
+def farm(tmp_path: Path):
+    farm = SshFarm(tmp_path / "farm")
+    try:
+        yield farm
+    finally:
+        farm.close()
 
 
 @pytest.fixture
