@@ -11,6 +11,10 @@ client host's preparation and transfers, :mod:`.transfer`).
 May import: the top-level shared modules, :mod:`harness.clients` and
 :mod:`harness.engine` (a remote party is an engine party started over SSH).
 
+:class:`Stop` and :func:`parallel` are how a command acting on many machines at once
+stops within a moment of a signal (``ltm hosts setup`` here; cloud commands may use
+them the same way).
+
 The names load lazily: a host running ``python -m harness.remote.agent``
 should not pay for paramiko on every step.
 """
@@ -36,6 +40,9 @@ _LAZY = {
     "setup_hosts": "harness.remote.setup",
     "fetch_host_key": "harness.remote._keys",
     "known_target": "harness.remote._keys",
+    "Stop": "harness.remote._stop",
+    "Stopped": "harness.remote._stop",
+    "parallel": "harness.remote._results",
 }
 
 __all__ = sorted(_LAZY)

@@ -25,15 +25,18 @@ import paramiko
 
 from harness.clients import Prepared
 from harness.engine import make_certificates
-from harness.errors import LtmError
+from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
+    BAD_WORKDIR,
     NO_HARNESS,
     agent_command,
     exec_command,
     harness_check,
     read_steps,
     shell_path,
+    use_workdir,
+    workdir_problem,
 )
 from harness.remote.hosts import Host
 
@@ -64,12 +67,15 @@ class ClientHost:
                                   inventory_path=self.inventory_path)
             workdir = shell_path(self.host.workdir.rstrip("/") or "/")
             rc, out, err = exec_command(self.client,
-                                        f"{harness_check()}; umask 077; mkdir -p {workdir} && "
+                                        f"{harness_check()}; {use_workdir(self.host.workdir)}; "
                                         f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
                                         '&& cd "$d" && pwd -P')
             if rc == NO_HARNESS:
                 raise LtmError(f"{self.label}: the harness is not installed there; run `ltm "
                                "hosts setup` first")
+            if rc == BAD_WORKDIR:
+                raise InputError(workdir_problem(self.host, err).replace(
+                    describe(self.host), self.label, 1).replace("this party", "[client]"))
             if rc != 0 or not out.strip():
                 raise LtmError(f"{self.label}: cannot create a working directory under "
                                f"{self.host.workdir}: {err.strip() or f'status {rc}'}")

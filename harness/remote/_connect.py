@@ -119,8 +119,11 @@ def connect(host: Host, known_hosts: Path, *, options: ConnectOptions = ConnectO
                            f"SSH host key can be checked; run `{trust_hint(inventory_path)}` "
                            "first")
     if host.key is not None and not Path(host.key).is_file():
-        raise InputError(f"{describe(host)}: the SSH key {host.key} does not exist; fix 'key' "
-                         "for this party in the inventory (or remove it to use the SSH agent)")
+        what = ("is a directory, not a private key file" if Path(host.key).is_dir()
+                else "is not a regular file" if Path(host.key).exists() else "does not exist")
+        raise InputError(f"{describe(host)}: the SSH key {host.key} {what}; fix 'key' for this "
+                         "party in the inventory (the private key's file, e.g. "
+                         "~/.ssh/id_ed25519, or remove it to use the SSH agent)")
 
     def attempt() -> paramiko.SSHClient:
         client = paramiko.SSHClient()

@@ -72,7 +72,8 @@ class PartyGroup:
         except BaseException as exc:
             problems = self._cleanup()
             if problems and isinstance(exc, LtmError):
-                exc.args = (f"{exc}\nalso: {problems}",)
+                # On the same line: the cause first, then what is left on a host.
+                exc.args = (f"{exc}; also: {problems}",)
             raise
         problems = self._cleanup()
         if problems:
@@ -130,7 +131,9 @@ class PartyGroup:
         failed = [r for r in self.results if r.failed]
         self._reraise_bugs(failed)
         if failed:
-            messages = dict.fromkeys(str(r.error) for r in failed)  # once each, in order
+            # Each naming its host first, once each, in order.
+            messages = dict.fromkeys(labelled(r.label, r.error) for r in failed
+                                     if r.error is not None)
             raise HostGroupError("; ".join(messages) + " (no party was started)", self.results)
 
     # --- phase 2: start every party, wait for all ----------------------------------------
@@ -188,8 +191,8 @@ class PartyGroup:
             if r.completed is not None:
                 parts.append(f"{r.label} {_describe_exit(r.completed)}")
             else:
-                parts.append(str(r.error) if isinstance(r.error, LtmError)
-                             else f"{r.label}: {type(r.error).__name__}: {r.error}")
+                assert r.error is not None
+                parts.append(labelled(r.label, r.error))
         stopped = [r.host.name for r in self.results if r.stopped]
         message = "; ".join(parts) + f"; stopped {', '.join(stopped) or 'nothing else'}"
         for r in failed:

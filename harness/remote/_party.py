@@ -23,6 +23,7 @@ from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._results import Abandoned
 from harness.remote._shell import (
+    BAD_WORKDIR,
     EXEC_TIMEOUT,
     NO_HARNESS,
     agent_command,
@@ -30,6 +31,8 @@ from harness.remote._shell import (
     harness_check,
     read_steps,
     shell_path,
+    use_workdir,
+    workdir_problem,
 )
 from harness.remote._steps import HostSteps
 from harness.remote.hosts import Host
@@ -116,7 +119,7 @@ class RemoteParty:
         harness = f"{harness_check()}; " if harness_for else ""
         script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
                   f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; {harness}"
-                  f"umask 077 && mkdir -p {workdir} && "
+                  f"{use_workdir(self.host.workdir)}; "
                   f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
                   "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
         with self._lock:
@@ -136,6 +139,8 @@ class RemoteParty:
                            "install util-linux there")
         if rc == NO_HARNESS:
             raise self._no_harness(harness_for or "")
+        if rc == BAD_WORKDIR:
+            raise InputError(workdir_problem(self.host, err))
         raise LtmError(f"{self.label}: cannot create a working directory under "
                        f"{self.host.workdir}: {err.strip() or f'status {rc}'}; fix 'workdir' "
                        "for this party in the inventory")

@@ -8,22 +8,30 @@ act on all hosts in parallel and collect every host's failure into one
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import paramiko
+
 from harness.engine import Completed
 from harness.errors import LtmError
 from harness.remote._connect import describe
+from harness.remote._stop import Stop, Stopped
 from harness.remote.hosts import Host
 
 __all__ = ["Abandoned", "HostGroupError", "HostResult", "labelled", "parallel"]
 
 T = TypeVar("T")
 U = TypeVar("U")
+# How long interrupted workers get to end once their connections are closed: with the
+# CLI's own exit, well inside the 2 seconds a stopped command may take.
+_GRACE_SECONDS = 1.0
+_JOIN_SECONDS = 0.05  # a signal is handled between two joins
 
 
-class Abandoned(Exception):
+class Abandoned(Stopped):
     """The group gave up on this host (another failed, timeout, Ctrl-C)."""
 
 
@@ -47,7 +55,7 @@ class HostResult:
     @property
     def failed(self) -> bool:
         if self.error is not None:
-            return not isinstance(self.error, Abandoned)
+            return not isinstance(self.error, Stopped)
         return self.completed is not None and self.completed.returncode != 0
 
 
@@ -66,14 +74,37 @@ class HostGroupError(LtmError):
 
 def labelled(label: str, exc: BaseException) -> str:
     """``exc``'s message, starting with the host's label exactly once."""
-    text = str(exc) or type(exc).__name__
+    text = reason(exc)
     return text if text.startswith(label) else f"{label}: {text}"
 
 
-def parallel(fn: Callable[[U], T], items: Sequence[U],
-             name: str = "ltm-host") -> list[T | BaseException]:
+def reason(exc: BaseException) -> str:
+    """What went wrong, in words, for errors whose own text may be empty.
+
+    A connection that drops under paramiko surfaces as a bare ``EOFError()`` (or an
+    empty ``SSHException``), whose text is nothing at all.
+    """
+    text = str(exc).strip()
+    if isinstance(exc, EOFError) or (not text and isinstance(exc, (OSError,
+                                                                   paramiko.SSHException))):
+        return "the SSH connection closed unexpectedly (was sshd stopped, or the host " \
+               "rebooted?)"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return text or type(exc).__name__
+
+
+def parallel(fn: Callable[[U], T], items: Sequence[U], name: str = "ltm-host", *,
+             stop: Stop | None = None, grace: float = _GRACE_SECONDS) -> list[T | BaseException]:
     """``fn`` on every item at once, each on its own thread; each result or the exception it
-    raised."""
+    raised.
+
+    The threads are daemons and the caller waits for them in short joins, so a signal
+    (a KeyboardInterrupt in the main thread) is seen at once: ``stop`` is then stopped,
+    which makes the workers give up (their connections closed), they get ``grace``
+    seconds to end, and the interrupt goes on up without waiting longer for a host
+    that does not answer.
+    """
     out: list[T | BaseException] = [RuntimeError("not run")] * len(items)
 
     def call(i: int) -> None:
@@ -82,10 +113,20 @@ def parallel(fn: Callable[[U], T], items: Sequence[U],
         except Exception as exc:
             out[i] = exc
 
-    threads = [threading.Thread(target=call, args=(i,), name=f"{name}-{i}")
+    threads = [threading.Thread(target=call, args=(i,), name=f"{name}-{i}", daemon=True)
                for i in range(len(items))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(_JOIN_SECONDS)
+    except BaseException:
+        if stop is not None:
+            stop.stop()
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            if thread.ident is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        raise
     return out

@@ -20,12 +20,15 @@ from harness.errors import LtmError
 from harness.remote._connect import describe
 from harness.remote.hosts import REMOTE_PYTHON, Host
 
-__all__ = ["EXEC_TIMEOUT", "NO_HARNESS", "RemoteShell", "agent_command", "exec_command",
-           "harness_check", "put_atomic", "read_steps", "shell_join", "shell_path"]
+__all__ = ["BAD_WORKDIR", "EXEC_TIMEOUT", "NO_HARNESS", "RemoteShell", "agent_command",
+           "exec_command", "guarded", "harness_check", "put_atomic", "read_steps", "shell_join",
+           "shell_path", "use_workdir", "workdir_problem"]
 
 EXEC_TIMEOUT = 60.0
 # The exit status of a command that found no harness on the host (harness_check).
 NO_HARNESS = 5
+# ... and of one whose working directory is not private to the login user (use_workdir).
+BAD_WORKDIR = 6
 AGENT_MODULE = "harness.remote.agent"
 
 
@@ -53,6 +56,37 @@ def harness_check() -> str:
     return f"{{ [ -x {shell_path(REMOTE_PYTHON)} ] || exit {NO_HARNESS}; }}"
 
 
+def use_workdir(workdir: str) -> str:
+    """Shell that creates ``workdir`` (0700) if need be and exits with :data:`BAD_WORKDIR`,
+    printing ``workdir UID MODE ME`` on stderr, unless the login user owns it and nobody
+    else may enter it; then leaves umask 077 set."""
+    w = shell_path(workdir.rstrip("/") or "/")
+    return (f"umask 077; mkdir -p {w} 2>/dev/null; "
+            f"if [ -d {w} ]; then set -- $(stat -L -c '%u %a' {w}); "
+            'else set -- none none; fi; '
+            'case "$1:$2" in "$(id -u)":*00) ;; '
+            f'*) echo "workdir $1 $2 $(id -u)" >&2; exit {BAD_WORKDIR};; esac')
+
+
+def workdir_problem(host: Host, err: str) -> str:
+    """Why a host's ``workdir`` was refused (from :func:`use_workdir`'s line), and the fix."""
+    where, path = describe(host), host.workdir
+    fields = next((line.split() for line in err.splitlines() if line.startswith("workdir ")),
+                  [])
+    owner, mode, me = (fields[1:4] + ["?"] * 3)[:3]
+    if owner == "none":
+        return (f"{where}: workdir {path} cannot be created there (is something in the way, "
+                "or is its parent not writable?); choose another 'workdir' for this party in "
+                "the inventory, or remove it to use the default")
+    if owner != me:
+        return (f"{where}: workdir {path} is owned by uid {owner}, not you (uid {me}): "
+                "choose another 'workdir' for this party in the inventory (or remove it to "
+                "use the default, private to each user), or remove that directory there")
+    return (f"{where}: workdir {path} has mode {mode.zfill(4)}, open to other users; run "
+            f"`chmod 700 {path}` there, or choose another 'workdir' for this party in the "
+            "inventory")
+
+
 def read_steps(out: str) -> dict[str, dict]:
     """The host agent's replies, by step name: one JSON object per stdout line.
 
@@ -72,10 +106,37 @@ def read_steps(out: str) -> dict[str, dict]:
     return steps
 
 
+def guarded(script: str) -> str:
+    """``script``, ended with everything it started once its SSH channel closes.
+
+    sshd does not signal a command whose connection is gone (there is no
+    terminal to hang up), so a long step (pip install, an MP-SPDZ download)
+    would go on after the runner was interrupted or lost the host. The script
+    runs in a process group of its own (``setsid``) while the shell watches the
+    channel's stdin, which nothing ever writes to: it reaches its end only when
+    the channel closes, and the watcher then kills the group (TERM, and KILL a
+    second later). A script that ends by itself takes the watcher with it. A
+    host without ``setsid`` runs the script as before.
+    """
+    q = shlex.quote(script)
+    # An asynchronous list's stdin is /dev/null in a non-interactive shell: the watcher
+    # reads the channel through fd 3. `kill -SIG -PGID` is what dash and bash both accept.
+    # The login shell ($SHELL, which sshd sets) runs the script, as sshd itself would.
+    return ('command -v setsid >/dev/null 2>&1 || exec "${SHELL:-/bin/sh}" -c ' + q + "; "
+            'exec 3<&0; setsid "${SHELL:-/bin/sh}" -c ' + q + " </dev/null 3<&- & p=$!; "
+            "{ while read -r _ <&3; do :; done; kill -TERM -$p; sleep 1; kill -KILL -$p; } "
+            ">/dev/null 2>&1 & w=$!; exec 3<&-; "
+            'wait "$p"; s=$?; kill "$w" 2>/dev/null; exit "$s"')
+
+
 def exec_command(client: paramiko.SSHClient, command: str,
                  timeout: float = EXEC_TIMEOUT) -> tuple[int, str, str]:
-    """Run ``command`` on the host; its exit status, stdout and stderr."""
-    _, stdout, stderr = client.exec_command(command, timeout=timeout)
+    """Run ``command`` on the host (:func:`guarded`); its exit status, stdout and stderr.
+
+    Closing ``client`` from another thread (:class:`harness.remote._stop.Stop`) ends
+    the wait here at once, and the command on the host with it.
+    """
+    _, stdout, stderr = client.exec_command(guarded(command), timeout=timeout)
     out = stdout.read().decode(errors="replace")
     err = stderr.read().decode(errors="replace")
     return stdout.channel.recv_exit_status(), out, err

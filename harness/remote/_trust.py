@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,24 +61,31 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
     known_hosts = inventory.known_hosts
     results: list[TrustResult] = []
     seen: dict[str, TrustResult] = {}
-    for host in inventory.hosts + ((inventory.client,) if inventory.client else ()):
-        target = known_target(host.ssh_host, host.ssh_port)
-        if target in seen:  # several parties on one machine: one key
-            results.append(TrustResult(host, target, seen[target].key, seen[target].status,
-                                       seen[target].previous))
-            continue
-        pinned = pinned_keys(known_hosts, target)
-        key = _fetch(host, timeout, tuple(k.key_type for k in pinned))
-        if key in pinned:
-            status = "unchanged"
-        elif pinned:
-            status = "replaced" if replace else "changed"
-        else:
-            status = "added"
-        result = TrustResult(host, target, key, status, tuple(pinned))
-        seen[target] = result
-        results.append(result)
-        echo(f"{host.name}  {target}  {key.key_type} {key.fingerprint}  {_NOTES[status]}")
+    hosts = inventory.hosts + ((inventory.client,) if inventory.client else ())
+    try:
+        for host in hosts:
+            target = known_target(host.ssh_host, host.ssh_port)
+            if target in seen:  # several parties on one machine: one key
+                results.append(TrustResult(host, target, seen[target].key, seen[target].status,
+                                           seen[target].previous))
+                continue
+            pinned = pinned_keys(known_hosts, target)
+            key = _fetch(host, timeout, tuple(k.key_type for k in pinned))
+            if key in pinned:
+                status = "unchanged"
+            elif pinned:
+                status = "replaced" if replace else "changed"
+            else:
+                status = "added"
+            result = TrustResult(host, target, key, status, tuple(pinned))
+            seen[target] = result
+            results.append(result)
+            echo(f"{host.name}  {target}  {key.key_type} {key.fingerprint}  {_NOTES[status]}")
+    except KeyboardInterrupt:
+        # Hosts are asked in turn, in this thread: the signal ends the one being asked.
+        echo(f"trust interrupted: {_progress(hosts, len(results), 'answered')}; nothing was "
+             "written")
+        raise
     changed = [r for r in seen.values() if r.status == "changed"]
     if changed:
         detail = "; ".join(f"{describe(r.host)} now shows {r.key.fingerprint}, pinned "
@@ -96,6 +103,14 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
     write_pinned(known_hosts, new, replace=replace)
     echo(f"Pinned {len(new)} host key(s) in {known_hosts}.")
     return results
+
+
+def _progress(hosts: Sequence[Host], finished: int, what: str) -> str:
+    """``N of M host(s) WHAT (names), not (names)``: the summary after a signal."""
+    done = ", ".join(h.name for h in hosts[:finished])
+    rest = ", ".join(h.name for h in hosts[finished:])
+    return (f"{finished} of {len(hosts)} host(s) {what}{f' ({done})' if done else ''}"
+            f"{f', not {rest}' if rest else ''}")
 
 
 _NOTES = {"added": "(new, pinned)", "unchanged": "(already pinned)",
@@ -126,12 +141,18 @@ def check_hosts(inventory_path: str | os.PathLike[str], *,
     digest = harness_digest()
     checks = []
     hosts = list(inventory.hosts) + ([inventory.client] if inventory.client else [])
-    for host in hosts:
-        check = _check(host, inventory.known_hosts, Path(inventory_path),
-                       options or ConnectOptions(), digest,
-                       needs_mp_spdz=host is not inventory.client)
-        checks.append(check)
-        echo(f"{describe(check.host)}: {'ok' if check.ok else 'FAILED'}: {check.detail}")
+    try:
+        for host in hosts:
+            check = _check(host, inventory.known_hosts, Path(inventory_path),
+                           options or ConnectOptions(), digest,
+                           needs_mp_spdz=host is not inventory.client)
+            checks.append(check)
+            echo(f"{describe(check.host)}: {'ok' if check.ok else 'FAILED'}: {check.detail}")
+    except KeyboardInterrupt:
+        # One host at a time, in this thread: the signal ends the one being checked, and
+        # leaving _check closes its connection (its one short command ends with it).
+        echo(f"check interrupted: {_progress(hosts, len(checks), 'checked')}")
+        raise
     return checks
 
 

@@ -16,7 +16,8 @@ table per party, in party order (the first entry is party 0)::
     key = "~/.ssh/ltm-demo.pem"   # optional: without it SSH uses the agent / default keys
     mpc_host = "10.0.0.5"         # where the other parties reach it
     mp_spdz = "/home/ubuntu/.local/share/ltm-harness/mp-spdz"
-    workdir = "/tmp/ltm-runs"     # optional
+    workdir = "/scratch/ltm"      # optional (default ~/.cache/ltm-harness/runs); it must
+                                  # be the login user's own, mode 0700 (made so if new)
 
     [client]                      # optional: the machine that prepares the clients' shares
     name = "client"
@@ -64,7 +65,9 @@ __all__ = [
 
 DEFAULT_SSH_PORT = 22
 DEFAULT_BASE_PORT = 14000
-DEFAULT_WORKDIR = "/tmp/ltm-runs"
+# In the login user's home, so that two users of one machine (a shared node, or parties
+# rehearsed on one machine) never meet in one directory; checked before use either way.
+DEFAULT_WORKDIR = "~/.cache/ltm-harness/runs"
 
 _REQUIRED_HOST_FIELDS = ("name", "ssh_host", "user", "mpc_host", "mp_spdz")
 _OPTIONAL_HOST_FIELDS = ("ssh_port", "key", "workdir")

@@ -32,7 +32,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +40,9 @@ import paramiko
 from harness.engine import find_mpspdz
 from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
-from harness.remote._results import HostGroupError, HostResult, labelled
+from harness.remote._results import HostGroupError, HostResult, labelled, parallel
 from harness.remote._shell import RemoteShell, shell_path
+from harness.remote._stop import Stop
 from harness.remote._trust import SETUP_RECORD
 from harness.remote.bundle import (
     LocalMpSpdz,
@@ -139,12 +139,18 @@ def _parse_probe(out: str) -> dict:
 
 
 def _setup_one(host: Host, known_hosts: Path, inventory_path: Path, plan: _Plan,
-               options: ConnectOptions) -> HostSetup:
-    """Set up one host; ``plan.mode`` "client" installs the harness only."""
+               options: ConnectOptions, stop: Stop) -> HostSetup:
+    """Set up one host; ``plan.mode`` "client" installs the harness only.
+
+    ``stop`` closes the connection, which ends the step running on the host (see
+    :func:`harness.remote._shell.guarded`); every step can be repeated, so the next
+    setup picks up where this one was stopped.
+    """
     started = time.perf_counter()
     result = HostSetup(host)
-    client = connect(host, known_hosts, options=options, inventory_path=inventory_path)
-    try:
+    client = connect(host, known_hosts, options=options, inventory_path=inventory_path,
+                     sleep=stop.sleep)
+    with stop.closing(client):
         remote = RemoteShell(client, host)
         names = sorted(plan.mp.files) if plan.mp else []
         info = _parse_probe(remote.must(_probe_script(host.mp_spdz, names), "looking around"))
@@ -191,10 +197,9 @@ def _setup_one(host: Host, known_hosts: Path, inventory_path: Path, plan: _Plan,
             result.changes.append("setup record rewritten")
         record = {"harness": harness, "mp_spdz": {**mp_record, "path": host.mp_spdz},
                   "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        stop.check()  # a host stopped half-way must not be recorded as ready
         _write_record(remote, record)
         result.record = record
-    finally:
-        client.close()
     result.seconds = time.perf_counter() - started
     return result
 
@@ -279,21 +284,27 @@ def setup_hosts(inventory_path: str | os.PathLike[str], *, mode: str = "local",
 
     client_plan = dataclasses.replace(plan, mode="client", mp=None)
 
+    stop = Stop()
+
     def one(i: int) -> None:
         try:
             setup = _setup_one(hosts[i], inventory.known_hosts, inventory_path,
                                client_plan if hosts[i] is inventory.client else plan,
-                               options or ConnectOptions())
+                               options or ConnectOptions(), stop)
             done[i] = setup
             echo(setup.line())
         except Exception as exc:
+            if stop.stopped:
+                return  # what a stop breaks is no failure of the host's
             results[i].error = exc
             echo(f"{describe(hosts[i])}: FAILED: "
                  f"{str(exc).removeprefix(describe(hosts[i]) + ': ')}")
 
     try:
-        with ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="ltm-setup") as pool:
-            list(pool.map(one, range(len(hosts))))
+        parallel(one, range(len(hosts)), "ltm-setup", stop=stop)
+    except KeyboardInterrupt:
+        echo(_interrupted(hosts, done, inventory_path))
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     failed = [r for r in results if r.error is not None]
@@ -317,6 +328,16 @@ def setup_hosts(inventory_path: str | os.PathLike[str], *, mode: str = "local",
     return finished
 
 
+def _interrupted(hosts: list[Host], done: list[HostSetup | None], inventory_path: Path) -> str:
+    """The one line that says, after a signal, which hosts are ready and which are not."""
+    ready = [h.name for h, d in zip(hosts, done, strict=True) if d is not None]
+    stopped = [h.name for h, d in zip(hosts, done, strict=True) if d is None]
+    return (f"setup interrupted: {len(ready)} of {len(hosts)} host(s) ready"
+            f"{' (' + ', '.join(ready) + ')' if ready else ''}"
+            f"{'; stopped on ' + ', '.join(stopped) if stopped else ''}; run `ltm hosts setup "
+            f"{inventory_path}` again to finish (it skips what is already there)")
+
+
 def _labelled(result: HostResult) -> str:
     assert result.error is not None
     return labelled(describe(result.host), result.error)
@@ -338,25 +359,25 @@ def wait_for_marker(inventory_path: str | os.PathLike[str], marker: str, *,
     deadline = time.monotonic() + timeout
     results = [HostResult(i, h) for i, h in enumerate(hosts)]
 
+    stop = Stop()
+
     def one(i: int) -> None:
         try:
             client = connect(hosts[i], inventory.known_hosts, options=options or ConnectOptions(),
-                             inventory_path=Path(inventory_path))
-            try:
+                             inventory_path=Path(inventory_path), sleep=stop.sleep)
+            with stop.closing(client):
                 remote = RemoteShell(client, hosts[i])
                 while remote.run(f"test -f {shlex.quote(marker)}")[0] != 0:
                     if time.monotonic() > deadline:
                         raise LtmError(f"{describe(hosts[i])}: {marker} did not appear within "
                                        f"{timeout:g} s; see /var/log/cloud-init-output.log "
                                        "there")
-                    time.sleep(interval)
-            finally:
-                client.close()
+                    stop.sleep(interval)
         except Exception as exc:
-            results[i].error = exc
+            if not stop.stopped:
+                results[i].error = exc
 
-    with ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="ltm-wait") as pool:
-        list(pool.map(one, range(len(hosts))))
+    parallel(one, range(len(hosts)), "ltm-wait", stop=stop)
     failed = [r for r in results if r.error is not None]
     if failed:
         raise HostGroupError("; ".join(_labelled(r) for r in failed), results)

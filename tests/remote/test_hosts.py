@@ -68,7 +68,7 @@ def test_load_reads_every_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert p1.ssh_port == 22
     assert p1.key is None
     assert p1.workdir == "/var/tmp/runs"
-    assert p0.workdir == "/tmp/ltm-runs"
+    assert p0.workdir == "~/.cache/ltm-harness/runs"  # per user, in the login home
     assert inv.host("p1") is p1
 
 

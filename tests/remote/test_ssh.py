@@ -577,7 +577,9 @@ def test_a_host_without_room_for_its_shares_is_refused_before_any_upload(tmp_pat
     trust_hosts(inventory, echo=lambda line: None)
     small = fakes[1].workdir
     small.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    # mode 0700, as a workdir must be (a tmpfs is 1777 by default)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(small)],
+                   check=True)
     try:
         # 40000 clients x d = 4 x 8 bytes: about 1.3 MB of shares for each server
         cfg = small_config(tmp_path, program_cache, parties=2, clients=40_000)
