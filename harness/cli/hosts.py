@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.cli.common import number
 from harness.errors import InputError
 
 __all__ = ["add_commands"]
@@ -35,8 +36,9 @@ def add_commands(subparsers: Any) -> None:
     trust.add_argument("--replace", action="store_true",
                        help="replace keys that differ from the pinned ones (after a host was "
                             "rebuilt); without it a changed key is refused")
-    trust.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="per-host connection timeout (default: 10)")
+    trust.add_argument("--timeout", type=number("--timeout", low=0, high=3600, open_low=True),
+                       default=10.0, metavar="SECONDS",
+                       help="per-host connection timeout, in (0, 3600] (default: 10)")
     trust.set_defaults(func=_trust)
 
     setup = commands.add_parser(

@@ -7,6 +7,7 @@ other shared options in :mod:`harness.cli.common`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from harness.cli.common import MP_SPDZ
 from harness.engine import (
@@ -18,6 +19,7 @@ from harness.engine import (
     install,
     release_url,
 )
+from harness.fileio import check_output_dir
 
 __all__ = ["add_commands", "add_mpspdz_argument"]
 
@@ -82,6 +84,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
+    if args.prefix:
+        # install() stages beside the prefix and renames: the same rules as a run's --out.
+        check_output_dir(Path(args.prefix).expanduser(), option="--prefix")
     install(
         prefix=args.prefix,
         archive=args.archive,

@@ -14,7 +14,12 @@ here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
-from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
+from harness.clients.matrices import (
+    check_matrix,
+    load_matrix,
+    npy_error,
+    synthetic_matrix,
+)
 from harness.clients.noise import NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
     Prepared,
@@ -71,6 +76,7 @@ __all__ = [
     "format_integers",
     "libcrypto",
     "load_matrix",
+    "npy_error",
     "noise_rng",
     "prepare_inputs",
     "read_share_file",
