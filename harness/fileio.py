@@ -256,7 +256,9 @@ def check_output_dir(out: str | os.PathLike[str], *, option: str = "--out",
         raise InputError(f"{option} must name a directory to create, not {text}; for "
                          f"example {option} results/run-1")
     probe = out
-    while not probe.exists() and probe != probe.parent:
+    # os.path.exists, not Path.exists: a name too long for the file system is "not
+    # there" (ENAMETOOLONG), for _check_name_lengths to word, not an exception.
+    while not os.path.exists(probe) and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
         where = "is" if probe == out else f"lies under {probe}, which is"
