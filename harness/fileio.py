@@ -24,7 +24,7 @@ from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "file_lock", "open_private", "output_lock",
-           "private_dir", "write_atomic", "write_private"]
+           "parents_made", "private_dir", "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -200,12 +200,33 @@ def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterat
 
     with ExitStack() as stack:
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(parents_made(out))
             stack.enter_context(file_lock(out, busy=refuse))
         except OSError as exc:
             raise InputError(f"cannot create {option} {out}: {exc.strerror or exc} "
                              f"({exc.filename or out.parent}); choose another {option}") from None
         yield out
+
+
+@contextmanager
+def parents_made(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Create the missing parent directories of ``path`` for the block; remove them after
+    if it left them empty (a refusal, a failure, an interrupt).
+
+    Around a ``path`` that was made they are not empty and stay. ``OSError`` from
+    creating them passes.
+    """
+    path = Path(path)
+    made = [p for p in path.parents if not os.path.exists(p)]  # deepest first
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield path
+    finally:
+        for directory in made:
+            try:
+                directory.rmdir()
+            except OSError:
+                break
 
 
 def _holder(fd: int) -> str:

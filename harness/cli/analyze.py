@@ -8,7 +8,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.analyst import (
     CALIBRATIONS,
@@ -233,7 +235,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     _add_tables(grids)
 
 
-def _int(option: str, high: int) -> object:
+def _int(option: str, high: int) -> Callable[[str], Any]:
     return number(option, low=1, high=high, integer=True)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.common import number
-from harness.errors import InputError
+from harness.errors import InputError, LtmError
 
 __all__ = ["add_commands"]
 
@@ -101,4 +101,9 @@ def _check(args: argparse.Namespace) -> int:
     from harness.remote import check_hosts
 
     checks = check_hosts(args.inventory)
-    return 0 if all(c.ok for c in checks) else 1
+    failed = sum(not c.ok for c in checks)
+    if failed:
+        raise LtmError(f"{failed} of {len(checks)} host(s) failed the check: each FAILED line "
+                       f"above says why (`ltm hosts setup {args.inventory}` installs what is "
+                       "missing)")
+    return 0

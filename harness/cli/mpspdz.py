@@ -19,6 +19,7 @@ from harness.engine import (
     install,
     release_url,
 )
+from harness.errors import MpSpdzError
 from harness.fileio import check_output_dir
 
 __all__ = ["add_commands", "add_mpspdz_argument"]
@@ -80,7 +81,11 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    return 0 if doctor(args.mp_spdz, fix=args.fix) else 1
+    if not doctor(args.mp_spdz, fix=args.fix):
+        # The report is on stdout; stderr gets the one line every failing command gives.
+        raise MpSpdzError("a required component is missing (marked MISSING above); fix it "
+                          "as that line says, then rerun `ltm doctor`")
+    return 0
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
