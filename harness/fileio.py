@@ -23,10 +23,9 @@ from typing import IO
 
 from harness.errors import InputError
 
-__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "check_output_dir",
-           "copy_private", "copy_tree_private", "file_lock", "open_private", "output_lock",
-           "private_dir",
-           "write_atomic", "write_private"]
+__all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
+           "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
+           "output_lock", "parents_made", "private_dir", "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -231,12 +230,33 @@ def output_lock(out: str | os.PathLike[str], *, option: str = "--out") -> Iterat
 
     with ExitStack() as stack:
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(parents_made(out))
             stack.enter_context(file_lock(out, busy=refuse))
         except OSError as exc:
             raise InputError(f"cannot create {option} {out}: {exc.strerror or exc} "
                              f"({exc.filename or out.parent}); choose another {option}") from None
         yield out
+
+
+@contextmanager
+def parents_made(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Create the missing parent directories of ``path`` for the block; remove them after
+    if it left them empty (a refusal, a failure, an interrupt).
+
+    Around a ``path`` that was made they are not empty and stay. ``OSError`` from
+    creating them passes.
+    """
+    path = Path(path)
+    made = [p for p in path.parents if not os.path.exists(p)]  # deepest first
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield path
+    finally:
+        for directory in made:
+            try:
+                directory.rmdir()
+            except OSError:
+                break
 
 
 def _holder(fd: int) -> str:
@@ -254,21 +274,66 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
-def check_output_dir(out: str | os.PathLike[str], *, option: str = "--out") -> Path:
+# Room the harness needs beside an output directory NAME for its siblings: the
+# staging ``.NAME.partial-XXXXXXXX``, the lock ``.NAME.lock``, ``NAME.mismatch``, a
+# temporary ``.NAME.XXXXXXXX.tmp``; with a margin.
+SIBLING_ROOM = 24
+
+
+def check_output_dir(out: str | os.PathLike[str], *, option: str = "--out",
+                     whole: bool = True) -> Path:
     """Refuse, before any work, an output directory that could not be created or written.
 
-    Looks at ``out`` or its nearest existing ancestor: a file there, or a directory
-    this process cannot write, is one line now rather than a traceback after the work.
+    ``whole``: the directory is made whole, staged beside it and renamed into place
+    (``ltm run``, ``ltm reproduce``, an install's prefix). Then ``.``, ``..`` and
+    ``/`` name no directory to create (the staging sibling would land in the
+    parent), and the last component needs :data:`SIBLING_ROOM` bytes to spare
+    below the file system's limit. Without ``whole`` (files written into an
+    existing or new directory, as ``ltm utility`` does) only the limit applies.
+    Then looks at ``out`` or its nearest existing ancestor: a file there, or a
+    directory this process cannot write, is one line now rather than a traceback
+    after the work.
     """
     out = Path(out)
+    text = str(out)
+    if "\0" in text:
+        raise InputError(f"{option} {text!r} holds a NUL character; choose another {option}")
+    try:
+        os.fsencode(text)
+    except UnicodeError:
+        raise InputError(f"{option} {text!r} cannot be a file name here (not encodable); "
+                         f"choose another {option}") from None
+    if whole and out.name in ("", ".", ".."):
+        raise InputError(f"{option} must name a directory to create, not {text}; for "
+                         f"example {option} results/run-1")
     probe = out
-    while not probe.exists() and probe != probe.parent:
+    # os.path.exists, not Path.exists: a name too long for the file system is "not
+    # there" (ENAMETOOLONG), for _check_name_lengths to word, not an exception.
+    while not os.path.exists(probe) and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
         where = "is" if probe == out else f"lies under {probe}, which is"
         raise InputError(f"{option} {out} {where} a file, not a directory; choose another "
                          f"{option}")
+    _check_name_lengths(out, probe, option, SIBLING_ROOM if whole else 0)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{option} {out}: the directory {probe} is not writable; choose "
                          f"another {option}")
     return out
+
+
+def _check_name_lengths(out: Path, existing: Path, option: str, room: int) -> None:
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    # The components still to be created, the last of which needs room for siblings.
+    missing = out.relative_to(existing).parts if out != existing else ()
+    parts = [(p, name_max) for p in missing[:-1]] + [(out.name, name_max - room)]
+    for part, limit in parts:
+        length = len(os.fsencode(part))
+        if length > limit:
+            room_note = f" ({name_max} less room for the harness's files beside it)" \
+                if part == out.name and room else ""
+            raise InputError(f"{option}: the name {part[:40]}... is {length} bytes long, but "
+                             f"at most {limit} fit here{room_note}; choose a shorter {option}")

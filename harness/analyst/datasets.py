@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import load_matrix
+from harness.clients import load_matrix, npy_error
 from harness.errors import InputError, check_memory
 
 __all__ = [
@@ -143,7 +143,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
         # Mapped: a header that claims more than the file holds is refused unallocated.
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read {what} {path}: {exc}") from exc
+        raise InputError(f"cannot read {what} {path}: {npy_error(exc)}") from exc
     if arr.ndim != 2:
         raise InputError(f"{what} {path} must be a 2-D array, got shape {arr.shape}")
     if arr.dtype.kind not in "biuf":

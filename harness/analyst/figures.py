@@ -34,8 +34,8 @@ import numpy as np
 from harness.analyst import baselines
 from harness.analyst.mechanisms import mechanism_error, mechanisms, one_blas_thread
 from harness.analyst.simulate import Stats, lowrank_stats, ridge_stats, synthetic_stats
-from harness.errors import InputError
-from harness.fileio import write_atomic
+from harness.errors import InputError, check_number
+from harness.fileio import check_output_dir, write_atomic
 
 if TYPE_CHECKING:  # pandas is imported where it is used: `ltm --help` need not load it
     import pandas as pd
@@ -146,6 +146,7 @@ def figure_spec(name: str, *, quick: bool = False, runs: int | None = None,
     """The grid of one of the paper's figures (``--quick``: three n, three runs)."""
     if name not in FIGURES:
         raise InputError(f"unknown figure {name!r}; choose one of {', '.join(FIGURES)}")
+    check_number("--m", m, low=1, integer=True)  # n_values divides by it
     runs = runs if runs is not None else (3 if quick else 20)
     common: dict[str, Any] = dict(runs=runs, calibration=calibration, seed=seed,
                                   quick=quick, m=m, n=n_values(m, quick))
@@ -298,13 +299,29 @@ def check_figure_outputs(out_dir: str | os.PathLike, spec: FigureSpec,
 
 
 def check_writable(out: Path) -> None:
+    """Refuse an --out that cannot be written, creating nothing: a refusal leaves no DIR.
+
+    An existing directory is probed with a file; a missing one is judged by its
+    nearest existing ancestor, and made only when the results are written.
+    """
+    check_output_dir(out, whole=False)
+    if not out.is_dir():
+        return
     try:
-        out.mkdir(parents=True, exist_ok=True)
         probe = out / f".ltm-write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
         raise InputError(f"cannot write to --out {out}: {exc.strerror or exc}; "
+                         "choose a writable directory") from None
+
+
+def make_output_dir(out: Path) -> None:
+    """Create --out once the results are ready to be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create --out {out}: {exc.strerror or exc}; "
                          "choose a writable directory") from None
 
 
@@ -348,6 +365,7 @@ def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds
                  force: bool = False) -> dict[str, Path]:
     """The long CSV (CSV_COLUMNS), the multi-panel PNG and the report, each written whole."""
     paths = check_figure_outputs(out_dir, spec, force)
+    make_output_dir(Path(out_dir))
     summary = summarize_runs(frame)
     png = io.BytesIO()
     plot_figure(summary, spec, png)

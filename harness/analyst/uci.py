@@ -299,6 +299,8 @@ def reproduce_table(table: str, data_dir: str | os.PathLike, out_dir: str | os.P
     """Check inputs and outputs, run the table, write its CSV and markdown."""
     _check_table(table)
     baselines.check_calibration(calibration)
+    if runs is not None and (int(runs) != runs or runs < 2):  # before --out is made
+        raise InputError(f"--runs must be an integer >= 2, got {runs}")
     check_data_dir(data_dir)
     paths = table_paths(out_dir, table, calibration)
     existing = [str(p) for p in paths.values() if p.exists()]
@@ -312,6 +314,7 @@ def reproduce_table(table: str, data_dir: str | os.PathLike, out_dir: str | os.P
                       progress=progress)
     seconds = time.perf_counter() - start
     text = table_markdown(frame, table, seconds)
+    figures.make_output_dir(Path(out_dir))
     write_atomic(paths["csv"], frame.to_csv(index=False))
     write_atomic(paths["report"], text)
     differs = (frame["n"] != frame["n_paper"]) | (frame["d"] != frame["d_paper"])

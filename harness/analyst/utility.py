@@ -315,7 +315,7 @@ def output_paths(out_dir: str | os.PathLike, problem: str) -> dict[str, Path]:
 
 def check_outputs(out_dir: str | os.PathLike, problem: str, force: bool) -> dict[str, Path]:
     """The output paths, refusing (before any work) to overwrite files unless ``force``."""
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, whole=False)
     paths = output_paths(out_dir, problem)
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing and not force:

@@ -15,14 +15,24 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import signal
 import sys
+import traceback
 from typing import NoReturn
 
 from harness._version import __version__
 from harness.errors import LtmError
 
-__all__ = ["Interrupted", "build_parser", "main"]
+__all__ = ["DEBUG_ENV_VAR", "Interrupted", "build_parser", "main"]
+
+# Set to 1 (or pass --debug) to see the traceback of an internal error.
+DEBUG_ENV_VAR = "LTM_DEBUG"
+
+# The argparse dests that hold a subcommand's name, outermost first: they name the
+# command in an internal error's line.
+_COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "aws_command",
+                  "mpspdz_command")
 
 # SIGTERM (kill, systemd, a batch scheduler) and SIGHUP (a closed terminal) stop a
 # command the way Ctrl-C does, through the same cleanup: parties stopped, partial
@@ -57,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Differentially private secure sketching on MP-SPDZ (the LTM).",
     )
     parser.add_argument("--version", action="version", version=f"ltm-harness {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of an internal error (also "
+                             f"{DEBUG_ENV_VAR}=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_commands(subparsers)
@@ -90,12 +103,18 @@ def _install_stop_handlers() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 1
-    previous = _install_stop_handlers()
+    debug = _debug_requested(argv)
+    command = "ltm"
+    previous: dict = {}
     try:
+        # Inside the try: an option's type check (harness.cli.common.number) raises
+        # InputError, which is one line like every other.
+        args = parser.parse_args(argv)
+        command = _command_name(args)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 1
+        previous = _install_stop_handlers()
         return int(args.func(args) or 0)
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.
@@ -109,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
              f"it with: pip install 'ltm-harness[{extra}]'")
         return 1
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        # Every cleanup ran on the way here: no partial directory is left behind.
-        where = f" writing {exc.filename}" if exc.filename else ""
-        _say(f"ltm: error: the disk is full{where}; partial files were removed: free some "
-             "space, or choose an --out on another file system")
-        return 1
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Every cleanup ran on the way here: no partial directory is left behind.
+            where = f" writing {exc.filename}" if exc.filename else ""
+            _say(f"ltm: error: the disk is full{where}; partial files were removed: free "
+                 "some space, or choose an --out on another file system")
+            return 1
+        return _internal_error(command, exc, debug)
     except MemoryError:
         _say("ltm: error: out of memory; use a smaller input or parameters (fewer clients, "
              "rows or columns)")
@@ -124,10 +143,36 @@ def main(argv: list[str] | None = None) -> int:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         _say(f"ltm: interrupted by {signal.Signals(signum).name}")
         return 128 + signum
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a bug, said in one line
+        return _internal_error(command, exc, debug)
     finally:
         for sig, handler in previous.items():
             if handler is not None:  # None: set outside Python, cannot be restored
                 signal.signal(sig, handler)
+
+
+def _debug_requested(argv: list[str] | None) -> bool:
+    # Read from argv itself: the traceback is wanted even when parsing is what failed.
+    words = sys.argv[1:] if argv is None else argv
+    return "--debug" in words[:1] or os.environ.get(DEBUG_ENV_VAR, "") not in ("", "0")
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    words = [str(w) for w in (getattr(args, d, None) for d in _COMMAND_DESTS) if w]
+    return " ".join(["ltm", *words])
+
+
+def _internal_error(command: str, exc: BaseException, debug: bool) -> int:
+    """A bug (anything not an LtmError): one line, the traceback only when asked for."""
+    if debug:
+        _say("".join(traceback.format_exception(exc)).rstrip("\n"))
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    what = " ".join(what.split())  # one line, whatever the message holds
+    hint = ("" if debug else f"rerun with --debug (or {DEBUG_ENV_VAR}=1) for the traceback "
+            "and ")
+    _say(f"ltm: internal error in `{command}`: {what}; {hint}report it to the harness's "
+         "maintainers with the command line and this output")
+    return 1
 
 
 def _say(line: str) -> None:

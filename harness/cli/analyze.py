@@ -8,6 +8,9 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from harness.analyst import (
     CALIBRATIONS,
@@ -28,10 +31,25 @@ from harness.analyst import (
     sweep,
     write_sweep_outputs,
 )
+from harness.cli.common import SEED_MAX, number
+from harness.errors import InputError
+from harness.fileio import check_output_dir
 
 __all__ = ["add_commands"]
 
 _DEFAULTS = SweepConfig()
+
+# Far beyond any analysis this harness does, yet finite: each numeric option's range.
+_MAX_N = 10**9  # clients of a utility sweep
+_MAX_D = 4096  # columns: the sweeps form d x d Gram matrices per run
+_MAX_M = 10**6  # sketch rows
+_MAX_RUNS = 10_000  # repetitions, runs per point, baseline runs
+_MAX_EPSILON = 1e6
+_MAX_LAMBDA = 1e12
+_MAX_ETA = 1e6
+# The figures' smallest n is 1000, rounded to multiples of m.
+_MAX_GRID_M = 1000
+_SEED = number("--seed", low=0, high=SEED_MAX, integer=True)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +71,8 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
         "lowrank", help="rank-k projection; error psi",
         description="X' = top-k right singular vectors of the sketch; "
                     "psi = (||A - AX'X'^T||_F^2 - ||A - AX_opt X_opt^T||_F^2) / n.")
-    lowrank.add_argument("--k", type=int, required=True, help="rank of the projection")
+    lowrank.add_argument("--k", type=number("--k", low=1, high=_MAX_D, integer=True),
+                         required=True, help=f"rank of the projection, in [1, {_MAX_D}]")
     _common(lowrank)
     lowrank.set_defaults(func=cmd_analyze_lowrank)
 
@@ -61,9 +80,12 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
         "ridge", help="ridge regression on the sketch of [A | b]; error phi",
         description="x' = argmin ||T_A x - T_b||^2 + lambda ||x||^2 on the sketch; "
                     "phi = cost(x') / cost(x_opt), cost(x) = ||Ax - b||^2 + lambda ||x||^2.")
-    ridge.add_argument("--lambda", dest="lam", type=float, required=True, metavar="L",
-                       help="regularisation weight lambda")
-    ridge.add_argument("--target-column", type=int, default=-1, metavar="COL",
+    ridge.add_argument("--lambda", dest="lam", required=True, metavar="L",
+                       type=number("--lambda", low=0, high=_MAX_LAMBDA),
+                       help=f"regularisation weight lambda, in [0, {_MAX_LAMBDA:g}]")
+    ridge.add_argument("--target-column", default=-1, metavar="COL",
+                       type=number("--target-column", low=-_MAX_D, high=_MAX_D - 1,
+                                   integer=True),
                        help="column of b in the run's matrix (default: -1, the last)")
     _common(ridge)
     ridge.set_defaults(func=cmd_analyze_ridge)
@@ -82,11 +104,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="the run's input matrix (.npy or .csv) if DIR has no data.npy")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     _calibration_option(parser)
-    parser.add_argument("--epsilon", type=float, default=None,
-                        help="epsilon of the baselines (default: the run's)")
-    parser.add_argument("--baseline-runs", type=int, default=5, metavar="K",
-                        help="runs of each simulated baseline (default: 5)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the baselines' noise")
+    parser.add_argument("--epsilon", default=None,
+                        type=number("--epsilon", low=0, high=_MAX_EPSILON, open_low=True),
+                        help="epsilon of the baselines, in (0, 1e6] (default: the run's)")
+    parser.add_argument("--baseline-runs", default=5, metavar="K",
+                        type=number("--baseline-runs", low=1, high=_MAX_RUNS, integer=True),
+                        help=f"runs of each simulated baseline, in [1, {_MAX_RUNS}] "
+                             "(default: 5)")
+    parser.add_argument("--seed", type=_SEED, default=0, help="seed of the baselines' noise")
 
 
 def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
@@ -95,28 +120,53 @@ def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
         calibration=args.calibration, runs=args.baseline_runs, seed=args.seed, **what)
 
 
-def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace):
+    """The run, refusing one whose result.json is missing or records no parameters."""
     run = load_run(args.directory, args.data)
+    if not run.params:  # load_run reads a missing file, [] and {} alike as nothing
+        path = Path(args.directory) / "result.json"
+        state = "is missing" if not path.exists() else "records no run parameters"
+        raise InputError(f"{path} {state}, so the run's epsilon, delta and eta are unknown; "
+                         "analyze the --out directory of a finished `ltm run`")
+    return run
+
+
+def _assumptions(args: argparse.Namespace, run, base: dict) -> str:
+    """Where the privacy parameters the baselines used came from, for the first line."""
+    noise = (run.params.get("parameters") or {}).get("noise")
+    recorded = noise if isinstance(noise, dict) else {}
+    sources = []
+    for key in ("epsilon", "delta", "eta"):
+        given = key == "epsilon" and args.epsilon is not None
+        source = "--epsilon" if given else "result.json" if key in recorded else "assumed"
+        sources.append(f"{key}={base[key]:g} ({source})")
+    return ", ".join(sources)
+
+
+def cmd_analyze_lowrank(args: argparse.Namespace) -> int:
+    run = _load(args)
     result = analyze_lowrank(run.sketch, run.data, args.k)
     result["baselines"] = _baselines(args, run, "lowrank", k=args.k)
-    _report(result, args.json, "psi", f"low-rank approximation, k={args.k}")
+    _report(result, args.json, "psi", f"low-rank approximation, k={args.k}",
+            _assumptions(args, run, result["baselines"]))
     return 0
 
 
 def cmd_analyze_ridge(args: argparse.Namespace) -> int:
-    run = load_run(args.directory, args.data)
+    run = _load(args)
     result = analyze_ridge(run.sketch, run.data, args.lam, args.target_column)
     result["baselines"] = _baselines(args, run, "ridge", lam=args.lam,
                                      target_column=args.target_column)
-    _report(result, args.json, "phi", f"ridge regression, lambda={args.lam:g}")
+    _report(result, args.json, "phi", f"ridge regression, lambda={args.lam:g}",
+            _assumptions(args, run, result["baselines"]))
     return 0
 
 
-def _report(result: dict, as_json: bool, metric: str, what: str) -> None:
+def _report(result: dict, as_json: bool, metric: str, what: str, assumed: str) -> None:
     if as_json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{what} (n={result['n']}, d={result['d']}, m={result['m']})")
+    print(f"{what} (n={result['n']}, d={result['d']}, m={result['m']}; {assumed})")
     print(f"  {metric} = {result[metric]:.6g}")
     print(f"  cost = {result['cost']:.6g}   optimal cost = {result['optimal_cost']:.6g}")
     if "coefficients" in result:
@@ -145,25 +195,34 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = parser.add_argument
     add("--problem", choices=PROBLEMS, default=d.problem, help="analysis to measure")
-    add("--n-min", type=int, default=d.n_min, help="smallest number of clients")
-    add("--n-max", type=int, default=d.n_max, help="largest number of clients")
-    add("--points", type=int, default=d.points, help="log-spaced values of n")
-    add("--d", type=int, default=d.d, help="columns of A (ridge: features, plus the target)")
-    add("--k", type=int, default=d.k, help="rank for low-rank approximation")
-    add("--lambda", dest="lam", type=float, default=d.lam, metavar="L",
-        help="ridge regularisation")
+    add("--n-min", type=_int("--n-min", _MAX_N), default=d.n_min,
+        help="smallest number of clients")
+    add("--n-max", type=_int("--n-max", _MAX_N), default=d.n_max,
+        help="largest number of clients")
+    add("--points", type=_int("--points", 1000), default=d.points,
+        help="log-spaced values of n")
+    add("--d", type=_int("--d", _MAX_D), default=d.d,
+        help="columns of A (ridge: features, plus the target)")
+    add("--k", type=_int("--k", _MAX_D), default=d.k, help="rank for low-rank approximation")
+    add("--lambda", dest="lam", type=number("--lambda", low=0, high=_MAX_LAMBDA, open_low=True),
+        default=d.lam, metavar="L", help="ridge regularisation, in (0, 1e12]")
     add("--mu2", default=d.mu2, help="variance of x_opt's entries: a number, 'n' or 'n^2'")
-    add("--m", type=int, default=d.m, help="sketch rows")
-    add("--s", type=int, default=d.s, help="non-zeros per sketch column (Gaussian LTM)")
-    add("--repeat", type=int, default=d.repeat, help="repetitions per n")
-    add("--epsilon", type=float, default=d.epsilon,
+    add("--m", type=_int("--m", _MAX_M), default=d.m, help="sketch rows")
+    add("--s", type=_int("--s", _MAX_M), default=d.s,
+        help="non-zeros per sketch column (Gaussian LTM)")
+    add("--repeat", type=_int("--repeat", _MAX_RUNS), default=d.repeat,
+        help="repetitions per n")
+    add("--epsilon", type=number("--epsilon", low=0, high=_MAX_EPSILON, open_low=True),
+        default=d.epsilon,
         help="privacy parameter (the default is large because the LTM's calibration, "
              "Corollary 'privacynew', needs n >> s^3 m d^2 / eps^2 to help)")
-    add("--delta", type=float, default=d.delta, help="privacy parameter delta")
-    add("--eta", type=float, default=d.eta, help="assumed bound on input entries")
+    add("--delta", type=number("--delta", low=0, high=1, open_low=True), default=d.delta,
+        help="privacy parameter delta, in (0, 1)")
+    add("--eta", type=number("--eta", low=0, high=_MAX_ETA, open_low=True), default=d.eta,
+        help="assumed bound on input entries, in (0, 1e6]")
     add("--p-values", type=_p_values, default=d.p_values,
         help="comma-separated exponents p of the n^-p interpolation")
-    add("--seed", type=int, default=d.seed, help="seed for data, sketches and noise")
+    add("--seed", type=_SEED, default=d.seed, help="seed for data, sketches and noise")
     add("--calibration", choices=CALIBRATIONS, default=d.calibration,
         help="the corollaries' DP guarantee, or the paper's experiments section")
     add("--out", default=".", metavar="DIR", help="output directory (default: .)")
@@ -174,6 +233,10 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     grids = parser.add_subparsers(dest="grid", metavar="{figure,table6,table7}")
     _add_figure(grids)
     _add_tables(grids)
+
+
+def _int(option: str, high: int) -> Callable[[str], Any]:
+    return number(option, low=1, high=high, integer=True)
 
 
 def _p_values(text: str) -> tuple[float, ...]:
@@ -192,6 +255,7 @@ def cmd_utility(args: argparse.Namespace) -> int:
         repeat=args.repeat, epsilon=args.epsilon, delta=args.delta, eta=args.eta,
         seed=args.seed, p_values=args.p_values, calibration=args.calibration)
     # Refuse before the sweep, not after minutes of work.
+    check_output_dir(args.out, whole=False)
     check_sweep_outputs(args.out, config.problem, args.force)
     frame = sweep(config, progress=not args.no_progress)
     paths = write_sweep_outputs(frame, config, args.out, force=args.force)
@@ -217,13 +281,16 @@ def _print_summary(frame) -> None:
 
 
 def _grid_options(parser: argparse.ArgumentParser, runs_default: str) -> None:
-    parser.add_argument("--runs", type=int, default=None, metavar="K",
-                        help=f"runs per point ({runs_default})")
+    parser.add_argument("--runs", type=number("--runs", low=2, high=_MAX_RUNS, integer=True),
+                        default=None, metavar="K",
+                        help=f"runs per point, in [2, {_MAX_RUNS}] ({runs_default})")
     _calibration_option(parser)
-    parser.add_argument("--m", type=int, default=None,
-                        help=f"sketch rows, which the paper does not state (default: "
-                             f"{DEFAULT_FIGURE_M} for figures, {DEFAULT_TABLE_M} for tables)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for data, sketches and noise")
+    parser.add_argument("--m", type=_int("--m", _MAX_GRID_M), default=None,
+                        help=f"sketch rows, which the paper does not state, in [1, "
+                             f"{_MAX_GRID_M}] (default: {DEFAULT_FIGURE_M} for figures, "
+                             f"{DEFAULT_TABLE_M} for tables)")
+    parser.add_argument("--seed", type=_SEED, default=0,
+                        help="seed for data, sketches and noise")
     parser.add_argument("--force", action="store_true", help="overwrite existing output files")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -262,6 +329,7 @@ def _add_tables(grids: argparse._SubParsersAction) -> None:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, whole=False)
     spec = figure_spec(args.name, quick=args.quick, runs=args.runs,
                                calibration=args.calibration, seed=args.seed,
                                m=DEFAULT_FIGURE_M if args.m is None else args.m)
@@ -281,6 +349,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 
 def cmd_table(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, whole=False)
     result, paths = reproduce_table(
         args.table, args.data_dir, args.out, runs=args.runs, calibration=args.calibration,
         m=args.m, seed=args.seed, force=args.force, progress=not args.no_progress)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import infra as aws
+from harness.cli.common import number
 from harness.remote import DEFAULT_BASE_PORT
 
 __all__ = ["add_commands"]
@@ -45,8 +46,9 @@ def _add_up(commands: Any) -> None:
         description="Launch one instance per party in one placement group, write the hosts "
                     "inventory, and (once SSH answers) run `ltm hosts setup` on them: a wheel "
                     "of this harness and MP-SPDZ.")
-    p.add_argument("--parties", "-S", type=int, required=True, metavar="S",
-                   help="number of parties (instances)")
+    p.add_argument("--parties", "-S", required=True, metavar="S",
+                   type=number("--parties", low=2, high=aws.MPC_PORT_SPAN, integer=True),
+                   help=f"number of parties (instances), in [2, {aws.MPC_PORT_SPAN}]")
     p.add_argument("--instance-type", default=aws.DEFAULT_INSTANCE_TYPE,
                    help=f"EC2 instance type (default: {aws.DEFAULT_INSTANCE_TYPE})")
     p.add_argument("--cluster", default=aws.DEFAULT_CLUSTER,
@@ -56,8 +58,10 @@ def _add_up(commands: Any) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--no-wait-ssh", dest="wait_ssh", action="store_false",
                    help="do not wait for SSH to answer (host keys are then not recorded)")
-    p.add_argument("--ssh-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="how long to wait for SSH on all instances (default: 600)")
+    p.add_argument("--ssh-timeout", default=600.0, metavar="SECONDS",
+                   type=number("--ssh-timeout", low=0, high=86400, open_low=True),
+                   help="how long to wait for SSH on all instances, in (0, 86400] "
+                        "(default: 600)")
     p.add_argument("--ami", help="image id (default: the newest Ubuntu 24.04 amd64 "
                                  "image from Canonical)")
     p.add_argument("--mp-spdz", dest="setup", choices=("release", "local"), default="release",
@@ -74,14 +78,18 @@ def _add_up(commands: Any) -> None:
                         "or git+https URL) instead of the wheel `ltm hosts setup` uploads")
     p.add_argument("--ssh-cidr", help="address allowed to SSH in (default: your public "
                                       "address, as a /32, from checkip.amazonaws.com)")
-    p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+    p.add_argument("--base-port", default=DEFAULT_BASE_PORT,
+                   type=number("--base-port", low=1024, high=65535 - aws.MPC_PORT_SPAN + 1,
+                               integer=True),
                    help=f"first MPC port; {aws.MPC_PORT_SPAN} ports are opened between the "
                         f"parties (default: {DEFAULT_BASE_PORT})")
     p.add_argument("--placement-strategy", default="auto", choices=aws.PLACEMENT_STRATEGIES,
                    help="placement group strategy; auto: cluster, or spread for burstable "
                         "(t3) types, which EC2 keeps out of cluster groups (default: auto)")
-    p.add_argument("--volume-size", type=int, default=aws.DEFAULT_VOLUME_GB, metavar="GIB",
-                   help=f"root volume size (default: {aws.DEFAULT_VOLUME_GB})")
+    # 16 TiB: the largest EBS volume of the general-purpose types.
+    p.add_argument("--volume-size", default=aws.DEFAULT_VOLUME_GB, metavar="GIB",
+                   type=number("--volume-size", low=8, high=16384, integer=True),
+                   help=f"root volume size, in [8, 16384] (default: {aws.DEFAULT_VOLUME_GB})")
     p.add_argument("--inventory", type=Path, default=None,
                    help="where to write the hosts inventory "
                         "(default: <state dir>/<cluster>.toml)")

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.clients import NOISE_KINDS
 from harness.engine import ENV_VAR, NO_INSTALL_ENV_VAR, default_home
+from harness.errors import InputError, check_number
 from harness.experiments import PROGRAMS, PROTOCOLS, SHARINGS
 
 __all__ = [
     "CLI_DEFAULTS", "HOSTS", "MP_SPDZ", "NETWORK", "NOISE", "NO_INSTALL", "Option", "PROGRAM",
-    "PROTOCOL", "SEED", "SHARED", "SHARING", "TIMEOUT", "config_defaults", "config_from",
-    "option", "options_of",
+    "PROTOCOL", "SEED", "SEED_MAX", "SHARED", "SHARING", "TIMEOUT", "config_defaults",
+    "config_from", "number", "option", "options_of",
 ]
 
 if TYPE_CHECKING:
@@ -125,6 +126,31 @@ def config_from(config: type[C], args: argparse.Namespace, unset: Iterable[str] 
               if k in names and not (k in skip and v is None)}
     return config(**{**values, **given})
 
+
+def number(option: str, *, low: float | None = None, high: float | None = None,
+           integer: bool = False, open_low: bool = False) -> Callable[[str], Any]:
+    """An argparse ``type=`` that parses ``option``'s value and checks its range.
+
+    A value out of ``[low, high]`` (or not finite, or not a number) raises
+    :class:`~harness.errors.InputError` from :func:`~harness.errors.check_number`,
+    which argparse passes on: ``ltm`` prints it as its usual one line, range included.
+    """
+    def parse(text: str) -> int | float:
+        try:
+            value: int | float = int(text) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise InputError(f"{option} must be {kind}, got {text!r}") from None
+        check_number(option, value, low=low, high=high, integer=integer, open_low=open_low)
+        return value
+
+    parse.__name__ = "integer" if integer else "number"
+    return parse
+
+
+# The largest seed any command takes: numpy takes any non-negative integer, and a
+# seed of 63 bits keeps a run's recorded parameters in a signed 64-bit JSON reader.
+SEED_MAX = 2**63 - 1
 
 # -------------------------------------------------------------- shared options
 

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
+from harness.cli.common import number
+from harness.errors import InputError, LtmError
 
 __all__ = ["add_commands"]
 
@@ -35,8 +36,9 @@ def add_commands(subparsers: Any) -> None:
     trust.add_argument("--replace", action="store_true",
                        help="replace keys that differ from the pinned ones (after a host was "
                             "rebuilt); without it a changed key is refused")
-    trust.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="per-host connection timeout (default: 10)")
+    trust.add_argument("--timeout", type=number("--timeout", low=0, high=3600, open_low=True),
+                       default=10.0, metavar="SECONDS",
+                       help="per-host connection timeout, in (0, 3600] (default: 10)")
     trust.set_defaults(func=_trust)
 
     setup = commands.add_parser(
@@ -99,4 +101,9 @@ def _check(args: argparse.Namespace) -> int:
     from harness.remote import check_hosts
 
     checks = check_hosts(args.inventory)
-    return 0 if all(c.ok for c in checks) else 1
+    failed = sum(not c.ok for c in checks)
+    if failed:
+        raise LtmError(f"{failed} of {len(checks)} host(s) failed the check: each FAILED line "
+                       f"above says why (`ltm hosts setup {args.inventory}` installs what is "
+                       "missing)")
+    return 0

@@ -7,6 +7,7 @@ other shared options in :mod:`harness.cli.common`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from harness.cli.common import MP_SPDZ
 from harness.engine import (
@@ -18,6 +19,8 @@ from harness.engine import (
     install,
     release_url,
 )
+from harness.errors import MpSpdzError
+from harness.fileio import check_output_dir
 
 __all__ = ["add_commands", "add_mpspdz_argument"]
 
@@ -78,10 +81,17 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    return 0 if doctor(args.mp_spdz, fix=args.fix) else 1
+    if not doctor(args.mp_spdz, fix=args.fix):
+        # The report is on stdout; stderr gets the one line every failing command gives.
+        raise MpSpdzError("a required component is missing (marked MISSING above); fix it "
+                          "as that line says, then rerun `ltm doctor`")
+    return 0
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
+    if args.prefix:
+        # install() stages beside the prefix and renames: the same rules as a run's --out.
+        check_output_dir(Path(args.prefix).expanduser(), option="--prefix")
     install(
         prefix=args.prefix,
         archive=args.archive,

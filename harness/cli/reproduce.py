@@ -14,11 +14,15 @@ from harness.cli import common
 from harness.cli.common import option
 from harness.errors import InputError
 from harness.experiments import ReproduceConfig
+from harness.fileio import check_output_dir
 
 REPEAT = option("--repeat", type=int, metavar="K", unset="the paper's 10",
                 help="repetitions per cell (default: {default})")
-SCALE = option("--scale", type=float, metavar="F",
-               help="multiply every n by F, for quick looks (default {default})")
+# ReproduceConfig bounds --scale above (memory); below, a millionth of the paper's n
+# already leaves cells of a few clients.
+SCALE = option("--scale", type=common.number("--scale", low=1e-6), metavar="F",
+               help="multiply every n by F, at least 1e-6, for quick looks (default "
+                    "{default})")
 FRESH_INPUTS = option("--fresh-inputs", action="store_true",
                       help="prepare the clients' inputs anew for every repetition (default: "
                            "once per cell, the servers rerun on them; always anew with "
@@ -52,9 +56,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="only print the sweep's expected duration and its cost on AWS "
                         "t3.large (servers plus one client machine), then exit")
-    p.add_argument("--bandwidth", type=float, default=0.512, metavar="GBIT",
-                   help="with --estimate: the clients' upload bandwidth (default 0.512, "
-                        "t3.large's baseline)")
+    p.add_argument("--bandwidth", type=common.number("--bandwidth", low=0.001, high=10000),
+                   default=0.512, metavar="GBIT",
+                   help="with --estimate: the clients' upload bandwidth, in [0.001, 10000] "
+                        "(default 0.512, t3.large's baseline)")
     add(common.MP_SPDZ)
     add(common.NO_INSTALL)
     p.set_defaults(func=_handle)
@@ -65,6 +70,8 @@ def _handle(args: argparse.Namespace) -> int:
 
     if args.out is None and not args.estimate:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
+    if not args.estimate:
+        check_output_dir(args.out)  # before anything is planned or created
     if args.tables == "security" and (args.program or args.protocol):
         raise InputError("ltm reproduce security runs every protocol and program itself; "
                          "drop --program and --protocol")

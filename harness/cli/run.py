@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.cli import common
 from harness.cli.common import option
 from harness.experiments import INPUT_MODES, RunConfig, run
+from harness.fileio import check_output_dir
 
 # ``ltm run``'s own options; the shared ones are in harness.cli.common.
 PARTIES = option("--parties", type=int, metavar="S", unset="2, or every host of --hosts",
@@ -26,8 +27,11 @@ SPARSITY = option("--sparsity", type=int, metavar="s",
 DENSE = option("--dense", action="store_true", help="the dense sketch: s = m")
 DATA = option("--data", type=Path, metavar="FILE", unset="uniform in [-eta, eta]",
               help="the n x d data matrix (.npy or .csv); default: {default}")
-EPSILON = option("--epsilon", type=float,
-                 help="differential privacy's epsilon (default {default})")
+# The other numbers' ranges are RunConfig's (checked before any data is drawn); an
+# epsilon has no natural upper end there, so the command line gives one.
+EPSILON = option("--epsilon", type=common.number("--epsilon", low=0, high=1e6, open_low=True),
+                 metavar="EPS", help="differential privacy's epsilon, in (0, 1e6] (default "
+                                     "{default})")
 DELTA = option("--delta", type=float, help="differential privacy's delta (default {default})")
 ETA = option("--eta", type=float, help="bound on |A| (default {default})")
 CORRUPT_CLIENTS = option("--corrupt-clients", type=int, metavar="t'",
@@ -69,5 +73,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _handle(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    check_output_dir(out)  # before anything is read, drawn or created
     run(common.config_from(RunConfig, args, out=out), echo=print)
     return 0

@@ -15,7 +15,12 @@ here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
-from harness.clients.matrices import check_matrix, load_matrix, synthetic_matrix
+from harness.clients.matrices import (
+    check_matrix,
+    load_matrix,
+    npy_error,
+    synthetic_matrix,
+)
 from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
     Prepared,
@@ -91,6 +96,7 @@ __all__ = [
     "gaussian_epsilon",
     "honest_contributors",
     "load_matrix",
+    "npy_error",
     "noise_rng",
     "prepare_inputs",
     "read_share_file",

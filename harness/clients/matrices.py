@@ -61,8 +61,8 @@ def _read_npy(path: Path) -> np.ndarray:
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read data file {path}: {exc} (save it with numpy.save)") \
-            from exc
+        raise InputError(f"cannot read data file {path}: {npy_error(exc)} (save it with "
+                         "numpy.save)") from exc
     if mapped.dtype.kind not in "biuf":
         raise InputError(f"data file {path} holds {mapped.dtype} values; it must be numeric "
                          "(integers or floats)")
@@ -74,6 +74,18 @@ def _read_npy(path: Path) -> np.ndarray:
     check_memory(8.0 * matrix.size, f"data file {path} (shape {matrix.shape})",
                  "use a smaller matrix, or a machine with more memory")
     return np.array(matrix, dtype=np.float64, order="C")
+
+
+def npy_error(exc: BaseException) -> str:
+    """numpy's reason for refusing a .npy file, in one line (numpy's own may take three)."""
+    text = str(exc)
+    if text.startswith("Header info length"):
+        # numpy refuses headers over max_header_size (10000 bytes) as unsafe to parse;
+        # a real array's header is a few hundred bytes.
+        size = text.split("(", 1)[-1].split(")", 1)[0]
+        return (f"its header is {size} bytes, more than numpy parses safely: the file is "
+                "damaged or not an array numpy.save wrote")
+    return " ".join(text.split())
 
 
 def _read_table(path: Path, header: bool | None):

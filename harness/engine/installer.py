@@ -42,7 +42,7 @@ from harness.engine.mpspdz import (
 )
 from harness.engine.release import extract, set_up, verify
 from harness.errors import MpSpdzError
-from harness.fileio import file_lock
+from harness.fileio import file_lock, parents_made
 
 __all__ = ["ensure_mpspdz", "install"]
 
@@ -214,13 +214,12 @@ def _move_into_place(tree: Path, prefix: Path, scratch: Path) -> None:
 @contextmanager
 def _install_lock(target: Path, out: IO[str]) -> Iterator[None]:
     """Hold the lock of ``target``'s installation; concurrent installers wait here."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-
     def waiting(holder: str) -> None:
         print(f"Waiting for another process installing MP-SPDZ into {target}", file=out,
               flush=True)
 
-    with file_lock(target, busy=waiting):
+    # A failed install leaves no parent directory it made behind either.
+    with parents_made(target), file_lock(target, busy=waiting):
         yield
 
 

@@ -1,18 +1,24 @@
 """Property: whatever the arguments, ``ltm`` exits 0, or exits 1 with one line.
 
-Hypothesis draws argument lists for ``run``, ``reproduce``, ``utility`` and
-``analyze`` from values that are mostly wrong (non-finite, huge, negative,
-not numbers, damaged files) and a few that are right. Heavy work is cut off
-where it would start (drawing data, compiling, the utility sweep): every
-check made before that point is real, and reaching it counts as success. The
-budget is bounded (``LTM_HYPOTHESIS_EXAMPLES`` per command, derandomized, so CI
-runs the same examples every time).
+Hypothesis draws argument lists for every subcommand (``run``, ``reproduce``
+with and without ``--estimate``, ``analyze``, ``utility`` and its figure and
+table grids, ``mpspdz install``, ``doctor``, ``hosts``, ``aws`` under moto)
+from values that are mostly wrong (non-finite, huge, negative, not numbers,
+damaged files, ``--out`` names that are ``.``, ``..``, too long or unicode) and
+a few that are right. Heavy work is cut off where it would start (drawing data,
+compiling, the utility sweeps): every check made before that point is real, and
+reaching it counts as success; a refusal leaves nothing behind. Nothing
+connects anywhere: inventories are broken, AWS is moto's. The budget is bounded
+(``LTM_HYPOTHESIS_EXAMPLES`` per command, fewer for the slow ones,
+derandomized, so CI runs the same examples every time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.cli import analyze as analyze_cli
+from harness.analyst import figures, uci, utility
 from harness.cli import main
 from harness.errors import InputError
 
@@ -28,6 +34,9 @@ EXAMPLES = int(os.environ.get("LTM_HYPOTHESIS_EXAMPLES", "40"))
 BUDGET = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                   suppress_health_check=[HealthCheck.function_scoped_fixture,
                                          HealthCheck.too_slow])
+# For the commands whose examples cost more (moto, the analyst's baselines, installs).
+SMALL_BUDGET = settings(BUDGET, max_examples=max(1, EXAMPLES // 3))
+analyze_cli = importlib.import_module("harness.cli.analyze")
 run_module = importlib.import_module("harness.experiments.run")
 workload_module = importlib.import_module("harness.experiments.workload")
 reproduce_module = importlib.import_module("harness.experiments.reproduce")
@@ -47,7 +56,23 @@ def heavy_work_stops():
         mp.setattr(workload_module, "synthetic_matrix", _reached)
         mp.setattr(run_module, "program_for", _reached)
         mp.setattr(reproduce_module, "program_for", _reached)
+        mp.setattr(utility, "sweep", _reached)
         mp.setattr(analyze_cli, "sweep", _reached)
+        mp.setattr(figures, "run_figure", _reached)
+        mp.setattr(uci, "run_table", _reached)
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_connects():
+    """No example may reach a network or install anything: a try is a failing test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("an example tried to reach the network")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(urllib.request, "urlopen", refuse)
+        mp.setenv("LTM_NO_INSTALL", "1")
+        mp.delenv("LTM_DEBUG", raising=False)
         yield
 
 
@@ -73,17 +98,50 @@ def options(spec: dict[str, st.SearchStrategy[str]]) -> st.SearchStrategy[list[s
                                                   for a in (k, v)]))
 
 
-def check_outcome(capsys, argv: list[str]) -> None:
+def check_outcome(capsys, argv: list[str]) -> tuple[int, str]:
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's rejections go through here
         code = exc.code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err, err
+    # An internal error is one line too, but a bug: it fails here ("ltm: internal error").
     assert code in (0, 1), (argv, code, err)
     if code == 1:
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("ltm: error: "), (argv, err)
+    return code, err
+
+
+def refused(outcome: tuple[int, str]) -> bool:
+    """Refused by a check, not stopped where the work starts (a sweep's DIR exists then)."""
+    code, err = outcome
+    return code == 1 and "stop: the checks passed" not in err
+
+
+def out_name() -> st.SearchStrategy[str]:
+    """--out names: special, too long (in bytes, for the harness's siblings), unicode."""
+    safe = st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00")
+    return st.one_of(
+        st.sampled_from([".", "..", "./.", "a/..", "out", "a" * 231, "a" * 240, "a" * 255,
+                         "a" * 300, "\u00fc" * 120, "\u00fc" * 128, "\U0001f600" * 60,
+                         "sp ace", "--", "-x", "~", "$HOME", "a\nb", "nested/dir/out"]),
+        st.text(safe, min_size=1, max_size=300))
+
+
+@contextlib.contextmanager
+def in_empty_dir(root: Path):
+    """A fresh empty directory as the working directory: relative --out names land there."""
+    here = Path(os.getcwd())
+    os.chdir(root)
+    try:
+        yield root
+    finally:
+        os.chdir(here)
+
+
+def left_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
 
 
 RUN_OPTIONS = {
@@ -203,3 +261,223 @@ def test_analyze_arguments(capsys, run_directory, problem, k, lam, column, as_js
                                                      column]
     check_outcome(capsys, ["analyze", problem, *extra, *(["--json"] if as_json else []),
                            str(run_directory)])
+
+
+# --- --out names, for every command that writes a directory --------------------------
+
+OUT_COMMANDS = {
+    "run": ["run", "--force"],
+    "reproduce": ["reproduce", "table4", "--no-progress"],
+    "utility": ["utility", "--no-progress"],
+    "figure": ["utility", "figure", "lowrank", "--quick", "--no-progress"],
+    "table6": ["utility", "table6", "--data-dir", "DATA", "--no-progress"],
+}
+
+
+@BUDGET
+@given(command=st.sampled_from(sorted(OUT_COMMANDS)), name=out_name())
+def test_out_names(tmp_path_factory, capsys, heavy_work_stops, mp_spdz, command, name):
+    root = tmp_path_factory.mktemp("names")
+    work = root / "cwd"
+    work.mkdir()
+    (root / "DATA").mkdir()  # empty: table6 refuses it, after --out was checked
+    argv = [str(root / "DATA") if a == "DATA" else a for a in OUT_COMMANDS[command]]
+    with in_empty_dir(work):
+        outcome = check_outcome(capsys, [*argv, "--out", name])
+    # Refused: nothing left. (A run stopped where its work starts leaves nothing either.)
+    if refused(outcome) or (command == "run" and outcome[0] == 1):
+        assert left_in(work) == [] and left_in(root) == ["DATA", "cwd"], (argv, name)
+
+
+# --- analyze: its numbers and its run directory --------------------------------------
+
+@pytest.fixture(scope="module")
+def result_variants(tmp_path_factory) -> dict[str, Path]:
+    """A run directory per state of result.json: good, missing, [], {}, not JSON."""
+    rng = np.random.default_rng(4)
+    dirs = {}
+    for name, text in (("good", '{"parameters": {"clients": 30, "dim": 3, "rows": 4, '
+                                '"noise": {"epsilon": 1.0, "delta": 1e-6, "eta": 1.0}}}'),
+                       ("missing", None), ("list", "[]"), ("empty", "{}"), ("torn", '{"par')):
+        directory = tmp_path_factory.mktemp(f"result-{name}")
+        np.save(directory / "data.npy", rng.uniform(-1, 1, (30, 3)))
+        np.save(directory / "output.npy", rng.normal(size=(4, 3)))
+        if text is not None:
+            (directory / "result.json").write_text(text)
+        dirs[name] = directory
+    return dirs
+
+
+ANALYZE_OPTIONS = {
+    "--epsilon": wild_number(),
+    "--baseline-runs": st.one_of(st.sampled_from(["0", "-1", "1e9", "nan", "x", "1000000000"]),
+                                 small_int(1, 2)),
+    "--seed": wild_number(),
+    "--calibration": st.sampled_from(["corollary", "experiments", "paper"]),
+}
+
+
+@SMALL_BUDGET
+@given(problem=st.sampled_from(["lowrank", "ridge"]), state=st.sampled_from(
+    ["good", "missing", "list", "empty", "torn"]), args=options(ANALYZE_OPTIONS),
+    k=st.one_of(wild_number(), small_int(1, 2)), lam=wild_number())
+def test_analyze_options_and_results(capsys, result_variants, problem, state, args, k, lam):
+    extra = ["--k", k] if problem == "lowrank" else ["--lambda", lam]
+    check_outcome(capsys, ["analyze", problem, *extra, *args, str(result_variants[state])])
+
+
+# --- utility figure | table6 | table7 ------------------------------------------------
+
+GRID_OPTIONS = {
+    "--runs": st.one_of(wild_number(), small_int(2, 3)),
+    "--m": st.one_of(wild_number(), small_int(1, 60)),
+    "--seed": wild_number(),
+    "--calibration": st.sampled_from(["corollary", "experiments", "x"]),
+}
+
+
+@BUDGET
+@given(grid=st.sampled_from([["figure", "lowrank"], ["figure", "ridge"],
+                             ["figure", "ridge-lambda"], ["figure", "pca"], ["table6"],
+                             ["table7"]]),
+       args=options(GRID_OPTIONS), quick=st.booleans())
+def test_utility_grids(tmp_path_factory, capsys, heavy_work_stops, grid, args, quick):
+    root = tmp_path_factory.mktemp("grid")
+    (root / "DATA").mkdir()
+    data = ["--data-dir", str(root / "DATA")] if grid[0] != "figure" else []
+    flags = ["--quick"] if quick and grid[0] == "figure" else []
+    if check_outcome(capsys, ["utility", *grid, *data, *flags, *args, "--no-progress",
+                              "--out", str(root / "X")])[0] == 1:
+        assert left_in(root) == ["DATA"]
+
+
+# --- mpspdz install and doctor: nothing is downloaded ------------------------------
+
+@SMALL_BUDGET
+@given(archive=st.sampled_from(["missing", "garbage", "dir", None]),
+       url=st.sampled_from([None, None, None, "ftp://example.invalid/x"]),
+       prefix=st.one_of(st.none(), out_name(), st.just("/etc/passwd/x")),
+       force=st.booleans())
+def test_mpspdz_install(tmp_path_factory, capsys, archive, url, prefix, force):
+    root = tmp_path_factory.mktemp("install")
+    (root / "garbage").write_bytes(b"\x00not a tarball")
+    (root / "dir").mkdir()
+    # Always an archive, never a download; a --url beside it is refused by argparse.
+    argv = ["mpspdz", "install", "--archive", str(root / (archive or "garbage")),
+            *(["--url", url] if url is not None else [])]
+    if prefix is not None:
+        argv += ["--prefix", prefix if prefix.startswith("/") else str(root / "p" / prefix)]
+    with in_empty_dir(root / "dir"):
+        assert check_outcome(capsys, [*argv, *(["--force"] if force else [])])[0] == 1
+    assert left_in(root) == ["dir", "garbage"]
+
+
+@SMALL_BUDGET
+@given(where=st.sampled_from(["missing", "file", "empty-dir", None]), fix=st.booleans())
+def test_doctor(tmp_path_factory, capsys, mp_spdz, where, fix):
+    root = tmp_path_factory.mktemp("doctor")
+    (root / "file").write_text("x")
+    (root / "empty-dir").mkdir()
+    argv = ["doctor", *(["--mp-spdz", str(root / where)] if where else []),
+            *(["--fix"] if fix else [])]
+    check_outcome(capsys, argv)
+
+
+# --- hosts: broken inventories, so nothing connects ----------------------------------
+
+BROKEN_INVENTORIES = {
+    "missing": None,
+    "empty": b"",
+    "binary": b"\x00\xff\xfe",
+    "not-utf8": b'known_hosts = "k"\n[[party]]\nname = "\xff"\n',
+    "no-parties": b'known_hosts = "k"\n',
+    "no-host": b'known_hosts = "k"\n[[party]]\nname = "a"\n',
+    "bad-port": b'known_hosts = "k"\n[[party]]\nhost = "127.0.0.1"\nport = 99999\n'
+                b'[[party]]\nhost = "127.0.0.1"\nport = 0\n',
+    "torn": b"[[party",
+}
+
+
+@BUDGET
+@given(action=st.sampled_from(["trust", "setup", "check"]),
+       inventory=st.sampled_from(sorted(BROKEN_INVENTORIES)),
+       timeout=st.one_of(st.none(), wild_number()),
+       mode=st.sampled_from([None, "local", "release", "other"]),
+       yes=st.booleans(), replace=st.booleans())
+def test_hosts(tmp_path_factory, capsys, action, inventory, timeout, mode, yes, replace):
+    root = tmp_path_factory.mktemp("hosts")
+    path = root / "hosts.toml"
+    content = BROKEN_INVENTORIES[inventory]
+    if content is not None:
+        path.write_bytes(content)
+    argv = ["hosts", action, str(path)]
+    if action == "trust":
+        argv += [*(["--timeout", timeout] if timeout is not None else []),
+                 *(["--replace"] if replace else [])]
+    if action == "setup" and mode is not None:
+        argv += ["--mp-spdz", mode, "--mp-spdz-dir", str(root / "none")]
+    if action != "check" and yes:
+        argv += ["--yes"]
+    assert check_outcome(capsys, argv)[0] == 1  # every inventory here is broken
+
+
+# --- aws, under moto ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def moto_aws(tmp_path_factory):
+    """moto's EC2 behind infra.aws.make_session; no image, so a launch is refused."""
+    boto3 = pytest.importorskip("boto3")
+    moto = pytest.importorskip("moto")
+    from test_aws import PlacementGroups
+
+    from infra import aws
+
+    home = tmp_path_factory.mktemp("aws")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
+                     "AWS_ENDPOINT_URL_EC2", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+            mp.delenv(name, raising=False)
+        for name, value in (("AWS_ACCESS_KEY_ID", "testing"),
+                            ("AWS_SECRET_ACCESS_KEY", "testing"),
+                            ("AWS_DEFAULT_REGION", "eu-west-1"),
+                            ("AWS_CONFIG_FILE", str(home / "no-config")),
+                            ("AWS_SHARED_CREDENTIALS_FILE", str(home / "no-credentials")),
+                            ("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")):
+            mp.setenv(name, value)
+        with moto.mock_aws():
+            session = boto3.Session(region_name="eu-west-1")
+            PlacementGroups().install(session)  # which moto does not emulate
+            mp.setattr(aws, "make_session", lambda profile, region: session)
+            yield home
+
+
+AWS_UP_OPTIONS = {
+    "--parties": st.one_of(wild_number(), small_int(1, 4)),
+    "--ssh-timeout": wild_number(),
+    "--base-port": st.one_of(wild_number(), small_int(1000, 65535)),
+    "--volume-size": st.one_of(wild_number(), small_int(1, 20)),
+    "--cluster": st.sampled_from(["demo", "", "bad name!", "x" * 60]),
+    "--ssh-cidr": st.sampled_from(["203.0.113.7/32", "0.0.0.0/0", "::1", "x"]),
+    "--placement-strategy": st.sampled_from(["auto", "cluster", "spread", "moon"]),
+    "--instance-type": st.sampled_from(["t3.large", "x.huge"]),
+    "--ami": st.sampled_from(["ami-0000000000000dead", "nope"]),
+}
+
+
+@SMALL_BUDGET
+@given(action=st.sampled_from(["up", "status", "down"]), args=options(AWS_UP_OPTIONS),
+       cluster=st.sampled_from([None, "demo", "x" * 60]), everything=st.booleans(),
+       yes=st.booleans())
+def test_aws(tmp_path_factory, capsys, moto_aws, action, args, cluster, everything, yes):
+    state = ["--state-dir", str(tmp_path_factory.mktemp("state"))]
+    confirm = ["--yes"] if yes else []
+    if action == "up":
+        # --ssh-cidr always given: no lookup of this machine's address; no SSH, no setup.
+        argv = ["aws", "up", "--ssh-cidr", "203.0.113.7/32", *args, *confirm, *state,
+                "--no-wait-ssh", "--no-setup"]
+    elif action == "status":
+        argv = ["aws", "status", *(["--cluster", cluster] if cluster else [])]
+    else:
+        which = ["--all"] if everything else (["--cluster", cluster] if cluster else [])
+        argv = ["aws", "down", *which, *confirm, *state]
+    check_outcome(capsys, argv)

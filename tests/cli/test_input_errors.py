@@ -257,3 +257,143 @@ def test_files_that_are_not_regular_or_far_too_large(tmp_path, capsys, no_drawin
                            str(tmp_path)], "no output.npy")):
         one_line_error(capsys, argv, needle)
     nothing_in(tmp_path, "big.toml")
+
+
+# --- issue 22: no traceback, ranges, nothing created before validation -----------------
+
+
+def test_an_internal_error_is_one_line_and_its_traceback_only_on_request(
+        tmp_path, capsys, monkeypatch):
+    analyze_cli = importlib.import_module("harness.cli.analyze")
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(analyze_cli, "sweep", broken)
+    monkeypatch.delenv("LTM_DEBUG", raising=False)
+    argv = ["utility", "--out", str(tmp_path / "u")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("ltm: internal error in `ltm utility`: ZeroDivisionError: "
+                          "division by zero; rerun with --debug"), err
+    for debug_argv, env in ((["--debug", *argv], None), (argv, "1")):
+        if env:
+            monkeypatch.setenv("LTM_DEBUG", env)
+        assert main(debug_argv) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" in err and "in broken" in err, err
+        assert err.splitlines()[-1].startswith("ltm: internal error in `ltm utility`"), err
+    nothing_in(tmp_path)
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_out_that_names_no_directory_to_create(tmp_path, capsys, monkeypatch, no_drawing, out):
+    here = tmp_path / "empty"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    one_line_error(capsys, ["run", "--out", out, "--force"],
+                   f"--out must name a directory to create, not {out}")
+    one_line_error(capsys, ["reproduce", "table4", "--out", out],
+                   f"--out must name a directory to create, not {out}")
+    nothing_in(here)
+    nothing_in(tmp_path, "empty")
+
+
+def test_out_names_too_long_for_the_harness_are_refused_before_any_work(tmp_path, capsys,
+                                                                        no_drawing):
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    for length in (limit - 10, limit, limit + 45):  # room for .NAME.partial-XXXXXXXX needed
+        name = "a" * length
+        for argv in (["run", "--force"], ["reproduce", "table4"]):
+            one_line_error(capsys, [*argv, "--out", str(tmp_path / name)], "bytes long")
+        one_line_error(capsys, ["utility", "figure", "lowrank", "--quick", "--out",
+                                str(tmp_path / ("b" * (limit + 1)) / "x")], "bytes long")
+    nothing_in(tmp_path)
+
+
+def test_install_prefix_under_a_file(tmp_path, capsys):
+    (tmp_path / "archive.tgz").write_bytes(b"not a tarball")
+    (tmp_path / "file").write_text("mine")
+    one_line_error(capsys, ["mpspdz", "install", "--archive", str(tmp_path / "archive.tgz"),
+                            "--prefix", str(tmp_path / "file" / "x")],
+                   "--prefix")
+    assert (tmp_path / "file").read_text() == "mine"
+    nothing_in(tmp_path, "archive.tgz", "file")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["utility", "--seed", "-1"], "--seed must lie in [0, "),
+    (["utility", "figure", "lowrank", "--quick", "--m", "0"], "--m must lie in [1, "),
+    (["utility", "figure", "lowrank", "--quick", "--m", "-5"], "--m must lie in [1, "),
+    (["utility", "--lambda", "nan"], "--lambda must be a finite number"),
+    (["utility", "--lambda", "-1"], "--lambda must lie in (0, "),
+    (["reproduce", "all", "--estimate", "--bandwidth", "inf"],
+     "--bandwidth must be a finite number"),
+    (["reproduce", "all", "--estimate", "--bandwidth", "1e308"],
+     "--bandwidth must lie in [0.001, 10000]"),
+    (["reproduce", "table5", "--estimate", "--scale", "1e-308"], "--scale must be at least"),
+    (["analyze", "ridge", "--lambda", "1", "--baseline-runs", "1000000000", "RUN"],
+     "--baseline-runs must lie in [1, 10000]"),
+    (["run", "--epsilon", "1e308"], "--epsilon must lie in (0, 1e+06]"),
+    (["hosts", "trust", "--timeout", "inf", "HOSTS"], "--timeout must be a finite number"),
+    (["aws", "up", "--parties", "3", "--volume-size", "1000000000"],
+     "--volume-size must lie in [8, 16384]"),
+])
+def test_absurd_values_of_every_command_are_refused(tmp_path, capsys, no_drawing, argv,
+                                                    needle):
+    out = [] if argv[0] in ("hosts", "aws", "analyze") or "--estimate" in argv \
+        else ["--out", str(tmp_path / "out")]
+    one_line_error(capsys, [*argv, *out], needle)
+    nothing_in(tmp_path)
+
+
+def test_table_refusing_its_arguments_leaves_no_out(tmp_path, capsys):
+    (tmp_path / "D").mkdir()
+    for table in ("table6", "table7"):
+        one_line_error(capsys, ["utility", table, "--data-dir", str(tmp_path / "D"), "--runs",
+                                "1", "--out", str(tmp_path / "X")], "--runs must lie in [2, ")
+        # a missing dataset, found before the grid runs: still no --out
+        one_line_error(capsys, ["utility", table, "--data-dir", str(tmp_path / "D"), "--out",
+                                str(tmp_path / "X")], "is not in")
+    nothing_in(tmp_path, "D")
+
+
+@pytest.mark.parametrize("content", [None, "[]", "{}"])
+def test_analyze_refuses_a_run_without_its_parameters(tmp_path, capsys, content):
+    data = np.random.default_rng(1).uniform(-1, 1, (40, 3))
+    directory = _run_dir(tmp_path / "run", np.ones((5, 3)), data)
+    if content is None:
+        (directory / "result.json").unlink()
+    else:
+        (directory / "result.json").write_text(content)
+    one_line_error(capsys, ["analyze", "lowrank", "--k", "2", str(directory)],
+                   f"{directory / 'result.json'} ")
+
+
+def test_analyze_names_the_parameters_it_used_on_its_first_line(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    directory = _run_dir(tmp_path / "run", rng.normal(size=(5, 3)), rng.uniform(-1, 1, (40, 3)),
+                         noise={"kind": "gaussian", "epsilon": 2.0})
+    assert main(["analyze", "lowrank", "--k", "2", str(directory)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "epsilon=2 (result.json), delta=1e-06 (assumed), eta=1 (assumed)" in first, first
+    assert main(["analyze", "lowrank", "--k", "2", "--epsilon", "0.5", str(directory)]) == 0
+    assert "epsilon=0.5 (--epsilon)" in capsys.readouterr().out.splitlines()[0]
+
+
+def _huge_header(path: Path) -> Path:
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }" + " " * (4 << 20)
+    path.write_bytes(b"\x93NUMPY\x02\x00" + len(header + "\n").to_bytes(4, "little")
+                     + (header + "\n").encode() + bytes(32))
+    return path
+
+
+def test_npy_with_a_huge_header_is_one_line(tmp_path, capsys, no_drawing):
+    huge = _huge_header(tmp_path / "huge.npy")
+    one_line_error(capsys, ["run", "--data", str(huge), "--out", str(tmp_path / "out")],
+                   "its header is")
+    directory = _run_dir(tmp_path / "run", np.ones((5, 3)), np.ones((40, 3)))
+    _huge_header(directory / "output.npy")
+    one_line_error(capsys, ["analyze", "lowrank", "--k", "2", str(directory)], "its header is")
+    nothing_in(tmp_path, "huge.npy", "run")

@@ -177,7 +177,7 @@ def test_mismatch_stops_the_sweep(tmp_path, mp_spdz, program_cache, monkeypatch)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--scale", "0"], "--scale must be positive"),
+    (["--scale", "0"], "--scale must be at least 1e-06"),  # the command line's range
     (["--repeat", "0"], "--repeat must be at least 1"),
     (["--network", "t3.large", "--hosts", "inv.toml"], "drop one of them"),
 ])
