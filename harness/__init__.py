@@ -65,9 +65,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # Not cached here: the defining module's attribute stays the one truth (a name
+    # patched there and restored must not stay patched here).
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

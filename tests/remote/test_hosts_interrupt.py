@@ -28,7 +28,7 @@ from _sshd import FakeHost, SshFarm, mpc_base_port, write_inventory_file
 
 from harness.remote._keys import ServerKey, write_pinned
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _STOP_SECONDS = 2.0
 _PHASE_SECONDS = 120.0
