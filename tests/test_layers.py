@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first. A module may import its own layer and those before it.
 LAYERS = (
-    ("shared", ("harness.errors", "harness.fileio", "harness.retry", "harness._version",
+    ("shared", ("harness.errors", "harness.fileio", "harness.retry", "harness.optional",
+                "harness._version",
                 "mpc_programs")),
     ("clients", ("harness.clients",)),
     ("engine", ("harness.engine",)),

@@ -23,7 +23,6 @@ from harness.engine import (
     server_program,
 )
 from harness.errors import InputError, check_number
-from harness.fileio import check_output_dir
 from harness.remote import load_inventory
 
 __all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "PROGRAMS", "PROTOCOLS",
@@ -110,7 +109,6 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         """These settings checked, with the input mode and parties resolved; a new config."""
-        check_output_dir(self.out)  # library callers too: before any data is drawn
         check_numbers(self)
         program = server_program(self.program)
         input_mode = self.input_mode or program.default_input

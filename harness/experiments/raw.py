@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from harness.errors import InputError
 from harness.experiments.results import migrate_row
 from harness.fileio import write_atomic
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 __all__ = ["completed", "heal", "load_raw"]
 

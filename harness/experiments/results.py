@@ -28,14 +28,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from harness._version import __version__
 from harness.engine import DEFAULT_PROTOCOL, PROTOCOLS
 from harness.errors import InputError
 from harness.fileio import write_atomic
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verification",
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",

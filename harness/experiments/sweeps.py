@@ -22,11 +22,15 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 if sys.version_info >= (3, 11):
     import tomllib

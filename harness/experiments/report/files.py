@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from harness.experiments.report.render import (
     _layout,
@@ -19,6 +18,12 @@ from harness.experiments.report.security import write_security
 from harness.experiments.report.tables import coverage, summarize
 from harness.experiments.sweeps import load_spec
 from harness.fileio import write_atomic
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 
 def write_table(raw: pd.DataFrame, table: str, out_dir: Path, *,

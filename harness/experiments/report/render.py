@@ -10,12 +10,18 @@ import io
 import math
 import re
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from harness.experiments.report.tables import _has_end_to_end, _scale_of
 from harness.experiments.sweeps import Spec, paper_values
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 
 def _decimals(x: float, least: int) -> int:

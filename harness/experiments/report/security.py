@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from harness.experiments.report.render import (
     _TEX_MATH,
@@ -26,6 +26,12 @@ from harness.experiments.report.tables import (
 )
 from harness.experiments.sweeps import Spec, load_spec
 from harness.fileio import write_atomic
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 SECURITY_COLUMNS = (
     "cell", "protocol", "security", "program", "servers", "clients", "paper_clients",

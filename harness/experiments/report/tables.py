@@ -7,13 +7,19 @@ How T_MPC, T_end_to_end and C_MPC are made from the raw rows is described in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from harness.errors import InputError
 from harness.experiments.results import migrate_rows
 from harness.experiments.sweeps import c_mpc_model_mb, load_spec, paper_values
+from harness.optional import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
 RAW_COLUMNS = ("table", "variant", "cell", "servers", "clients", "paper_clients", "sparsity",
                "rows", "dim", "scale", "repetition", "party", "time_s", "c_mpc_mb", "verified")

@@ -1,0 +1,58 @@
+"""A host installs only the base dependencies: ``ltm`` works there without the extras.
+
+The host is stood in for by a Python that cannot import pandas or matplotlib (the
+``[analysis]`` extra) nor boto3 (``[aws]``): a finder in front of every other
+refuses them, as a host whose pip never installed them would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_WITHOUT_EXTRAS = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class NoExtras(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pandas", "matplotlib", "boto3", "botocore"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoExtras())
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def ltm_without_extras(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, *argv], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["mpspdz", "install", "--help"],
+                                  ["run", "--help"], ["doctor", "--help"],
+                                  ["hosts", "--help"], ["--help"]])
+def test_what_hosts_run_needs_no_extra(argv):
+    done = ltm_without_extras(*argv)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_extra_is_named_when_it_is_used():
+    """The tables' module loads without pandas; its first use names what is missing."""
+    probe = _WITHOUT_EXTRAS.split("from harness.cli import main")[0] + """
+from harness.experiments.report import tables as report  # loads: pandas unused yet
+try:
+    report.pd.DataFrame
+except ModuleNotFoundError as exc:
+    print("missing", exc.name)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "missing pandas"), done.stderr
