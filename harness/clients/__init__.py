@@ -31,6 +31,7 @@ from harness.clients.prepare import (
 )
 from harness.clients.privacy import (
     Sensitivity,
+    accountant,
     analytic_gaussian_sigma,
     certify,
     concentration_failure,
@@ -39,6 +40,7 @@ from harness.clients.privacy import (
     release_sensitivity,
     skellam_epsilon,
     skellam_mu,
+    smallest_n,
 )
 from harness.clients.seeded import (
     SeededSink,
@@ -79,6 +81,7 @@ __all__ = [
     "Sketch",
     "TextSink",
     "analytic_gaussian_sigma",
+    "accountant",
     "certify",
     "check_dimensions",
     "check_matrix",
@@ -100,6 +103,7 @@ __all__ = [
     "share_format",
     "skellam_epsilon",
     "skellam_mu",
+    "smallest_n",
     "synthetic_matrix",
     "tamper_share_file",
     "tamper_text_file",

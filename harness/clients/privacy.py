@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SKELLAM_ORDERS",
     "Sensitivity",
+    "accountant",
     "analytic_gaussian_sigma",
     "certify",
     "concentration_failure",
@@ -205,6 +206,18 @@ def certify(noise: NoiseSpec) -> tuple[float, float]:
     sens = release_sensitivity(noise.eta, noise.s, noise.d)
     return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
 
+
+def accountant(noise: NoiseSpec) -> str:
+    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary)."""
+    if noise.kind == "none":
+        return "none (no noise)"
+    if noise.kind == "laplace":
+        return "Corollary privlap (pure DP, as the paper proves it)"
+    if noise.zero_output:
+        return "R_D sends zeros ((0, 0)-DP)"
+    if noise.kind == "skellam":
+        return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
+    return "dp-accounting analytic Gaussian (Balle and Wang 2018)"
 
 
 def calibration_table(ns: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000), m: int = 100,
