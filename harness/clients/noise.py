@@ -40,7 +40,8 @@ from randomgen import AESCounter
 from harness.clients import privacy
 from harness.errors import InputError
 
-__all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "noise_rng"]
+__all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
+           "noise_rng"]
 
 NOISE_KINDS = ("gaussian", "laplace", "skellam", "none")
 CALIBRATIONS = ("corollary", "analytic")
@@ -252,3 +253,27 @@ class NoiseSpec:
                        honest_contributors=privacy.honest_contributors(
                            self.n, self.m, self.s, self.t_prime))
         return out
+
+
+def calibration_table(ns: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000), m: int = 100,
+                      d: int = 10, s: int = 1, epsilon: float = 1.0, delta: float = 1e-6) -> str:
+    """A markdown table: per-client noise of every calibration at these settings.
+
+    The sketch's error scales with the noise's standard deviation, so the ratio
+    column is what the analytic calibration does to it. Defaults: the paper's.
+    """
+    def spec(n: int, kind: str, calibration: str = "corollary") -> NoiseSpec:
+        return NoiseSpec(kind, n=n, m=m, d=d, s=s, epsilon=epsilon, delta=delta,
+                         calibration=calibration)
+
+    lines = [f"m = {m}, d = {d}, s = {s}, epsilon = {epsilon:g}, delta = {delta:g}, eta = 1",
+             "",
+             "| n | sigma^2 corollary | sigma^2 analytic | Skellam variance (reals) "
+             "| std analytic / corollary | certified epsilon of the corollary's noise |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for n in ns:
+        cor, ana, ske = spec(n, "gaussian"), spec(n, "gaussian", "analytic"), spec(n, "skellam")
+        lines.append(f"| {n:,} | {cor.sigma2:.4g} | {ana.sigma2:.4g} | {ske.variance:.4g} "
+                     f"| {math.sqrt(ana.sigma2 / cor.sigma2):.3f} "
+                     f"| {privacy.certify(cor)[0]:.3f} |")
+    return "\n".join(lines)

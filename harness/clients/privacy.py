@@ -36,18 +36,42 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import dp_accounting
 import numpy as np
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-if TYPE_CHECKING:
-    from harness.clients.noise import NoiseSpec
+
+class CalibratedNoise(Protocol):
+    """What the accountant reads of :class:`harness.clients.noise.NoiseSpec` (which
+    imports this module, so it is named here by its shape, not imported)."""
+
+    kind: str
+    n: int
+    m: int
+    d: int
+    s: int
+    epsilon: float
+    delta: float
+    eta: float
+    t_prime: int
+    calibration: str
+    frac_bits: int
+
+    @property
+    def zero_output(self) -> bool: ...
+
+    @property
+    def sigma2(self) -> float: ...
+
+    @property
+    def client_mu(self) -> float: ...
 
 __all__ = [
     "SKELLAM_ORDERS",
+    "CalibratedNoise",
     "Sensitivity",
     "accountant",
     "analytic_gaussian_sigma",
@@ -181,7 +205,7 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
     return high
 
 
-def certify(noise: NoiseSpec) -> tuple[float, float]:
+def certify(noise: CalibratedNoise) -> tuple[float, float]:
     """The (epsilon, delta) the accountant certifies for the noise ``noise`` draws.
 
     For the noise actually drawn, whatever calibration chose it: H honest draws
@@ -207,7 +231,7 @@ def certify(noise: NoiseSpec) -> tuple[float, float]:
     return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
 
 
-def accountant(noise: NoiseSpec) -> str:
+def accountant(noise: CalibratedNoise) -> str:
     """What :func:`certify` certified ``noise`` with, in words (result.json, the summary)."""
     if noise.kind == "none":
         return "none (no noise)"
@@ -218,28 +242,3 @@ def accountant(noise: NoiseSpec) -> str:
     if noise.kind == "skellam":
         return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
     return "dp-accounting analytic Gaussian (Balle and Wang 2018)"
-
-
-def calibration_table(ns: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000), m: int = 100,
-                      d: int = 10, s: int = 1, epsilon: float = 1.0, delta: float = 1e-6) -> str:
-    """A markdown table: per-client noise of every calibration at these settings.
-
-    The sketch's error scales with the noise's standard deviation, so the ratio
-    column is what the analytic calibration does to it. Defaults: the paper's.
-    """
-    from harness.clients.noise import NoiseSpec  # noise imports this module
-
-    def spec(n: int, kind: str, calibration: str = "corollary") -> NoiseSpec:
-        return NoiseSpec(kind, n=n, m=m, d=d, s=s, epsilon=epsilon, delta=delta,
-                         calibration=calibration)
-
-    lines = [f"m = {m}, d = {d}, s = {s}, epsilon = {epsilon:g}, delta = {delta:g}, eta = 1",
-             "",
-             "| n | sigma^2 corollary | sigma^2 analytic | Skellam variance (reals) "
-             "| std analytic / corollary | certified epsilon of the corollary's noise |",
-             "|---:|---:|---:|---:|---:|---:|"]
-    for n in ns:
-        cor, ana, ske = spec(n, "gaussian"), spec(n, "gaussian", "analytic"), spec(n, "skellam")
-        lines.append(f"| {n:,} | {cor.sigma2:.4g} | {ana.sigma2:.4g} | {ske.variance:.4g} "
-                     f"| {math.sqrt(ana.sigma2 / cor.sigma2):.3f} | {certify(cor)[0]:.3f} |")
-    return "\n".join(lines)
