@@ -48,17 +48,38 @@ class CalibratedNoise(Protocol):
     """What the accountant reads of :class:`harness.clients.noise.NoiseSpec` (which
     imports this module, so it is named here by its shape, not imported)."""
 
-    kind: str
-    n: int
-    m: int
-    d: int
-    s: int
-    epsilon: float
-    delta: float
-    eta: float
-    t_prime: int
-    calibration: str
-    frac_bits: int
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def m(self) -> int: ...
+
+    @property
+    def d(self) -> int: ...
+
+    @property
+    def s(self) -> int: ...
+
+    @property
+    def epsilon(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+    @property
+    def eta(self) -> float: ...
+
+    @property
+    def t_prime(self) -> int: ...
+
+    @property
+    def calibration(self) -> str: ...
+
+    @property
+    def frac_bits(self) -> int: ...
 
     @property
     def zero_output(self) -> bool: ...
