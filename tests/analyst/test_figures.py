@@ -162,10 +162,10 @@ def test_dp_passes_the_audit_and_experiments_is_caught() -> None:
     """The audit's bucket under dp at p = 1 keeps its claim; the recipe does not."""
     from harness.analyst.audit import AuditConfig, audit
 
-    kw = dict(n=5000, m=100, d=1, trials=4000, seed=0)
-    dp = audit(AuditConfig(calibration="dp", **kw))
+    dp = audit(AuditConfig(calibration="dp", n=5000, m=100, d=1, trials=4000, seed=0))
     assert dp.epsilon_lower <= dp.claimed
-    recipe = audit(AuditConfig(calibration="experiments", **kw))
+    recipe = audit(AuditConfig(calibration="experiments", n=5000, m=100, d=1, trials=4000,
+                               seed=0))
     assert recipe.epsilon_lower > recipe.claimed
 
 
