@@ -74,13 +74,17 @@ def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
 
 
 def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
-    """The clients' noise for this run, refused unless the accountant certifies it."""
+    """The clients' noise for this run, refused unless it can be encoded and the
+    accountant certifies it."""
     if cfg.calibration not in CALIBRATIONS:
         raise InputError(f"unknown --calibration {cfg.calibration!r}; choose "
                          f"{' or '.join(CALIBRATIONS)}")
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
                       calibration=cfg.calibration, frac_bits=cfg.frac_bits)
+    # Encodable first: absurd numbers (an epsilon of 1e-300) overflow the variance,
+    # which that check words; the accountant needs a finite one.
+    check_encodable(noise, FixedPoint(cfg.frac_bits), cfg.eta)
     check_certified(noise)
     return noise
 
@@ -145,7 +149,6 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_workload_size(n, d, cfg.rows, s)
     noise = noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
-    check_encodable(noise, fp, cfg.eta)
     if data is None:
         data = synthetic_matrix(n, d, cfg.eta, cfg.seed)
     check_matrix(data, cfg.eta)
