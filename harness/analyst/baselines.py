@@ -20,23 +20,18 @@ functions as the LTM (``harness.analyst.analysis``):
 
 Three calibrations (``CALIBRATIONS``) say what "the LTM" is:
 
-- ``dp``: the (epsilon, delta)-DP LTM. A bucket holds about n/m clients, each
-  adding variance sigma_ltm^2 = (m/n) sigma_local^2, so a bucket's noise is the
-  local model's for one row, which is what the bucket's sensitivity (one row,
-  s = 1) needs; hence sigma_p^2 = sigma_local^2 (m/n)^p, p = 1 the DP LTM and
-  p = 0 the local model. No R_D zeros (that threshold is the corollary's proof);
-  the Laplace mechanism is Corollary "privlap"'s, which is proven DP.
+- ``dp``: the (epsilon, delta)-DP LTM: sigma_p^2 = sigma_local^2 (m/n)^p, so a
+  bucket of about n/m clients carries at p = 1 the local model's noise for one
+  row, as its sensitivity needs; no R_D zeros; Laplace is Corollary "privlap"'s.
 - ``corollary``: the DP guarantee as proven. sigma_ltm^2 is Corollary
   "privacynew"'s (about 1/n, so sigma_p^2 ~ n^-p), R_D sends zeros below its
   threshold, and the Laplace mechanism is Corollary "privlap"'s on the dense sketch.
 - ``experiments``: the recipe of the paper's experiments section (lines
   ~1171-1177). sigma_ltm^2 = sigma_local^2 / n, so sigma_p^2 = sigma_local^2 n^-p
   exactly; the Laplace mechanism adds the sum of m Lap(0, 1/epsilon) samples to
-  every entry of the dense sketch S A (variance 2 m / epsilon^2). Neither is DP:
-  a bucket gets sigma_local^2 / m, m times less than its sensitivity needs, an
-  effective epsilon of about sqrt(m) epsilon at p = 1 (``ltm audit`` shows it);
-  and the Laplace recipe needs a scale of at least 2 eta d sqrt(m) / epsilon.
-  Every title and legend says so (:data:`EXPERIMENTS_LABEL`).
+  every entry of the dense sketch S A (variance 2 m / epsilon^2). Neither is DP
+  (a bucket gets m times less than DP needs: effective epsilon about sqrt(m)
+  epsilon at p = 1), and every title and legend says so (``EXPERIMENTS_LABEL``).
 
 The plaintext LTM computes T = (1/sqrt s) sum_i S_i (M + N_i) by scatter-adds,
 never forming an m x n matrix. By default the noise is summed per bucket in
@@ -259,8 +254,7 @@ def ltm_noise(kind: str, n: int, m: int, d: int, s: int, privacy: Privacy) -> No
 def ltm_gaussian_sigma2(spec: NoiseSpec, privacy: Privacy, calibration: str) -> float:
     """The LTM's per-copy Gaussian variance (p = 1) under ``calibration``.
 
-    dp: sigma_local^2 m / n, a bucket of about n/m clients then carries the local
-    model's noise for one row. corollary: Corollary "privacynew". experiments:
+    dp: sigma_local^2 m / n. corollary: Corollary "privacynew". experiments:
     sigma_local^2 / n, so that the aggregate noise of a bucket, about (n/m) sigma^2,
     no longer grows with n (and is m times below what DP needs).
     """
