@@ -21,7 +21,7 @@ from harness.analyst.audit import (
     audit,
     trials_needed,
 )
-from harness.analyst.baselines import CALIBRATIONS
+from harness.analyst.baselines import CALIBRATIONS, EXPERIMENTS_LABEL, calibration_label
 from harness.analyst.datasets import RunOutput, load_run
 from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
 from harness.analyst.figures import FIGURES, FigureSpec, figure_spec, reproduce_figure
@@ -33,11 +33,13 @@ from harness.analyst.utility import summarize as summarize_sweep
 from harness.analyst.utility import write_outputs as write_sweep_outputs
 
 __all__ = [
+    "calibration_label",
     "AUDIT_CALIBRATIONS",
     "AUDIT_NOISES",
     "AuditConfig",
     "AuditResult",
     "CALIBRATIONS",
+    "EXPERIMENTS_LABEL",
     "DEFAULT_FIGURE_M",
     "DEFAULT_TABLE_M",
     "FIGURES",

@@ -18,15 +18,20 @@ functions as the LTM (``harness.analyst.analysis``):
   that p = 0 is the local model and p = 1 the LTM (the paper, line ~1175):
   sigma_p^2 = sigma_local^2 (sigma_ltm^2 / sigma_local^2)^p.
 
-Two calibrations (``CALIBRATIONS``) say what "the LTM" is:
+Three calibrations (``CALIBRATIONS``) say what "the LTM" is:
 
+- ``dp``: the (epsilon, delta)-DP LTM: sigma_p^2 = sigma_local^2 (m/n)^p, so a
+  bucket of about n/m clients carries at p = 1 the local model's noise for one
+  row, as its sensitivity needs; no R_D zeros; Laplace is Corollary "privlap"'s.
 - ``corollary``: the DP guarantee as proven. sigma_ltm^2 is Corollary
   "privacynew"'s (about 1/n, so sigma_p^2 ~ n^-p), R_D sends zeros below its
   threshold, and the Laplace mechanism is Corollary "privlap"'s on the dense sketch.
 - ``experiments``: the recipe of the paper's experiments section (lines
   ~1171-1177). sigma_ltm^2 = sigma_local^2 / n, so sigma_p^2 = sigma_local^2 n^-p
   exactly; the Laplace mechanism adds the sum of m Lap(0, 1/epsilon) samples to
-  every entry of the dense sketch S A (variance 2 m / epsilon^2).
+  every entry of the dense sketch S A (variance 2 m / epsilon^2). Neither is DP
+  (a bucket gets m times less than DP needs: effective epsilon about sqrt(m)
+  epsilon at p = 1), and every title and legend says so (``EXPERIMENTS_LABEL``).
 
 The plaintext LTM computes T = (1/sqrt s) sum_i S_i (M + N_i) by scatter-adds,
 never forming an m x n matrix. By default the noise is summed per bucket in
@@ -51,8 +56,10 @@ from harness.errors import InputError
 
 __all__ = [
     "CALIBRATIONS",
+    "EXPERIMENTS_LABEL",
     "P_VALUES",
     "Privacy",
+    "calibration_label",
     "check_calibration",
     "experiments_laplace_noise",
     "gaussian_sigma2",
@@ -75,14 +82,23 @@ __all__ = [
 
 # The paper's interpolation exponents; p = 1 is the LTM's own calibration.
 P_VALUES = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
-CALIBRATIONS = ("corollary", "experiments")
+CALIBRATIONS = ("dp", "corollary", "experiments")
+EXPERIMENTS_LABEL = ("the paper's recipe (not DP at p = 1: effective epsilon about "
+                     "sqrt(m) * epsilon)")
 
 
 def check_calibration(calibration: str) -> str:
     if calibration not in CALIBRATIONS:
         raise InputError(f"unknown calibration {calibration!r}; choose "
-                         f"{' or '.join(CALIBRATIONS)} (--calibration)")
+                         f"{', '.join(CALIBRATIONS)} (--calibration)")
     return calibration
+
+
+def calibration_label(calibration: str) -> str:
+    """The calibration as titles name it: ``experiments`` always with its warning."""
+    return {"dp": "dp, the (epsilon, delta)-DP LTM",
+            "corollary": "corollary, the paper's Corollary privacynew",
+            "experiments": f"experiments, {EXPERIMENTS_LABEL}"}[check_calibration(calibration)]
 
 
 @dataclass(frozen=True)
@@ -238,10 +254,13 @@ def ltm_noise(kind: str, n: int, m: int, d: int, s: int, privacy: Privacy) -> No
 def ltm_gaussian_sigma2(spec: NoiseSpec, privacy: Privacy, calibration: str) -> float:
     """The LTM's per-copy Gaussian variance (p = 1) under ``calibration``.
 
-    corollary: Corollary "privacynew". experiments: sigma_local^2 / n, so that
-    the aggregate noise of a bucket, about (n/m) sigma^2, no longer grows with n.
+    dp: sigma_local^2 m / n. corollary: Corollary "privacynew". experiments:
+    sigma_local^2 / n, so that the aggregate noise of a bucket, about (n/m) sigma^2,
+    no longer grows with n (and is m times below what DP needs).
     """
     check_calibration(calibration)
+    if calibration == "dp":
+        return local_sigma2(spec.d, privacy) * spec.m / spec.n
     if calibration == "experiments":
         return local_sigma2(spec.d, privacy) / spec.n
     return spec.sigma2
@@ -347,8 +366,8 @@ def simulate_ltm(matrix: np.ndarray, sketch: Sketch, spec: NoiseSpec, rng: np.ra
     Gaussian noise uses ``interpolated_sigma2(spec, p, privacy, calibration)``.
     Under ``corollary``, when R_D outputs zeros (n <= 8 m ln(dm/delta) + s + t',
     see NoiseSpec.zero_output) every client sends zeros and T = 0; the
-    experiments never did that. Under ``experiments`` Laplace noise is the sum of
-    m Lap(0, 1/epsilon) per entry of the scaled sketch.
+    experiments never did that, and ``dp`` does not need it. Under ``experiments``
+    Laplace noise is the sum of m Lap(0, 1/epsilon) per entry of the scaled sketch.
     """
     M = np.asarray(matrix, dtype=np.float64)
     _check_shapes(M, sketch, spec)
@@ -356,7 +375,7 @@ def simulate_ltm(matrix: np.ndarray, sketch: Sketch, spec: NoiseSpec, rng: np.ra
     if spec.kind != "gaussian" and p != 1.0:
         raise InputError("the n^-p interpolation is defined for Gaussian noise only")
     experiments = calibration == "experiments"
-    if spec.zero_output and not experiments:
+    if spec.zero_output and calibration == "corollary":
         return np.zeros((sketch.m, M.shape[1]))
     if experiments and spec.kind == "laplace":
         return (sketch_product(sketch, M) / math.sqrt(sketch.s)

@@ -8,7 +8,11 @@ mu^2 = n) and the same for lambda in {1, 10, 100} (``ridge-lambda``). Each
 panel shows the local model, the central model (MOD-SULQ, SSP), the LTM with
 Laplace noise and the Gaussian LTM with variance ~ n^-p for the paper's p,
 over n = 1000 * 1.5^i, i = 0..16 (the paper prints "1000^{i*1.5}", which would
-reach 10^24), 20 runs per point.
+reach 1000^24 = 10^72), 20 runs per point.
+
+The default calibration is ``dp``, the (epsilon, delta)-DP LTM; ``experiments``,
+the paper's own recipe, is labelled in every title and legend as what it is
+(:data:`baselines.EXPERIMENTS_LABEL`).
 
 The grids run on exact sufficient statistics (:mod:`.simulate`, which says
 why that is exact and fast): for the synthetic data even the n x d matrix is
@@ -24,6 +28,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +104,7 @@ class FigureSpec:
     delta: float = DEFAULT_DELTA
     eta: float = 1.0
     row_norm: float | None = DEFAULT_ROW_NORM
-    calibration: str = "corollary"
+    calibration: str = "dp"
     p_values: tuple[float, ...] = baselines.P_VALUES
     seed: int = 0
     quick: bool = False
@@ -142,7 +147,7 @@ def n_values(m: int, quick: bool = False) -> tuple[int, ...]:
 
 
 def figure_spec(name: str, *, quick: bool = False, runs: int | None = None,
-                calibration: str = "corollary", seed: int = 0, m: int = DEFAULT_M) -> FigureSpec:
+                calibration: str = "dp", seed: int = 0, m: int = DEFAULT_M) -> FigureSpec:
     """The grid of one of the paper's figures (``--quick``: three n, three runs)."""
     if name not in FIGURES:
         raise InputError(f"unknown figure {name!r}; choose one of {', '.join(FIGURES)}")
@@ -222,10 +227,13 @@ def summarize_runs(frame):
     return summary[CSV_COLUMNS]
 
 
-def _label(mechanism: str, p) -> str:
+def _label(mechanism: str, p, calibration: str = "dp") -> str:
+    recipe = f", {baselines.EXPERIMENTS_LABEL}" if calibration == "experiments" else ""
     if mechanism == "ltm-gaussian":
-        return "LTM Gaussian (p=1)" if p == 1 else f"Gaussian p={p:g}"
-    return {"local": "local", "central": "central", "ltm-laplace": "LTM Laplace"}[mechanism]
+        return f"LTM Gaussian (p=1){recipe}" if p == 1 else f"Gaussian p={p:g}"
+    if mechanism == "ltm-laplace":
+        return f"LTM Laplace{recipe}"
+    return {"local": "local", "central": "central"}[mechanism]
 
 
 def _style(mechanism: str, p) -> dict:
@@ -245,12 +253,14 @@ def plot_figure(summary, spec: FigureSpec, path) -> None:
     from matplotlib.figure import Figure
 
     rows, cols = spec.grid
-    height = 3.2 * rows + 1.2
+    recipe = spec.calibration == "experiments"
+    legend = 1.15 + (0.8 if recipe else 0.0)  # the recipe's labels take two lines each
+    height = 3.2 * rows + legend + 0.05
     fig = Figure(figsize=(4.2 * cols, height))
     FigureCanvasAgg(fig)
     # Fixed margins: constrained layout measures every log-axis tick label and takes
     # seconds per panel.
-    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=1.15 / height,
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=legend / height,
                         hspace=0.45, wspace=0.28)
     axes = fig.subplots(rows, cols, squeeze=False)
     handles: dict[str, Any] = {}
@@ -263,7 +273,7 @@ def plot_figure(summary, spec: FigureSpec, path) -> None:
             lower = np.minimum(std, np.where(mean > 0, mean * 0.999, std))
             handle = ax.errorbar(curve["n"], mean, yerr=[lower, std], capsize=2,
                                  ecolor="black", elinewidth=0.6, **_style(mechanism, p))
-            handles.setdefault(_label(mechanism, p), handle)
+            handles.setdefault(_label(mechanism, p, spec.calibration), handle)
         ax.set_xscale("log")
         if len(part) and (part["error_mean"] > 0).all():
             ax.set_yscale("log")
@@ -271,11 +281,13 @@ def plot_figure(summary, spec: FigureSpec, path) -> None:
         ax.set_xlabel("number of clients n")
         ax.set_ylabel(spec.metric)
         ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"{spec.name}: {spec.metric} against n, calibration={spec.calibration} "
-                 f"(d={spec.d}, m={spec.m}, s={spec.s}, delta={spec.delta:g}, "
-                 f"{spec.runs} runs)", fontsize="medium", y=1 - 0.15 / height)
-    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center",
-               ncol=min(5, len(handles)), fontsize="small", frameon=False)
+    fig.suptitle(f"{spec.name}: {spec.metric} against n (d={spec.d}, m={spec.m}, s={spec.s}, "
+                 f"delta={spec.delta:g}, {spec.runs} runs)\n"
+                 f"calibration={baselines.calibration_label(spec.calibration)}",
+                 fontsize="medium", y=1 - 0.1 / height)
+    labels = [textwrap.fill(label, 42) for label in handles]
+    fig.legend(list(handles.values()), labels, loc="lower center",
+               ncol=min(3 if recipe else 5, len(handles)), fontsize="small", frameon=False)
     fig.savefig(path, dpi=110, format="png")
 
 
@@ -331,7 +343,8 @@ def _fmt(value: float) -> str:
 
 def figure_report(summary, spec: FigureSpec, seconds: float) -> str:
     """A short markdown report: the settings and, per panel, each curve's first and last n."""
-    lines = [f"# Figure `{spec.name}` ({spec.metric}), calibration `{spec.calibration}`", ""]
+    lines = [f"# Figure `{spec.name}` ({spec.metric}), calibration `{spec.calibration}`", "",
+             f"Calibration: {baselines.calibration_label(spec.calibration)}.", ""]
     d = spec.describe()
     lines += [f"- settings the paper states: d = {spec.d}, n = 1000 * 1.5^i "
               f"({len(spec.n)} values, {spec.n[0]} .. {spec.n[-1]}), {spec.runs} runs per "

@@ -266,6 +266,7 @@ def table_markdown(frame, table: str, seconds: float) -> str:
     first = frame.iloc[0]
     lines = [f"# Table {table[-1]}: {setup['metric']} on the UCI datasets, calibration "
              f"`{first['calibration']}`", "",
+             f"Calibration: {baselines.calibration_label(first['calibration'])}.", "",
              f"epsilon = {setup['epsilon']:g}" + (f", lambda = {setup['lam']:g}"
                                                  if setup["lam"] else "")
              + f", delta = {first['delta']:g}, m = {first['m']}, s = 1 (Gaussian LTM; the "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -182,7 +183,8 @@ class _Trial:
             sigma2 = baselines.interpolated_sigma2(spec, p, privacy, c.calibration)
         else:  # per client entry, or per sketch entry for the experiments' recipe
             sigma2 = 2 * c.m / c.epsilon**2 if experiments else spec.variance
-        info = {"sigma2": sigma2, "zero_output": spec.zero_output and not experiments}
+        info = {"sigma2": sigma2,
+                "zero_output": spec.zero_output and c.calibration == "corollary"}
         if lowrank:
             return baselines.ltm_lowrank(self.data, c.k, sketch, spec, rng, p, **calibrated), info
         return baselines.ltm_ridge(self.data, self.b, c.lam, sketch, spec, rng, p,
@@ -286,6 +288,8 @@ def plot_sweep(frame, path: str | os.PathLike, title: str = "") -> None:
     summary = summarize(frame)
     metric = str(frame["metric"].iloc[0]) if len(frame) else "error"
     p_values = [float(m[2:]) for m in summary["method"].unique() if m.startswith("p=")]
+    recipe = len(frame) and "calibration" in frame and frame["calibration"].iloc[0] == \
+        "experiments"
     fig = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -293,7 +297,10 @@ def plot_sweep(frame, path: str | os.PathLike, title: str = "") -> None:
         mean, std = part["mean"].to_numpy(), part["std"].to_numpy()
         # Keep log-scale error bars above zero: clip the lower bar at the mean.
         lower = np.minimum(std, np.where(mean > 0, mean * 0.999, std))
-        ax.errorbar(part["n"], mean, yerr=[lower, std], label=method, capsize=2,
+        # The experiments' LTM is never shown without what it is not.
+        label = (textwrap.fill(f"{method}, {baselines.EXPERIMENTS_LABEL}", 40)
+                 if recipe and method in ("ltm-gaussian", "ltm-laplace") else method)
+        ax.errorbar(part["n"], mean, yerr=[lower, std], label=label, capsize=2,
                     ecolor="black", elinewidth=0.6, **_style(method, p_values))
     ax.set_xscale("log")
     if len(summary) and (summary["mean"] > 0).all():
@@ -302,7 +309,7 @@ def plot_sweep(frame, path: str | os.PathLike, title: str = "") -> None:
     ax.set_ylabel(metric)
     ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", ncol=2)
+    ax.legend(fontsize="small", ncol=1 if recipe else 2)
     fig.savefig(path, dpi=120)
 
 
@@ -345,4 +352,6 @@ def _title(config: SweepConfig) -> str:
     what = (f"low-rank approximation, k={config.k}" if config.problem == "lowrank"
             else f"ridge regression, lambda={config.lam:g}, mu^2={config.mu2}")
     return (f"{what}\nd={config.d}, m={config.m}, s={config.s}, "
-            f"eps={config.epsilon:g}, delta={config.delta:g}, calibration={config.calibration}")
+            f"eps={config.epsilon:g}, delta={config.delta:g}\n"
+            + textwrap.fill(f"calibration={baselines.calibration_label(config.calibration)}",
+                            70))

@@ -16,11 +16,13 @@ from harness.analyst import (
     CALIBRATIONS,
     DEFAULT_FIGURE_M,
     DEFAULT_TABLE_M,
+    EXPERIMENTS_LABEL,
     FIGURES,
     PROBLEMS,
     SweepConfig,
     analyze_lowrank,
     analyze_ridge,
+    calibration_label,
     check_sweep_outputs,
     compare_baselines,
     figure_spec,
@@ -91,11 +93,14 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     ridge.set_defaults(func=cmd_analyze_ridge)
 
 
-def _calibration_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calibration", choices=CALIBRATIONS, default="corollary",
-                        help="noise calibration of the simulated mechanisms: the corollaries' "
-                             "DP guarantee, or the paper's experiments section (default: "
-                             "corollary)")
+_CALIBRATION_HELP = ("noise calibration of the simulated LTM: dp, the (epsilon, delta)-DP "
+                     "LTM (sigma_p^2 = sigma_local^2 (m/n)^p); corollary, the paper's "
+                     "Corollary privacynew; or experiments, " + EXPERIMENTS_LABEL)
+
+
+def _calibration_option(parser: argparse.ArgumentParser, default: str = "corollary") -> None:
+    parser.add_argument("--calibration", choices=CALIBRATIONS, default=default,
+                        help=f"{_CALIBRATION_HELP} (default: {default})".replace("%", "%%"))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -174,7 +179,8 @@ def _report(result: dict, as_json: bool, metric: str, what: str, assumed: str) -
     base = result.get("baselines")
     if base:
         print(f"  on the same data, epsilon={base['epsilon']:g}, delta={base['delta']:g} "
-              f"(calibration={base['calibration']}, mean +- std of {base['runs']} runs):")
+              f"(calibration={calibration_label(base['calibration'])}, mean +- std of "
+              f"{base['runs']} runs):")
         for name in ("local", "central", "ltm-simulated"):
             entry = base[name]
             print(f"    {name:<14} {metric} = {entry['mean']:.6g} +- {entry['std']:.2g}")
@@ -224,7 +230,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated exponents p of the n^-p interpolation")
     add("--seed", type=_SEED, default=d.seed, help="seed for data, sketches and noise")
     add("--calibration", choices=CALIBRATIONS, default=d.calibration,
-        help="the corollaries' DP guarantee, or the paper's experiments section")
+        help=_CALIBRATION_HELP.replace("%", "%%"))
     add("--out", default=".", metavar="DIR", help="output directory (default: .)")
     add("--force", action="store_true", help="overwrite existing output files")
     add("--no-progress", action="store_true", help="hide the progress bar")
@@ -270,7 +276,8 @@ def _print_summary(frame) -> None:
     largest = summary["n"].max()
     metric = frame["metric"].iloc[0]
     calibration = frame["calibration"].iloc[0]
-    print(f"{metric} at n={largest} (mean +- std over repetitions, calibration={calibration}):")
+    print(f"{metric} at n={largest} (mean +- std over repetitions, calibration="
+          f"{calibration_label(calibration)}):")
     for row in summary[summary["n"] == largest].itertuples():
         std = 0.0 if math.isnan(row.std) else row.std
         print(f"  {row.method:<13} {row.mean:.4g} +- {std:.2g}")
@@ -280,11 +287,12 @@ def _print_summary(frame) -> None:
 # --- ltm utility figure | table6 | table7 --------------------------------------------------
 
 
-def _grid_options(parser: argparse.ArgumentParser, runs_default: str) -> None:
+def _grid_options(parser: argparse.ArgumentParser, runs_default: str,
+                  calibration: str = "corollary") -> None:
     parser.add_argument("--runs", type=number("--runs", low=2, high=_MAX_RUNS, integer=True),
                         default=None, metavar="K",
                         help=f"runs per point, in [2, {_MAX_RUNS}] ({runs_default})")
-    _calibration_option(parser)
+    _calibration_option(parser, calibration)
     parser.add_argument("--m", type=_int("--m", _MAX_GRID_M), default=None,
                         help=f"sketch rows, which the paper does not state, in [1, "
                              f"{_MAX_GRID_M}] (default: {DEFAULT_FIGURE_M} for figures, "
@@ -308,7 +316,7 @@ def _add_figure(grids: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--quick", action="store_true",
                         help="a reduced grid for CI: three values of n, three runs")
-    _grid_options(parser, "default: 20, --quick: 3")
+    _grid_options(parser, "default: 20, --quick: 3", calibration="dp")
     parser.set_defaults(func=cmd_figure)
 
 
@@ -336,9 +344,10 @@ def cmd_figure(args: argparse.Namespace) -> int:
     summary, paths, seconds = reproduce_figure(spec, args.out, force=args.force,
                                                        progress=not args.no_progress)
     largest = max(spec.n)
-    print(f"figure {spec.name} ({spec.metric}, calibration={spec.calibration}, m={spec.m}, "
-          f"s={spec.s}, delta={spec.delta:g}) at n={largest}, mean +- std of "
-          f"{spec.runs} runs, {seconds:.0f} s:")
+    print(f"figure {spec.name} ({spec.metric}, calibration="
+          f"{calibration_label(spec.calibration)}, m={spec.m}, s={spec.s}, "
+          f"delta={spec.delta:g}) at n={largest}, mean +- std of {spec.runs} runs, "
+          f"{seconds:.0f} s:")
     at = summary[summary["n"] == largest]
     for row in at.itertuples():
         label = row.mechanism + ("" if row.mechanism != "ltm-gaussian" else f" p={row.p:g}")

@@ -24,15 +24,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.clients import NOISE_KINDS
+from harness.clients import CALIBRATIONS, NOISE_KINDS
 from harness.engine import ENV_VAR, NO_INSTALL_ENV_VAR, default_home
 from harness.errors import InputError, check_number
 from harness.experiments import PROGRAMS, PROTOCOLS, SHARINGS
 
 __all__ = [
-    "CLI_DEFAULTS", "HOSTS", "MP_SPDZ", "NETWORK", "NOISE", "NO_INSTALL", "Option", "PROGRAM",
-    "PROTOCOL", "SEED", "SEED_MAX", "SHARED", "SHARING", "TIMEOUT", "config_defaults",
-    "config_from", "number", "option", "options_of",
+    "CALIBRATION", "CLI_DEFAULTS", "HOSTS", "MP_SPDZ", "NETWORK", "NOISE", "NO_INSTALL",
+    "Option", "PROGRAM", "PROTOCOL", "SEED", "SEED_MAX", "SHARED", "SHARING", "TIMEOUT",
+    "config_defaults", "config_from", "number", "option", "options_of",
 ]
 
 if TYPE_CHECKING:
@@ -166,6 +166,11 @@ TIMEOUT = option("--timeout", type=float,
                       "(default {default})")
 NOISE = option("--noise", choices=NOISE_KINDS,
                help="the noise the clients add to their rows (default {default})")
+CALIBRATION = option("--calibration", choices=CALIBRATIONS,
+                     help="Gaussian noise's calibration: corollary, the paper's (not "
+                          "(epsilon, delta)-DP at every d: a run whose certified epsilon "
+                          "exceeds --epsilon is refused), or analytic, the analytic Gaussian "
+                          "mechanism, exact for every epsilon (default {default})")
 PROGRAM = option("--program", choices=PROGRAMS, help="server program (default {default})")
 # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
 PROTOCOL = option("--protocol", metavar="NAME",
@@ -187,5 +192,5 @@ NO_INSTALL = option("--no-install", dest="install_mpspdz", action="store_false",
                          f"{NO_INSTALL_ENV_VAR}=1)")
 
 # The options both ``ltm run`` and ``ltm reproduce`` take (tests check they agree).
-SHARED = (HOSTS, NETWORK, SEED, TIMEOUT, NOISE, PROGRAM, PROTOCOL, SHARING, MP_SPDZ,
+SHARED = (HOSTS, NETWORK, SEED, TIMEOUT, NOISE, CALIBRATION, PROGRAM, PROTOCOL, SHARING, MP_SPDZ,
           NO_INSTALL)

@@ -50,8 +50,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="sweep directory (created, or resumed if it holds the same sweep)")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)
     for opt in (REPEAT, SCALE, common.PROGRAM, common.PROTOCOL, common.SHARING, FRESH_INPUTS,
-                common.HOSTS, common.NETWORK, common.NOISE, common.SEED, common.TIMEOUT,
-                NO_PROGRESS):
+                common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION, common.SEED,
+                common.TIMEOUT, NO_PROGRESS):
         add(opt)
     p.add_argument("--estimate", action="store_true",
                    help="only print the sweep's expected duration and its cost on AWS "

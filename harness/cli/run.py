@@ -60,10 +60,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "compute T = (1/sqrt s) sum_i S_i (A + G_i) and reveal it; the result is "
                     "checked bit for bit against a plaintext computation.")
     add = common.options_of(p, RunConfig)
-    for opt in (PARTIES, CLIENTS, DIM, ROWS, SPARSITY, DENSE, DATA, common.NOISE, EPSILON,
-                DELTA, ETA, CORRUPT_CLIENTS, common.PROGRAM, common.PROTOCOL, TAMPER,
-                common.SHARING, INPUT, FRAC_BITS, common.SEED, PORT, common.TIMEOUT,
-                common.HOSTS, common.NETWORK):
+    for opt in (PARTIES, CLIENTS, DIM, ROWS, SPARSITY, DENSE, DATA, common.NOISE,
+                common.CALIBRATION, EPSILON, DELTA, ETA, CORRUPT_CLIENTS, common.PROGRAM,
+                common.PROTOCOL, TAMPER, common.SHARING, INPUT, FRAC_BITS, common.SEED, PORT,
+                common.TIMEOUT, common.HOSTS, common.NETWORK):
         add(opt)
     p.add_argument("--out", type=Path, help="result directory (default results/run-<time>)")
     for opt in (FORCE, KEEP_WORK, common.MP_SPDZ, common.NO_INSTALL):

@@ -36,6 +36,7 @@ from harness.clients.prepare import (
 )
 from harness.clients.privacy import (
     Sensitivity,
+    accountant,
     analytic_gaussian_sigma,
     certify,
     concentration_failure,
@@ -44,6 +45,7 @@ from harness.clients.privacy import (
     release_sensitivity,
     skellam_epsilon,
     skellam_mu,
+    smallest_n,
 )
 from harness.clients.seeded import (
     SeededSink,
@@ -84,6 +86,7 @@ __all__ = [
     "Sketch",
     "TextSink",
     "analytic_gaussian_sigma",
+    "accountant",
     "certify",
     "check_dimensions",
     "check_matrix",
@@ -106,6 +109,7 @@ __all__ = [
     "share_format",
     "skellam_epsilon",
     "skellam_mu",
+    "smallest_n",
     "synthetic_matrix",
     "tamper_share_file",
     "tamper_text_file",

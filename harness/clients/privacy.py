@@ -44,9 +44,9 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 
-class DrawnNoise(Protocol):
-    """What :func:`certify` reads of a noise specification (``clients.noise.NoiseSpec``,
-    which imports this module: the protocol keeps the two from importing each other)."""
+class CalibratedNoise(Protocol):
+    """What the accountant reads of :class:`harness.clients.noise.NoiseSpec` (which
+    imports this module, so it is named here by its shape, not imported)."""
 
     @property
     def kind(self) -> str: ...
@@ -76,8 +76,10 @@ class DrawnNoise(Protocol):
     def t_prime(self) -> int: ...
 
     @property
-    def frac_bits(self) -> int: ...
+    def calibration(self) -> str: ...
 
+    @property
+    def frac_bits(self) -> int: ...
 
     @property
     def zero_output(self) -> bool: ...
@@ -90,8 +92,9 @@ class DrawnNoise(Protocol):
 
 __all__ = [
     "SKELLAM_ORDERS",
+    "CalibratedNoise",
     "Sensitivity",
-    "DrawnNoise",
+    "accountant",
     "analytic_gaussian_sigma",
     "certify",
     "concentration_failure",
@@ -223,7 +226,7 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
     return high
 
 
-def certify(noise: DrawnNoise) -> tuple[float, float]:
+def certify(noise: CalibratedNoise) -> tuple[float, float]:
     """The (epsilon, delta) the accountant certifies for the noise ``noise`` draws.
 
     For the noise actually drawn, whatever calibration chose it: H honest draws
@@ -247,3 +250,16 @@ def certify(noise: DrawnNoise) -> tuple[float, float]:
         return skellam_epsilon(honest * noise.client_mu, sens, rest), noise.delta
     sens = release_sensitivity(noise.eta, noise.s, noise.d)
     return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
+
+
+def accountant(noise: CalibratedNoise) -> str:
+    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary)."""
+    if noise.kind == "none":
+        return "none (no noise)"
+    if noise.kind == "laplace":
+        return "Corollary privlap (pure DP, as the paper proves it)"
+    if noise.zero_output:
+        return "R_D sends zeros ((0, 0)-DP)"
+    if noise.kind == "skellam":
+        return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
+    return "dp-accounting analytic Gaussian (Balle and Wang 2018)"

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.clients import ADDITIVE, ShareFormat
+from harness.clients import ADDITIVE, CALIBRATIONS, ShareFormat
 from harness.engine import (
     DEFAULT_PROTOCOL,
     INPUT_MODES,
@@ -52,6 +52,7 @@ class RunConfig:
     dense: bool = False
     data: Path | None = None
     noise: str = "gaussian"
+    calibration: str = "corollary"  # Gaussian noise: the paper's corollary, or analytic
     epsilon: float = 1.0
     delta: float = 1e-6
     eta: float = 1.0
@@ -118,6 +119,9 @@ class RunConfig:
         spec = protocol_for(self.protocol)
         if self.sharing not in SHARINGS:
             raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
+        if self.calibration not in CALIBRATIONS:
+            raise InputError(f"unknown --calibration {self.calibration!r}; choose "
+                             f"{' or '.join(CALIBRATIONS)}")
         if self.sharing == "seeded" and input_mode != "shares":
             raise InputError("--sharing seeded compresses the servers' share files, and with "
                              "--input party the servers receive none; use --input shares or "

@@ -10,13 +10,22 @@ elements, and the servers' inputs for a caller that reruns on them).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from harness.clients import Prepared, tamper_share_file, tamper_text_file
+from harness.clients import (
+    NOISE_GENERATOR,
+    NoiseSpec,
+    Prepared,
+    accountant,
+    certify,
+    tamper_share_file,
+    tamper_text_file,
+)
 from harness.engine import (
     OUTPUT_MARKER,
     ClientJob,
@@ -148,6 +157,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         model_client_upload_mb=upload_model_mb(cfg, s * work.n * d),
         verification=Verification(ok=mismatches == 0, mismatches=mismatches, entries=m * d),
         noise_observed=prepared.stats,
+        privacy=privacy_record(work.noise),
         timings=timings,
     )
     kept = None
@@ -210,6 +220,23 @@ def _parameters(cfg: RunConfig, work: Workload) -> RunParameters:
         layout={"kind": lay.kind, "block_rows": lay.block_rows,
                 "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
                 "padding_rows": lay.total_rows - lay.real_rows})
+
+
+def privacy_record(noise: NoiseSpec) -> dict:
+    """result.json's ``privacy``: what was asked, and what the accountant certifies for
+    the noise drawn (the run was refused before drawing if that were more)."""
+    if noise.kind == "none":
+        return {"requested_epsilon": None, "requested_delta": None, "certified_epsilon": None,
+                "certified_delta": None, "accountant": accountant(noise), "calibration": None,
+                "generator": None}
+    epsilon, delta = certify(noise)
+    calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
+                   "laplace": "corollary"}[noise.kind]
+    return {"requested_epsilon": noise.epsilon, "requested_delta": noise.delta,
+            # JSON has no infinity: None is "nothing certified".
+            "certified_epsilon": epsilon if math.isfinite(epsilon) else None,
+            "certified_delta": delta, "accountant": accountant(noise),
+            "calibration": calibration, "generator": NOISE_GENERATOR}
 
 
 def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:

@@ -41,6 +41,7 @@ from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
 from harness.experiments.workload import (
     build_workload,
     check_workload_size,
+    noise_for,
     program_for,
     public_input_for,
 )
@@ -55,7 +56,8 @@ MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
-_IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise", "seed")
+_IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise",
+             "calibration", "seed")
 # spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
 # inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
 # noisy value costs that per 200,000 values; above this many it is left out.
@@ -73,6 +75,7 @@ class ReproduceConfig:
     hosts: Path | None = None
     network: str | None = None
     noise: str = "gaussian"
+    calibration: str = "corollary"  # Gaussian noise: the paper's corollary, or analytic
     seed: int | None = 1  # the public sketch and synthetic data; fixed so cells are comparable
     timeout: float = 3600.0
     mp_spdz: Path | None = None
@@ -104,7 +107,7 @@ class ReproduceConfig:
                   "sharing": self.sharing, "scale": self.scale,
                   "network": self.network or "none",
                   "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
-                  "seed": self.seed}
+                  "calibration": self.calibration, "seed": self.seed}
         return {k: values[k] for k in _IDENTITY}
 
     def validate(self) -> list[str]:
@@ -132,7 +135,8 @@ class ReproduceConfig:
                              "(no share files); use --program fast or local, or --sharing full")
         # the same rules as one run's (cells' server counts are checked per cell)
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
-                  protocol=self.protocol, sharing=self.sharing,
+                  protocol=self.protocol, sharing=self.sharing, noise=self.noise,
+                  calibration=self.calibration,
                   parties=protocol_for(self.protocol).exact_parties or 2).validate()
         return tables
 
@@ -184,6 +188,8 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     needed = max(t.cell.servers for t in plan)
     for cell in {t.cell for t in plan}:  # before sweep.json is written
         check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
+        # every cell's noise certified before the first is drawn
+        noise_for(_run_config(cfg, cell, Path(cfg.out)), cell.clients, cell.dim, cell.sparsity)
     check_placement(_run_config(cfg, plan[0].cell, Path(cfg.out), parties=needed))
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)
@@ -301,6 +307,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                 parties: int | None = None) -> RunConfig:
     return RunConfig(out=workroot, parties=parties or cell.servers, clients=cell.clients,
                      dim=cell.dim, rows=cell.rows, sparsity=cell.sparsity, noise=cfg.noise,
+                     calibration=cfg.calibration,
                      program=cell.program or cfg.program,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,

@@ -10,7 +10,9 @@ A record from a newer harness is refused rather than half understood.
 Versions: 1, the first format, gained keys while its number stayed 1 (the
 protocol and security, sharing, hosts and network parameters; T_end_to_end,
 whether the upload was measured and whether inputs were reused); 2 has every
-key of :class:`RunResult` in every file.
+key of :class:`RunResult` in every file; 3 adds ``privacy``, the (epsilon, delta)
+requested and the one the accountant certifies for the noise drawn (null in
+older files, which certified nothing; sweep rows are unchanged).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -109,7 +111,9 @@ class RunResult:
     """``result.json``: one verified run's parameters, measurements and provenance.
 
     Fields that a migrated older file did not record are None (``t_end_to_end_s``,
-    ``upload_measured``, ``model_client_upload_mb``). Read access by key
+    ``upload_measured``, ``model_client_upload_mb``, ``privacy``). ``privacy`` holds
+    requested_epsilon, requested_delta, certified_epsilon (None: nothing certified),
+    certified_delta, accountant, calibration and generator. Read access by key
     (``result["t_mpc_s"]``) gives the JSON form's values, as the file holds them.
     """
 
@@ -127,6 +131,7 @@ class RunResult:
     model_client_upload_mb: float | None
     verification: Verification
     noise_observed: dict
+    privacy: dict | None
     timings: dict[str, float]
     format_version: int = FORMAT_VERSION
 
@@ -176,7 +181,12 @@ def _update_to_2(data: dict) -> dict:
     return {**unmeasured, **data, "parameters": {**before, **params}}
 
 
-_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2}
+def _update_to_3(data: dict) -> dict:
+    """Version 2 certified nothing: its privacy is unknown (null)."""
+    return {**data, "privacy": None}
+
+
+_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -234,7 +244,11 @@ def _row_to_2(row: dict) -> dict:
     return {**_ROW_ADDED_IN_1, **row}
 
 
-_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2}
+def _row_to_3(row: dict) -> dict:
+    return row  # version 3 changed result.json only
+
+
+_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:
@@ -258,7 +272,7 @@ def migrate_rows(rows: pd.DataFrame) -> pd.DataFrame:
 # sweep.json settings written before a setting existed ran what is now its default
 # (the committed benchmarks/reproduction/*/sweep.json): read a missing key as that,
 # so that those sweeps still resume.
-_SETTINGS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full"}
+_SETTINGS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full", "calibration": "corollary"}
 
 
 def migrate_sweep_settings(record: dict, where: str = "sweep.json") -> dict:

@@ -33,7 +33,7 @@ from harness.experiments.config import (
 from harness.experiments.execute import execute
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.results import RunResult, output_directory
-from harness.experiments.workload import Workload, build_workload, program_for
+from harness.experiments.workload import Workload, build_workload, check_noise, program_for
 from harness.fileio import copy_tree_private, open_private, output_lock
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
@@ -43,6 +43,7 @@ __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run
 def run(cfg: RunConfig, *, echo: Callable[[str], object] | None = None) -> RunResult:
     """One verified run into ``cfg.out``; its result (also written as result.json)."""
     cfg = cfg.validate()
+    check_noise(cfg)  # a run the accountant does not certify is refused first
     # Held to the end: a second run on this --out would replace this one's results.
     with output_lock(cfg.out):
         return _run_locked(cfg, echo)
@@ -102,6 +103,18 @@ def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def privacy_line(privacy: dict) -> str:
+    """The summary's privacy line: requested against certified, and the generator."""
+    if privacy.get("requested_epsilon") is None:
+        return "privacy: none (no noise; nothing is private)"
+    certified = privacy.get("certified_epsilon")
+    shown = "none" if certified is None else f"{certified:.3g}"
+    generator = (privacy.get("generator") or "?").split(" (")[0]
+    return (f"privacy: requested epsilon {privacy['requested_epsilon']:g}, delta "
+            f"{privacy['requested_delta']:g}; certified epsilon {shown} "
+            f"({privacy.get('accountant')}); generator {generator}")
+
+
 def summary(result: RunResult, out: Path) -> str:
     """What ``ltm run`` prints: the result in a few lines."""
     p = result.parameters
@@ -119,6 +132,8 @@ def summary(result: RunResult, out: Path) -> str:
     for party in result.parties:
         lines.append(f"  P{party.party}: time {party.time_s:.3f} s, sent "
                      f"{party.data_sent_mb:.3f} MB in {party.rounds} rounds")
+    if result.privacy is not None:
+        lines.append("  " + privacy_line(result.privacy))
     if p.noise.get("zero_output"):
         lines.append("  note: n <= 8 m ln(dm/delta) + s + t', so R_D sent zeros (see the paper)")
     lines.append(f"  results in {out}")

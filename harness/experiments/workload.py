@@ -14,23 +14,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.clients import (
+    CALIBRATIONS,
     FixedPoint,
     Layout,
     NoiseSpec,
     Prepared,
     Sketch,
+    certify,
     check_dimensions,
     check_matrix,
     load_matrix,
+    smallest_n,
     synthetic_matrix,
 )
 from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
 from harness.errors import InputError, check_memory
 from harness.experiments.config import RunConfig
 
-__all__ = ["Workload", "build_workload", "check_encodable", "check_workload_size",
-           "client_job", "prepare_cluster", "program_for", "public_input_for",
-           "upload_model_mb"]
+__all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_noise",
+           "check_workload_size", "client_job", "noise_for", "prepare_cluster", "program_for",
+           "public_input_for", "upload_model_mb"]
 
 
 @dataclass
@@ -70,6 +73,61 @@ def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
                          f"--epsilon, or lower --eta or --frac-bits (now {fp.frac_bits})")
 
 
+def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
+    """The clients' noise for this run, refused unless it can be encoded and the
+    accountant certifies it."""
+    if cfg.calibration not in CALIBRATIONS:
+        raise InputError(f"unknown --calibration {cfg.calibration!r}; choose "
+                         f"{' or '.join(CALIBRATIONS)}")
+    noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
+                      delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
+                      calibration=cfg.calibration, frac_bits=cfg.frac_bits)
+    # Encodable first: absurd numbers (an epsilon of 1e-300) overflow the variance,
+    # which that check words; the accountant needs a finite one.
+    check_encodable(noise, FixedPoint(cfg.frac_bits), cfg.eta)
+    check_certified(noise)
+    return noise
+
+
+def check_noise(cfg: RunConfig) -> None:
+    """:func:`noise_for` before anything else, where n and d are known without --data."""
+    if cfg.data is not None:
+        return  # build_workload checks it once the file gives n and d, before any draw
+    s = cfg.rows if cfg.dense else cfg.sparsity
+    check_dimensions(cfg.clients, cfg.rows, s, dense=cfg.dense)
+    if cfg.dim < 1:
+        raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
+    noise_for(cfg, cfg.clients, cfg.dim, s)
+
+
+def check_certified(noise: NoiseSpec) -> None:
+    """Refuse noise whose certified epsilon exceeds the requested one, before any draw.
+
+    The analytic and Skellam calibrations meet their epsilon by construction; the
+    paper's corollary does not at every d (its sigma^2 grows like d^2, the l2
+    sensitivity like sqrt(d): at d = 1, m = 100 it certifies epsilon 1.66 for a
+    requested 1), and such a run would claim a guarantee it does not give.
+    """
+    if noise.kind == "none":
+        return
+    epsilon, _ = certify(noise)
+    # The analytic calibration's root finder leaves a relative 1e-9 either way.
+    if epsilon <= noise.epsilon * (1 + 1e-6):
+        return
+    asked = f"({noise.epsilon:g}, {noise.delta:g})-DP"
+    if not math.isfinite(epsilon):
+        raise InputError(
+            f"the accountant certifies no epsilon for this {noise.kind} noise at n={noise.n}, "
+            f"so the run would not be {asked}: too few clients hide each bucket (delta_E >= "
+            f"delta); use --clients >= {smallest_n(noise.m, noise.s, noise.t_prime, noise.delta)}"
+            " or raise --delta")
+    raise InputError(
+        f"the {noise.calibration} calibration's {noise.kind} noise certifies epsilon "
+        f"{epsilon:.4g}, above the requested {noise.epsilon:g} (delta {noise.delta:g}, "
+        f"d={noise.d}, s={noise.s}), so the run would not be {asked}; use --calibration "
+        "analytic (it certifies exactly --epsilon)")
+
+
 def check_workload_size(n: int, d: int, m: int, s: int) -> None:
     """The data, the sketch and the accumulators must fit in memory (checked, not tried)."""
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
@@ -89,10 +147,8 @@ def build_workload(cfg: RunConfig) -> Workload:
     s = cfg.rows if cfg.dense else cfg.sparsity
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
     check_workload_size(n, d, cfg.rows, s)
-    noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
-                      delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients)
+    noise = noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
-    check_encodable(noise, fp, cfg.eta)
     if data is None:
         data = synthetic_matrix(n, d, cfg.eta, cfg.seed)
     check_matrix(data, cfg.eta)

@@ -128,6 +128,57 @@ def test_corollary_and_experiments_laplace_in_the_simulation() -> None:
         baselines.simulate_ltm(zero, sk, spec, rng, calibration="paper")
 
 
+def test_dp_is_the_local_model_at_p_0_and_bucket_dp_at_p_1() -> None:
+    """sigma_p^2 = sigma_loc^2 (m/n)^p: a bucket of n/m clients at p = 1 carries the
+    local model's noise for one row, and below R_D's threshold nothing is zeroed."""
+    n, m, d = 1000, 10, 2  # far below the corollary's threshold
+    privacy = baselines.Privacy(epsilon=1.0, delta=1e-6)
+    spec = baselines.ltm_noise("gaussian", n, m, d, 1, privacy)
+    assert spec.zero_output
+    local = baselines.local_sigma2(d, privacy)
+    for p in (0.0, 0.5, 1.0):
+        assert baselines.interpolated_sigma2(spec, p, privacy, "dp") == \
+            pytest.approx(local * (m / n) ** p)
+    # and it is m times the experiments' recipe at p = 1
+    assert baselines.interpolated_sigma2(spec, 1.0, privacy, "dp") == pytest.approx(
+        m * baselines.interpolated_sigma2(spec, 1.0, privacy, "experiments"))
+    sk = Sketch.generate(n, m, 1, seed=3)
+    rng = np.random.default_rng(4)
+    zero = np.zeros((n, d))
+    draws = np.stack([baselines.simulate_ltm(zero, sk, spec, rng, calibration="dp",
+                                             privacy=privacy) for _ in range(400)])
+    counts = np.bincount(sk.rows[0], minlength=m)
+    assert (draws / np.sqrt(counts * m / n)[None, :, None]).var() == \
+        pytest.approx(local, rel=0.05)
+    # the exact-statistics path draws the same bucket noise
+    stats = simulate.synthetic_stats(n, d, m, np.random.default_rng(5))
+    T = [_ltm_noise_only(stats, "ltm-gaussian", d, privacy, "dp", rng) - stats.sparse
+         for _ in range(400)]
+    assert (np.stack(T) / np.sqrt(stats.counts * m / n)[None, :, None]).var() == \
+        pytest.approx(local, rel=0.05)
+
+
+def test_dp_passes_the_audit_and_experiments_is_caught() -> None:
+    """The audit's bucket under dp at p = 1 keeps its claim; the recipe does not."""
+    from harness.analyst.audit import AuditConfig, audit
+
+    dp = audit(AuditConfig(calibration="dp", n=5000, m=100, d=1, trials=4000, seed=0))
+    assert dp.epsilon_lower <= dp.claimed
+    recipe = audit(AuditConfig(calibration="experiments", n=5000, m=100, d=1, trials=4000,
+                               seed=0))
+    assert recipe.epsilon_lower > recipe.claimed
+
+
+def test_experiments_is_labelled_as_the_papers_recipe_everywhere() -> None:
+    label = "the paper's recipe (not DP at p = 1: effective epsilon about sqrt(m) * epsilon)"
+    assert label == baselines.EXPERIMENTS_LABEL
+    assert label in baselines.calibration_label("experiments")
+    assert label in figures._label("ltm-gaussian", 1.0, "experiments")
+    assert label in figures._label("ltm-laplace", None, "experiments")
+    assert label not in figures._label("ltm-gaussian", 1.0, "dp")
+    assert figures.figure_spec("lowrank").calibration == "dp"
+
+
 # --- the summed noise: per-client draws and a real MPC run ---------------------------------
 
 
@@ -275,11 +326,21 @@ def test_figure_command_writes_csv_png_and_report(tmp_path, capsys) -> None:
     assert (out / "ridge-experiments-quick.png").read_bytes()[:4] == b"\x89PNG"
     report = (out / "ridge-experiments-quick.md").read_text()
     assert "calibration `experiments`" in report and "m = 50, s = 1" in report
+    assert baselines.EXPERIMENTS_LABEL in report
     assert "delta = 1e-06" in report
     with pytest.raises(InputError, match="already exist"):
         _run(argv)
     spec = figures.figure_spec("ridge", quick=True, runs=2, calibration="experiments")
     assert figures.check_figure_outputs(out, spec, force=True)["csv"].is_file()
+
+
+def test_figure_command_defaults_to_dp(tmp_path, capsys) -> None:
+    out = tmp_path / "fig"
+    assert _run(["utility", "figure", "ridge", "--quick", "--runs", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert "calibration=dp, the (epsilon, delta)-DP LTM" in capsys.readouterr().out
+    csv = pd.read_csv(out / "ridge-dp-quick.csv")
+    assert (csv["error_mean"] >= 1 - 1e-9).all() and len(csv) == 4 * 3 * 10
 
 
 def test_figure_command_refuses_an_unwritable_out_before_work(tmp_path) -> None:

@@ -402,3 +402,28 @@ def test_seeded_where_it_cannot_apply_is_one_line(tmp_path, capsys, argv, messag
         err = capsys.readouterr().err
         assert code == 1 and message in err and err.count("\n") == 1
         assert not (tmp_path / "o").exists()
+
+
+def test_skellam_sweep_verifies_and_the_calibration_is_part_of_its_identity(
+        tmp_path, capsys, mp_spdz, program_cache):
+    """--noise skellam through reproduce, with noise in the cells above R_D's threshold
+    (n = 17,000 and up at this scale), every repetition verified bit for bit; a sweep
+    under --calibration analytic resumes only under it."""
+    out = tmp_path / "skellam"
+    argv = ["reproduce", "table4", "--scale", "0.034", "--repeat", "1", "--out", str(out),
+            "--no-progress", "--mp-spdz", str(mp_spdz.root)]
+    assert main([*argv, "--noise", "skellam"]) == 0
+    raw = load_raw(out / RAW_FILE)
+    assert len(raw) == 5 * 2 and raw["verified"].all() and raw["clients"].max() == 34_000
+    settings = json.loads((out / "sweep.json").read_text())["settings"]
+    assert (settings["noise"], settings["calibration"]) == ("skellam", "corollary")
+    analytic = tmp_path / "analytic"
+    small = ["reproduce", "table4", "--scale", "0.001", "--repeat", "1", "--out",
+             str(analytic), "--no-progress", "--mp-spdz", str(mp_spdz.root)]
+    assert main([*small, "--calibration", "analytic"]) == 0
+    capsys.readouterr()
+    before = (analytic / RAW_FILE).read_bytes()
+    assert main(small) == 1
+    err = capsys.readouterr().err
+    assert "calibration 'analytic' there, 'corollary' now" in err and err.count("\n") == 1
+    assert (analytic / RAW_FILE).read_bytes() == before

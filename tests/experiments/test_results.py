@@ -80,7 +80,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 2
+    assert result.format_version == FORMAT_VERSION == 3
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -89,11 +89,12 @@ def test_the_first_format_loads_as_the_run_it_was():
     # what it did not measure stays unmeasured, never a made-up figure
     assert result.t_end_to_end_s is None and result.upload_measured is None
     assert result.model_client_upload_mb is None and result.inputs_reused is False
+    assert result.privacy is None  # nothing was certified then
     assert [q.aggregate_s for q in result.parties] == [0.0024] * 3
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 2 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 3 and saved["parameters"]["protocol"] == "semi2k"
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
 
 
@@ -103,9 +104,40 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     path.write_text(json.dumps(data))
     result = load_result(path)
     saved = result.to_json()
-    assert saved == {**data, "format_version": 2}  # the same keys, the same values
-    assert list(saved) == list(data)  # in the order the file had them
+    # the same keys and values, and version 3's privacy, unknown then
+    assert saved == {**data, "format_version": 3, "privacy": None}
+    assert [k for k in saved if k != "privacy"] == list(data)  # in the order the file had them
     assert result.parameters.security == "malicious" and result.upload_measured is True
+
+
+def version_2() -> dict:
+    """result.json as version 2 wrote it: every key of version 1's last, no privacy."""
+    return {**last_version_1(), "format_version": 2}
+
+
+def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(version_2()))
+    result = load_result(path)
+    assert result.format_version == 3 and result.privacy is None
+    saved = result.to_json()
+    assert saved["privacy"] is None
+    assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
+    assert {k: v for k, v in saved.items() if k not in ("privacy", "format_version")} == \
+        {k: v for k, v in version_2().items() if k != "format_version"}
+
+
+def test_a_version_3_result_keeps_its_certificate(tmp_path):
+    privacy = {"requested_epsilon": 1.0, "requested_delta": 1e-6, "certified_epsilon": 0.442,
+               "certified_delta": 1e-6, "accountant": "dp-accounting analytic Gaussian",
+               "calibration": "corollary", "generator": "randomgen.AESCounter"}
+    data = {**version_2(), "format_version": 3, "privacy": privacy}
+    result = load_result(data)
+    assert result.privacy == privacy
+    result.save(tmp_path / "result.json")
+    assert json.loads((tmp_path / "result.json").read_text())["privacy"] == privacy
+    with pytest.raises(InputError, match="is not a complete version-3 result"):
+        load_result({k: v for k, v in data.items() if k != "privacy"})
 
 
 def test_a_current_result_round_trips(tmp_path):
@@ -189,5 +221,6 @@ def test_old_sweep_settings_read_as_they_ran():
                         .read_text())
     settings = migrate_sweep_settings(record)
     assert settings["protocol"] == "semi2k" and settings["sharing"] == "full"
+    assert settings["calibration"] == "corollary"  # the only one there was
     with pytest.raises(InputError, match="newer than this harness reads"):
         migrate_sweep_settings({**record, "format_version": FORMAT_VERSION + 1})

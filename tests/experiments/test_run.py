@@ -10,6 +10,7 @@ import pytest
 
 from harness.clients.sketch import Sketch
 from harness.experiments import FORMAT_VERSION, RunConfig, run
+from harness.experiments.run import summary
 
 pytestmark = pytest.mark.mpspdz
 
@@ -53,7 +54,7 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     # fixed point with 16 fraction bits: error below 2^-16 per summand
     assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
     saved = json.loads((out / "result.json").read_text())
-    assert saved["format_version"] == FORMAT_VERSION == 2
+    assert saved["format_version"] == FORMAT_VERSION == 3
     assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
     assert saved["metadata"]["harness_version"] and saved["metadata"]["date"]
     sk = np.load(out / "sketch.npz")
@@ -85,10 +86,14 @@ def test_data_file_sets_n_and_d(tmp_path, mp_spdz, program_cache):
     assert np.array_equal(np.load(out / "data.npy"), data)
 
 
-@pytest.mark.parametrize("noise", ["gaussian", "laplace"])
-def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cache, noise):
+@pytest.mark.parametrize(("noise", "calibration"), [
+    ("gaussian", "corollary"), ("gaussian", "analytic"), ("laplace", "corollary"),
+    ("skellam", "corollary")])
+def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cache, noise,
+                                                 calibration):
     """The revealed sketch minus the noiseless sketch is the summed noise: its
-    per-entry variance must match count * sigma^2 / s from the corollaries.
+    per-entry variance must match count * sigma^2 / s from the calibration; the
+    revealed ring elements equal the plaintext's, noise included, bit for bit.
 
     Tolerances are five standard errors, from each distribution's kurtosis: the
     Laplace mechanism's Gamma(1/(n/m)) differences are so heavy-tailed (excess
@@ -98,9 +103,25 @@ def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cach
     kw = {"dense": True} if noise == "laplace" else {"sparsity": 2}
     # delta large enough that R_D does not zero the output at this small n
     result, out = _run(tmp_path, program_cache, noise=noise, clients=n, rows=m, dim=d,
-                       delta=0.5, epsilon=50.0, frac_bits=12, **kw)
-    assert result["verification"]["ok"]
+                       delta=0.5, epsilon=50.0, frac_bits=12, calibration=calibration, **kw)
+    assert result["verification"] == {**result["verification"], "ok": True, "mismatches": 0}
     info = result["parameters"]["noise"]
+    privacy = result["privacy"]
+    assert (privacy["requested_epsilon"], privacy["requested_delta"]) == (50.0, 0.5)
+    assert 0 < privacy["certified_epsilon"] <= 50.0 * (1 + 1e-6)
+    assert privacy["certified_epsilon"] == info["certified_epsilon"]
+    assert privacy["generator"].startswith("randomgen.AESCounter")
+    if noise == "skellam":  # integer noise on the run's own lattice
+        assert info["frac_bits"] == 12 and info["client_mu"] > 0
+        assert info["variance"] == pytest.approx(info["client_mu"] / 4.0**12)
+        assert privacy["calibration"] == "skellam-rdp" and "RDP" in privacy["accountant"]
+    elif noise == "gaussian":
+        assert info["calibration"] == privacy["calibration"] == calibration
+        # the analytic calibration spends the whole epsilon; the corollary wastes some here
+        assert (privacy["certified_epsilon"] == pytest.approx(50.0)) == \
+            (calibration == "analytic")
+    line = summary(result, out).splitlines()[-2]
+    assert line.startswith("  privacy: requested epsilon 50, delta 0.5; certified epsilon ")
     assert info["zero_output"] is False
     excess = 3 / info["gamma_shape"] if noise == "laplace" else 0.0
     observed = result["noise_observed"]

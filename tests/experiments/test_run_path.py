@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.engine import PROGRAMS, Cluster, LocalCluster, server_program
-from harness.errors import InputError
+from harness.errors import InputError, LtmError
 from harness.experiments import (
     RunConfig,
     build_workload,
@@ -32,6 +32,38 @@ def test_validate_returns_a_resolved_config_and_leaves_the_given_one():
     assert dataclasses.replace(settled, parties=None, input_mode=None) == given
     with pytest.raises(ValueError, match="validate"):
         given.party_count  # noqa: B018 -- the property raises
+
+
+@pytest.mark.parametrize("calibration", ["corollary", "analytic"])
+def test_a_run_the_accountant_does_not_certify_is_refused_before_anything(tmp_path,
+                                                                          calibration):
+    """The paper's corollary at d = 1 certifies epsilon 1.66 for a requested 1: refused in
+    one line naming both and the fix, before MP-SPDZ is looked for or anything drawn or
+    written. The analytic calibration of the same run is certified, and goes on."""
+    from harness.experiments import run
+
+    out = tmp_path / "out"
+    cfg = RunConfig(out=out, clients=100_000, rows=100, dim=1, noise="gaussian",
+                    calibration=calibration, mp_spdz=tmp_path / "no-mp-spdz")
+    with pytest.raises(LtmError) as err:
+        run(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    if calibration == "corollary":
+        assert "certifies epsilon 1.657, above the requested 1 (delta 1e-06" in message
+        assert "use --calibration analytic" in message and isinstance(err.value, InputError)
+    else:  # past the privacy check, refused only for the missing MP-SPDZ
+        assert "certifies" not in message and "no-mp-spdz" in message
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even a lock
+
+
+def test_the_corollary_without_a_certificate_names_the_clients_needed():
+    from harness.experiments.workload import check_noise
+
+    # s = 20 > d: delta_E >= delta although the corollary's own bound is defined
+    cfg = RunConfig(out=Path("o"), clients=15_000, rows=100, dim=1, sparsity=20)
+    with pytest.raises(InputError, match=r"certifies no epsilon .* use --clients >= 17154 "):
+        check_noise(cfg)
 
 
 @pytest.mark.parametrize(("program", "default", "blocked", "aggregates"), [

@@ -7,9 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from test_cli_properties import (
+from cli.test_cli_properties import (  # tests/cli, a namespace beside this folder
     BUDGET,
     _reached,
     check_outcome,
@@ -17,6 +15,8 @@ from test_cli_properties import (
     small_int,
     wild_number,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harness.analyst.audit import (
     AuditConfig,
