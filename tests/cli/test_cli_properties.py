@@ -428,9 +428,9 @@ def moto_aws(tmp_path_factory):
     """moto's EC2 behind infra.aws.make_session; no image, so a launch is refused."""
     boto3 = pytest.importorskip("boto3")
     moto = pytest.importorskip("moto")
-    from test_aws import PlacementGroups
+    from _moto import PlacementGroups
 
-    from infra import aws
+    from harness import infra as aws
 
     home = tmp_path_factory.mktemp("aws")
     with pytest.MonkeyPatch.context() as mp:

@@ -26,6 +26,7 @@ from itertools import product
 from pathlib import Path
 
 from harness.cli import build_parser
+from harness.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "ARCHITECTURE.md")
@@ -211,11 +212,11 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParse
 def _dummy(action: argparse.Action) -> str:
     if action.choices:
         return str(next(iter(action.choices)))
-    for value in ("1", "0.5", "x"):
+    for value in ("1", "2", "10", "0.5", "x"):
         try:
             if callable(action.type):
                 action.type(value)
-        except (ValueError, TypeError, argparse.ArgumentTypeError):
+        except (ValueError, TypeError, argparse.ArgumentTypeError, InputError):
             continue
         return value
     return "1"
@@ -257,6 +258,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 parser.parse_args(argv)
+        except InputError as exc:  # an option's range (harness.cli.common.number)
+            return str(exc)
         except SystemExit as exc:
             if exc.code in (0, None):
                 return None  # --help, --version
