@@ -25,6 +25,7 @@ from harness.remote import Host, Inventory, write_inventory
 from harness.retry import retry
 
 from .._pricing import cost_estimate
+from .._sleep import nap
 from .._ssh import scan_host_key, wait_for_ssh
 from .._userdata import LOGIN_USER, READY_MARKER, REMOTE_MP_SPDZ, render_user_data
 from .lookup import (
@@ -322,7 +323,7 @@ def _launch(ec2: Any, plan: _Plan, group_id: str, created: Created) -> list[str]
 
 def wait_until_running(ec2: Any, ids: list[str], *, delay: float = POLL_SECONDS,
                        max_attempts: int = 120, running: set[str] | None = None,
-                       sleep: Callable[[float], None] = time.sleep,
+                       sleep: Callable[[float], None] = nap,
                        ) -> tuple[InstanceInfo, ...]:
     """Wait until every instance runs; return them in launch order (party order).
 
@@ -373,7 +374,7 @@ def _scan_host_key(host: str, attempts: int = 3, pause: float = 5.0) -> str:
     # narrowest window we can offer without an extra round trip through the console.
     # sshd may accept connections a moment before it can complete a handshake.
     return retry(lambda: scan_host_key(host, 22), when=LtmError, attempts=attempts,
-                 delay=pause)
+                 delay=pause, sleep=nap)
 
 
 def _count(options: UpOptions) -> int:

@@ -14,7 +14,6 @@ within a time limit (:func:`rollback`'s ``within``) and names what it left for
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +22,7 @@ from harness.errors import InputError
 from harness.remote import Stop, Stopped
 from harness.retry import retry
 
+from .._sleep import nap
 from .lookup import cluster_statuses, describe_instances, tag_filters
 from .session import Aborted, AwsError, confirm, error_code, say
 from .state import (
@@ -48,7 +48,7 @@ POLL_SECONDS = 5.0
 def wait_for_states(ec2: Any, ids: list[str], wanted: str, *, fatal: Collection[str] = (),
                     reached: set[str] | None = None, delay: float = POLL_SECONDS,
                     max_attempts: int = 120,
-                    sleep: Callable[[float], None] = time.sleep) -> list[dict[str, Any]]:
+                    sleep: Callable[[float], None] = nap) -> list[dict[str, Any]]:
     """Poll until every instance of ``ids`` is in state ``wanted``; their descriptions.
 
     Stands in for boto3's waiters, which sleep where nothing can cut them short: here
@@ -87,7 +87,7 @@ def wait_for_states(ec2: Any, ids: list[str], wanted: str, *, fatal: Collection[
 # --- undoing -------------------------------------------------------------------------
 
 def rollback(ec2: Any, created: Created, *, log: Log = say,
-             sleep: Callable[[float], None] = time.sleep,
+             sleep: Callable[[float], None] = nap,
              within: float | None = None) -> list[str]:
     """Delete what ``created`` records, newest first; return what could not be deleted.
 
@@ -245,7 +245,7 @@ def _delete_placement_group(ec2: Any, name: str, sleep: Callable[[float], None])
 def down(session: Any, *, cluster: str | None = None, all_clusters: bool = False,
          state_dir: Path | None = None, yes: bool = False, log: Log = say,
          ask: Ask = input, stdin: TextIO | None = None,
-         sleep: Callable[[float], None] = time.sleep) -> list[DownResult]:
+         sleep: Callable[[float], None] = nap) -> list[DownResult]:
     """Remove a cluster (default: DEFAULT_CLUSTER) or all of them; idempotent.
 
     Returns one result per cluster that had anything to remove: an empty list
