@@ -161,7 +161,17 @@ def test_up_waiting_for_ssh_stops_at_once_and_removes_everything(
         return real_wait(host, port, timeout=timeout)
 
     monkeypatch.setattr(provision, "wait_for_ssh", wait_for_ssh)
-    out, _ = interrupted(up_args(state_dir), sig, waiting.is_set, capsys)
+    started: list[float] = []
+
+    def in_the_wait() -> bool:
+        # A moment after it starts, so the signal finds it waiting, as a user's would (at
+        # the very first instant it could land inside a socket's constructor, which no
+        # code can guard, and leave Python to close that socket).
+        if waiting.is_set() and not started:
+            started.append(time.monotonic())
+        return bool(started) and time.monotonic() > started[0] + 0.3
+
+    out, _ = interrupted(up_args(state_dir), sig, in_the_wait, capsys)
     ids = launched_ids(out)
     assert (f"up interrupted while waiting for SSH: 2 instance(s) launched ({', '.join(ids)}); "
             f"running: {', '.join(ids)}; SSH answered: none; removing what it created") in out
