@@ -13,13 +13,15 @@ from collections.abc import Callable
 from harness.errors import LtmError
 from harness.retry import retry
 
+from ._sleep import nap
+
 __all__ = ["known_hosts_line", "scan_host_key", "wait_for_ssh"]
 
 
 def wait_for_ssh(host: str, port: int = 22, *, timeout: float = 300.0,
                  interval: float = 5.0, connect_timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> float:
+                 sleep: Callable[[float], None] = nap) -> float:
     """Block until a TCP connect to ``host:port`` succeeds; return the seconds it took.
 
     Raises LtmError once ``timeout`` seconds have passed without an answer.
@@ -29,9 +31,19 @@ def wait_for_ssh(host: str, port: int = 22, *, timeout: float = 300.0,
 
     def knock() -> float:
         remaining = deadline - clock()
-        with socket.create_connection((host, port),
-                                      timeout=max(0.1, min(connect_timeout, remaining))):
-            return clock() - start
+        # Not socket.create_connection: an interrupt inside it leaves its socket open.
+        error: OSError = OSError(f"no address for {host}")
+        for family, kind, proto, _, address in socket.getaddrinfo(host, port,
+                                                                  type=socket.SOCK_STREAM):
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(max(0.1, min(connect_timeout, remaining)))
+                try:
+                    sock.connect(address)
+                except OSError as exc:
+                    error = exc
+                    continue
+                return clock() - start
+        raise error
 
     try:
         return retry(knock, when=OSError, delay=interval,

@@ -2,7 +2,12 @@
 
 `up` records each resource in a :class:`~.state.Created` log as it makes it;
 on any error or interrupt it undoes exactly those resources, newest first
-(:func:`~.teardown.rollback`), and re-raises.
+(:func:`~.teardown.rollback`), and re-raises. After a signal (SIGINT, SIGTERM or
+SIGHUP, which the CLI raises in the main thread where `up` waits) it first says
+in one line how far each instance had got, and the undo is given
+:data:`_ROLLBACK_SECONDS`: the command ends within 2 seconds, and what could not go
+that fast (groups whose instances are still shutting down) is named for
+`ltm aws down`.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,6 +25,7 @@ from harness.remote import Host, Inventory, write_inventory
 from harness.retry import retry
 
 from .._pricing import cost_estimate
+from .._sleep import nap
 from .._ssh import scan_host_key, wait_for_ssh
 from .._userdata import LOGIN_USER, READY_MARKER, REMOTE_MP_SPDZ, render_user_data
 from .lookup import (
@@ -45,9 +52,13 @@ from .state import (
     default_state_dir,
     write_state_file,
 )
-from .teardown import rollback
+from .teardown import POLL_SECONDS, rollback, wait_for_states
 
 __all__ = ["up", "wait_until_running"]
+
+# How long an interrupted `up` spends undoing what it made: with the CLI's own exit,
+# inside the 2 seconds a stopped command may take.
+_ROLLBACK_SECONDS = 1.2
 
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,39}$")
 
@@ -82,12 +93,38 @@ def up(session: Any, options: UpOptions, *, log: Log = say, ask: Ask = input,
                    assume_yes=options.yes, ask=ask, stdin=stdin):
         raise Aborted("not confirmed; nothing was launched")
     created = Created(options.cluster)
+    progress = _Progress()
     try:
-        return _provision(ec2, plan, created, log)
+        return _provision(ec2, plan, created, log, progress)
+    except KeyboardInterrupt:
+        log(progress.interrupted())
+        rollback(ec2, created, log=log, within=_ROLLBACK_SECONDS)
+        raise
     except BaseException as exc:
         log(f"`ltm aws up` failed ({type(exc).__name__}); removing what it created ...")
         rollback(ec2, created, log=log)
         raise
+
+
+@dataclass
+class _Progress:
+    """How far `up` got, for the one line an interrupt prints."""
+
+    stage: str = "creating the placement group, key pair and security group"
+    launched: list[str] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)
+    answered: list[str] = field(default_factory=list)  # instances whose SSH answered
+
+    def interrupted(self) -> str:
+        def ids(which: Iterable[str]) -> str:
+            return ", ".join(i for i in self.launched if i in set(which)) or "none"
+
+        if not self.launched:
+            return f"up interrupted while {self.stage}: no instance launched; removing " \
+                   "what it created"
+        return (f"up interrupted while {self.stage}: {len(self.launched)} instance(s) "
+                f"launched ({', '.join(self.launched)}); running: {ids(self.running)}; "
+                f"SSH answered: {ids(self.answered)}; removing what it created")
 
 
 def _validate(options: UpOptions) -> None:
@@ -153,18 +190,26 @@ def _print_plan(plan: _Plan, log: Log) -> None:
     log(cost_estimate(o.instance_type, _count(o)))
 
 
-def _provision(ec2: Any, plan: _Plan, created: Created, log: Log) -> UpResult:
+def _provision(ec2: Any, plan: _Plan, created: Created, log: Log,
+               progress: _Progress) -> UpResult:
     _create_placement_group(ec2, plan, created)
     _create_key_pair(ec2, plan, created)
     group_id = _create_security_group(ec2, plan, created)
+    progress.stage = "launching the instances"
     ids = _launch(ec2, plan, group_id, created)
+    progress.launched = list(ids)
+    progress.stage = "waiting for the instances to run"
     log(f"Launched {', '.join(ids)}; waiting for them to run ...")
-    instances = wait_until_running(ec2, ids)
+    instances = wait_until_running(ec2, ids, running=progress.running)
+    progress.running.update(ids)
     _name_instances(ec2, plan, instances)
-    recorded = _record_host_keys(plan, instances, created, log)
+    progress.stage = "waiting for SSH"
+    recorded = _record_host_keys(plan, instances, created, log, progress.answered)
+    progress.stage = "writing the hosts inventory"
     inventory = _inventory(plan, instances)
     write_inventory(inventory, plan.inventory)
     log(f"Wrote the hosts inventory {plan.inventory}")
+    progress.stage = "setting up the instances"
     set_up = _setup_hosts(plan, recorded, log)
     return UpResult(
         cluster=plan.options.cluster,
@@ -276,18 +321,19 @@ def _launch(ec2: Any, plan: _Plan, group_id: str, created: Created) -> list[str]
     return list(entry.ids)
 
 
-def wait_until_running(ec2: Any, ids: list[str], *, delay: int = 5,
-                       max_attempts: int = 120) -> tuple[InstanceInfo, ...]:
-    """Wait until every instance runs; return them in launch order (party order)."""
-    from botocore.exceptions import WaiterError
+def wait_until_running(ec2: Any, ids: list[str], *, delay: float = POLL_SECONDS,
+                       max_attempts: int = 120, running: set[str] | None = None,
+                       sleep: Callable[[float], None] = nap,
+                       ) -> tuple[InstanceInfo, ...]:
+    """Wait until every instance runs; return them in launch order (party order).
 
-    try:
-        ec2.get_waiter("instance_running").wait(
-            InstanceIds=ids, WaiterConfig={"Delay": delay, "MaxAttempts": max_attempts})
-    except WaiterError as exc:
-        raise AwsError(f"the instances did not reach 'running': {exc}") from None
-    reservations = ec2.describe_instances(InstanceIds=ids)["Reservations"]
-    infos = [instance_info(i) for r in reservations for i in r["Instances"]]
+    ``running`` collects the ids seen running so far (for an interrupt's report).
+    """
+    described = wait_for_states(ec2, ids, "running",
+                                fatal=("shutting-down", "terminated", "stopping"),
+                                reached=running, delay=delay, max_attempts=max_attempts,
+                                sleep=sleep)
+    infos = [instance_info(i) for i in described]
     missing = [i.instance_id for i in infos if not i.public_ip or not i.private_ip]
     if missing:
         raise AwsError(f"instance(s) {', '.join(missing)} got no public or private address; "
@@ -303,7 +349,7 @@ def _name_instances(ec2: Any, plan: _Plan, instances: tuple[InstanceInfo, ...]) 
 
 
 def _record_host_keys(plan: _Plan, instances: tuple[InstanceInfo, ...], created: Created,
-                      log: Log) -> bool:
+                      log: Log, answered: list[str]) -> bool:
     lines: list[str] = []
     if plan.options.wait_ssh:
         deadline = time.monotonic() + plan.options.ssh_timeout
@@ -313,6 +359,7 @@ def _record_host_keys(plan: _Plan, instances: tuple[InstanceInfo, ...], created:
             wait_for_ssh(instance.public_ip, 22,
                          timeout=max(1.0, deadline - time.monotonic()))
             lines.append(_scan_host_key(instance.public_ip))
+            answered.append(instance.instance_id)
     created.add("local-file", str(plan.known_hosts))
     write_state_file(plan.known_hosts, "".join(line + "\n" for line in lines), mode=0o644)
     if not lines:
@@ -327,7 +374,7 @@ def _scan_host_key(host: str, attempts: int = 3, pause: float = 5.0) -> str:
     # narrowest window we can offer without an extra round trip through the console.
     # sshd may accept connections a moment before it can complete a handshake.
     return retry(lambda: scan_host_key(host, 22), when=LtmError, attempts=attempts,
-                 delay=pause)
+                 delay=pause, sleep=nap)
 
 
 def _count(options: UpOptions) -> int:

@@ -510,7 +510,7 @@ def test_failed_launch_removes_group_key_and_placement_group(
 def test_interrupt_while_waiting_terminates_the_instances(
         session: boto3.Session, ec2: Any, pgs: PlacementGroups,
         monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
-    def interrupted(ec2: Any, ids: list[str]) -> Any:
+    def interrupted(ec2: Any, ids: list[str], **_: Any) -> Any:
         assert len(live_instances(ec2)) == 3  # they exist when the interrupt comes
         raise KeyboardInterrupt
 
