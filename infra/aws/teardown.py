@@ -263,7 +263,7 @@ def down(session: Any, *, cluster: str | None = None, all_clusters: bool = False
     if not targets:
         return []
     _ask_before_down(targets, yes=yes, ask=ask, stdin=stdin, log=log)
-    again = "--all" if all_clusters else f"--cluster {targets[0].name}"
+    again = None if all_clusters else targets[0].name  # which command finishes the job
     results: list[DownResult] = []
     for target in targets:
         progress = _Progress(target)
@@ -294,7 +294,7 @@ class _Progress:
         self.gone: set[str] = set()  # instances seen terminated
         self.deleted: list[str] = []
 
-    def interrupted(self, finished: list[str], untouched: list[str], again: str) -> str:
+    def interrupted(self, finished: list[str], untouched: list[str], again: str | None) -> str:
         t = self.target
         left = [i for i in (x.instance_id for x in t.instances) if i not in self.gone]
         shutting = [i for i in left if i in self.asked]
@@ -314,7 +314,9 @@ class _Progress:
             parts.append(f"left: {', '.join(rest)}")
         if untouched:
             parts.append(f"not started: {', '.join(map(repr, untouched))}")
-        return "; ".join(parts) + f"; run `ltm aws down {again}` again to finish"
+        rerun = ("`ltm aws down --all`" if again is None
+                 else f"`ltm aws down --cluster {again}`")
+        return "; ".join(parts) + f"; run {rerun} again to finish"
 
 
 def _teardown(ec2: Any, target: ClusterStatus, state_dir: Path, log: Log,
