@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import load_matrix, npy_error
+from harness.clients import SyntheticRows, all_rows, load_matrix, npy_error
 from harness.errors import InputError, check_memory
 
 __all__ = [
@@ -169,9 +169,26 @@ def _run_data(directory: Path, params: dict, data: str | os.PathLike | None) -> 
     named = recorded.get("data") if isinstance(recorded, dict) else params.get("data")
     if isinstance(named, str) and named and Path(named).is_file():
         return load_matrix(named)[0]
+    synthetic = _synthetic_rows(recorded if isinstance(recorded, dict) else {})
+    if synthetic is not None:  # above EXPORT_LIMIT no data.npy: recompute it from the seed
+        return all_rows(synthetic)
     raise InputError(f"{directory} has no data.npy, which the error measure needs (it "
                      "compares with the optimum on A); pass the run's input with --data FILE "
                      "or rerun `ltm run` with a current harness, which saves data.npy")
+
+
+def _synthetic_rows(recorded: dict) -> SyntheticRows | None:
+    """A run's synthetic data, recomputed from the seed its result.json records."""
+    layout = recorded.get("layout")
+    if recorded.get("data") != "synthetic" or not isinstance(layout, dict):
+        return None
+    seed, eta = layout.get("sketch_seed"), layout.get("synthetic_eta")
+    if not isinstance(seed, int) or not isinstance(eta, (int, float)):
+        return None
+    try:
+        return SyntheticRows(int(recorded["clients"]), int(recorded["dim"]), float(eta), seed)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def load_run(directory: str | os.PathLike, data: str | os.PathLike | None = None) -> RunOutput:

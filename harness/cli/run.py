@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
+from harness.clients import EXPORT_LIMIT
 from harness.experiments import INPUT_MODES, RunConfig, run
 from harness.fileio import check_output_dir
 
@@ -51,6 +52,10 @@ PORT = option("--port", type=int, unset="a free range; 5000 inside --network",
 FORCE = option("--force", action="store_true", help="replace an existing --out")
 KEEP_WORK = option("--keep-work", action="store_true",
                    help="keep the parties' working directories in --out/work")
+EXPORT_SKETCH = option("--export-sketch", action="store_true",
+                       help=f"save sketch.npz at any n; by default only up to {EXPORT_LIMIT:,} "
+                            "clients, above which the sketch is recomputed from the seed in "
+                            "result.json")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +71,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                 common.TIMEOUT, common.HOSTS, common.NETWORK):
         add(opt)
     p.add_argument("--out", type=Path, help="result directory (default results/run-<time>)")
-    for opt in (FORCE, KEEP_WORK, common.MP_SPDZ, common.NO_INSTALL):
+    for opt in (FORCE, KEEP_WORK, EXPORT_SKETCH, common.MP_SPDZ, common.NO_INSTALL):
         add(opt)
     p.set_defaults(func=_handle)
 

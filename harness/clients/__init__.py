@@ -16,9 +16,15 @@ from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
 from harness.clients.matrices import (
+    ArrayRows,
+    NpyRows,
+    Rows,
+    SyntheticRows,
+    all_rows,
     check_matrix,
     load_matrix,
     npy_error,
+    open_rows,
     synthetic_matrix,
 )
 from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
@@ -64,10 +70,33 @@ from harness.clients.sharing import (
     share,
     share_format,
 )
-from harness.clients.sketch import Sketch, check_dimensions
+from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
+from harness.clients.stream import (
+    ChannelBuffer,
+    StreamBroken,
+    StreamPlan,
+    chunk_counts,
+    chunk_groups,
+    produce,
+    run_starts,
+)
 
 __all__ = [
     "ADDITIVE",
+    "ArrayRows",
+    "ChannelBuffer",
+    "EXPORT_LIMIT",
+    "NpyRows",
+    "Rows",
+    "StreamBroken",
+    "StreamPlan",
+    "SyntheticRows",
+    "all_rows",
+    "chunk_counts",
+    "chunk_groups",
+    "open_rows",
+    "produce",
+    "run_starts",
     "CALIBRATIONS",
     "FORMATS",
     "FixedPoint",

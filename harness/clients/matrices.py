@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
+from harness.clients.sketch import philox_at
 from harness.errors import InputError, check_memory
 
-__all__ = ["SUFFIXES", "check_matrix", "load_matrix", "synthetic_matrix"]
+__all__ = ["ArrayRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows", "all_rows", "check_matrix",
+           "load_matrix", "open_rows", "synthetic_matrix"]
 
 SUFFIXES = (".csv", ".txt", ".npy")
 _FORMATS = "a .csv, .txt or .npy file"
@@ -56,6 +59,14 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
 
 
 def _read_npy(path: Path) -> np.ndarray:
+    matrix = _map_npy(path)
+    # A sparse file can hold what its header claims and still not fit in memory.
+    check_memory(8.0 * matrix.size, f"data file {path} (shape {matrix.shape})",
+                 "use a smaller matrix, or a machine with more memory")
+    return np.array(matrix, dtype=np.float64, order="C")
+
+
+def _map_npy(path: Path) -> np.ndarray:
     # Mapped, not read: numpy checks the header's shape against the file's size
     # before anything is allocated, so a damaged header cannot exhaust memory.
     try:
@@ -69,11 +80,7 @@ def _read_npy(path: Path) -> np.ndarray:
     if mapped.ndim not in (1, 2):
         raise InputError(f"data file {path} has shape {mapped.shape}; it must be an n x d "
                          "matrix")
-    matrix = mapped[:, None] if mapped.ndim == 1 else mapped
-    # A sparse file can hold what its header claims and still not fit in memory.
-    check_memory(8.0 * matrix.size, f"data file {path} (shape {matrix.shape})",
-                 "use a smaller matrix, or a machine with more memory")
-    return np.array(matrix, dtype=np.float64, order="C")
+    return mapped[:, None] if mapped.ndim == 1 else mapped
 
 
 def npy_error(exc: BaseException) -> str:
@@ -146,20 +153,130 @@ def _handle_missing(matrix: np.ndarray, path: Path, drop_missing: bool) -> np.nd
     return kept
 
 
+# The counter's last word for synthetic data (the sketch uses 0 under the same seed).
+DATA_STREAM = 1
+
+
+class Rows(Protocol):
+    """The clients' rows, read a range at a time: nothing proportional to n is held."""
+
+    n: int
+    d: int
+    eta: float
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) as a float64 (stop - start, d) array, checked against eta."""
+        ...
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """:meth:`read` into ``out``'s first rows where that saves an allocation (a
+        reused buffer); may instead return a view of rows already in memory."""
+        ...
+
+
+class ArrayRows:
+    """Rows already in memory (a CSV or text file, or a caller's matrix)."""
+
+    def __init__(self, data: np.ndarray, eta: float) -> None:
+        check_matrix(data, eta)
+        self.data = data
+        self.n, self.d = (int(x) for x in data.shape)
+        self.eta = eta
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.data[start:stop]
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        return self.data[start:stop]
+
+
+class NpyRows:
+    """A ``.npy`` file, memory-mapped and read (and checked) a range at a time."""
+
+    def __init__(self, path: Path, eta: float) -> None:
+        self.path = path
+        self.mapped = _map_npy(path)
+        self.n, self.d = (int(x) for x in self.mapped.shape)
+        self.eta = eta
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.read_into(start, stop, np.empty((stop - start, self.d)))
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        view = out[: stop - start]
+        np.copyto(view, self.mapped[start:stop], casting="unsafe")
+        check_matrix(view, self.eta, first_row=start)
+        return view
+
+    def __getstate__(self) -> dict:
+        # A worker process maps the file again rather than pickling the mapping.
+        return {"path": self.path, "eta": self.eta}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], state["eta"])  # type: ignore[misc]
+
+
+class SyntheticRows:
+    """Uniform entries in [-eta, eta], a function of (seed, client): generated per chunk.
+
+    Row j is Philox words ``j * d .. j * d + d - 1`` (the data stream under the
+    seed), so any range is computed on its own and two runs with one seed share
+    their data whatever their chunking.
+    """
+
+    def __init__(self, n: int, d: int, eta: float, seed: int) -> None:
+        self.n, self.d, self.eta, self.seed = n, d, eta, seed
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.read_into(start, stop, np.empty((stop - start, self.d)))
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        """:meth:`read` into ``out`` (a reused buffer): no allocation per chunk."""
+        bits = philox_at(self.seed, DATA_STREAM, start * self.d)
+        view = out[: stop - start]
+        # Generator.random is (word >> 11) * 2^-53, one word per entry, in order.
+        np.random.Generator(bits).random(out=view)
+        view *= 2.0 * self.eta
+        view -= self.eta
+        return view
+
+
+def all_rows(rows: Rows) -> np.ndarray:
+    """Every row in memory at once, for the paths and analyses that need the matrix."""
+    check_memory(8.0 * rows.n * rows.d, f"n={rows.n}, d={rows.d}",
+                 "lower --clients or --dim, or use --program local, which streams")
+    return np.ascontiguousarray(rows.read(0, rows.n))
+
+
 def synthetic_matrix(n: int, d: int, eta: float, seed: int | None) -> np.ndarray:
     """Uniform entries in [-eta, eta]: bounded by eta as the mechanism requires."""
     return np.random.default_rng(seed).uniform(-eta, eta, size=(n, d))
 
 
-def check_matrix(data: np.ndarray, eta: float) -> None:
+def open_rows(path: str | os.PathLike, eta: float) -> Rows:
+    """``--data FILE`` as rows to stream: a ``.npy`` is mapped and read in chunks (any
+    size); text is parsed whole (checked against memory first)."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size:
+        rows = NpyRows(path, eta)
+        if rows.n == 0 or rows.d == 0:
+            raise InputError(f"data file {path} has shape {rows.mapped.shape}; it must be an "
+                             "n x d matrix with at least one row and one column")
+        return rows
+    return ArrayRows(load_matrix(path)[0], eta)
+
+
+def check_matrix(data: np.ndarray, eta: float, first_row: int = 0) -> None:
+    """Every entry finite and within eta; ``first_row`` numbers a chunk's rows in the file."""
     finite = np.isfinite(data)
     if not finite.all():
         r, c = np.argwhere(~finite)[0]
+        r += first_row
         raise InputError(f"data holds a non-finite value at row {r}, column {c}; "
                          "clean the data (NaN and infinity cannot be encoded)")
     worst = np.abs(data)
     if worst.size and float(worst.max()) > eta:
         r, c = np.unravel_index(int(np.argmax(worst)), worst.shape)
-        raise InputError(f"|A[{r}, {c}]| = {worst[r, c]:g} exceeds the bound eta = {eta:g} the "
-                         "noise is calibrated for; pass --eta at least that large or scale "
-                         "the data")
+        raise InputError(f"|A[{r + first_row}, {c}]| = {worst[r, c]:g} exceeds the bound "
+                         f"eta = {eta:g} the noise is calibrated for; pass --eta at least that "
+                         "large or scale the data")

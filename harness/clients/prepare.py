@@ -239,6 +239,8 @@ class Prepared:
     upload_bytes: list[int]
     seconds: float
     stats: dict = field(default_factory=dict)
+    # A streamed run's stages (clients, servers, overlap), reported beside the timings.
+    stages: dict = field(default_factory=dict)
 
 
 def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: NoiseSpec,

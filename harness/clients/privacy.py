@@ -38,10 +38,13 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import rdp_privacy_accountant
+
+from harness.optional import lazy_import
+
+# Loaded on first use: importing dp-accounting takes about two seconds, which every
+# command and every streaming worker process would pay for nothing.
+dp_accounting = lazy_import("dp_accounting")
 
 
 class CalibratedNoise(Protocol):
@@ -178,6 +181,8 @@ def pld_gaussian_epsilon(sigma: float, sensitivity: float, delta: float) -> floa
     Pessimistic by its discretisation (1e-4 in the privacy loss): an independent
     check on :func:`gaussian_epsilon`.
     """
+    from dp_accounting.pld import PLDAccountant
+
     accountant = PLDAccountant(value_discretization_interval=1e-4)
     accountant.compose(dp_accounting.GaussianDpEvent(sigma / sensitivity))
     return float(accountant.get_epsilon(delta))
@@ -202,6 +207,8 @@ def skellam_epsilon(mu: float, sensitivity: Sensitivity, delta: float) -> float:
     if mu <= 0:
         return math.inf
     rdp = [skellam_rdp(a, sensitivity, mu) for a in SKELLAM_ORDERS]
+    from dp_accounting.rdp import rdp_privacy_accountant
+
     epsilon, _ = rdp_privacy_accountant.compute_epsilon(SKELLAM_ORDERS, rdp, delta)
     return float(epsilon)
 

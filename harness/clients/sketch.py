@@ -4,21 +4,23 @@ Every S_i in {-1, 0, 1}^{m x n} has exactly one non-zero per column, so the
 sketch is stored as two (s, n) arrays: ``rows[i, j]`` is the bucket and
 ``signs[i, j]`` the sign that component i gives client j. The s non-zeros of a
 column sit in distinct rows, assigned to the components in uniformly random
-order. The sketch is public: it is drawn from a seeded generator so that runs
-can be reproduced.
+order. The sketch is public: a sparse sketch is a function of (seed, client),
+computed per chunk of clients from a counter-based generator (Philox), so runs
+can be reproduced, any client's column recomputed, and a billion clients
+sketched without ever holding the (s, n) arrays.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
-__all__ = ["Sketch", "check_dimensions"]
+__all__ = ["EXPORT_LIMIT", "Sketch", "below", "check_dimensions", "philox_at", "philox_words"]
 
 
 def check_dimensions(n: int, m: int, s: int, *, dense: bool = False) -> None:
@@ -37,32 +39,136 @@ def check_dimensions(n: int, m: int, s: int, *, dense: bool = False) -> None:
                          f"got n={n}, m={m}; choose --clients as a multiple of --rows")
 
 
+# Philox words per client: one for s = 1 (bucket and sign); else s for the distinct
+# buckets (Floyd's algorithm) and their signs, and s keys that order them.
+def _words_per_client(s: int) -> int:
+    return 1 if s == 1 else 2 * s
+
+
+# Below this many clients a run saves sketch.npz beside its output unless told not
+# to; above it only with --export-sketch (at n = 1e9 and s = 1 it would be 5 GB).
+EXPORT_LIMIT = 2_000_000
+# The counter's last 64-bit word separates the sketch's stream from others keyed by
+# the same seed (synthetic data uses 1).
+SKETCH_STREAM = 0
+
+
+def philox_at(seed: int, stream: int, first: int) -> np.random.Philox:
+    """The Philox-4x64 generator keyed by ``seed``, positioned at word ``first``.
+
+    Counter-based: any position is reached directly, without generating what comes
+    before it, so a chunk of clients (or one client) costs only its own words.
+    """
+    block, skip = divmod(first, 4)
+    bits = np.random.Philox(key=seed, counter=[block, 0, 0, stream])
+    if skip:
+        bits.random_raw(skip)
+    return bits
+
+
+def philox_words(seed: int, stream: int, first: int, count: int) -> np.ndarray:
+    """Words ``first .. first + count - 1`` of the Philox stream keyed by ``seed``."""
+    return philox_at(seed, stream, first).random_raw(count)
+
+
+def below(words: np.ndarray, bound: np.ndarray | int) -> np.ndarray:
+    """Map uniform 64-bit words to [0, bound) by the high half of a 32x32 product.
+
+    Lemire's multiply-shift without rejection: each value's probability is off by
+    at most bound / 2^32 (2.3e-8 at m = 100), irrelevant for a public sketch and
+    the price of a fixed number of words per client.
+    """
+    low = words & np.uint64(0xFFFFFFFF)
+    return ((low * np.asarray(bound, dtype=np.uint64)) >> np.uint64(32)).astype(np.int32)
+
+
 @dataclass(frozen=True)
 class Sketch:
+    """A public sketch: explicit (s, n) arrays, or a function of (seed, client).
+
+    Sparse sketches are counter-based: client j's buckets and signs are computed
+    from Philox words ``j * w .. j * w + w - 1`` under the key ``seed``, so
+    :meth:`columns` gives any range of clients in O(range) time and memory and
+    the sketch of a billion clients is never held. ``rows`` and ``signs``
+    materialise it (for small n: analyses, exports, the file-based programs).
+    Dense sketches and loaded ones hold their arrays.
+    """
+
     m: int
-    rows: np.ndarray  # (s, n) bucket of client j in component i
-    signs: np.ndarray  # (s, n) +1 / -1
+    _rows: np.ndarray | None = None
+    _signs: np.ndarray | None = None
+    count: int = 0  # n, for a counter-based sketch
+    sparsity: int = 1  # s, for a counter-based sketch
+    seed: int | None = None  # the Philox key of a counter-based sketch
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def counter_based(self) -> bool:
+        return self._rows is None
 
     @property
     def s(self) -> int:
-        return int(self.rows.shape[0])
+        return self.sparsity if self._rows is None else int(self._rows.shape[0])
 
     @property
     def n(self) -> int:
-        return int(self.rows.shape[1])
+        return self.count if self._rows is None else int(self._rows.shape[1])
 
     @property
     def dense(self) -> bool:
         return self.s == self.m
 
+    @property
+    def rows(self) -> np.ndarray:
+        """(s, n) bucket of client j in component i (materialised once if counter-based)."""
+        return self._arrays()[0]
+
+    @property
+    def signs(self) -> np.ndarray:
+        """(s, n) sign, +1 or -1, of client j in component i."""
+        return self._arrays()[1]
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._rows is not None:
+            assert self._signs is not None
+            return self._rows, self._signs
+        if "arrays" not in self._cache:
+            self._cache["arrays"] = self.columns(0, self.n)
+        return self._cache["arrays"]
+
+    def columns(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Buckets (s, k) int32 and signs (s, k) int8 of clients [start, stop)."""
+        if not 0 <= start <= stop <= self.n:
+            raise ValueError(f"clients [{start}, {stop}) are not in [0, {self.n})")
+        if self._rows is not None:
+            assert self._signs is not None
+            return self._rows[:, start:stop], self._signs[:, start:stop]
+        assert self.seed is not None
+        s, k = self.s, stop - start
+        w = _words_per_client(s)
+        words = philox_words(self.seed, SKETCH_STREAM, start * w, k * w).reshape(k, w)
+        if s == 1:
+            rows = below(words[:, 0], self.m)[None, :]
+            signs = _sign_bits(words[:, 0])[None, :]
+            return rows, signs
+        return _distinct_columns(words, self.m, s)
+
+    def column(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Client j's s buckets and signs, computed from the seed alone."""
+        rows, signs = self.columns(j, j + 1)
+        return rows[:, 0], signs[:, 0]
+
     @classmethod
     def sparse(cls, n: int, m: int, s: int, seed: int | None = None) -> Sketch:
-        """s non-zeros per column in distinct, uniformly random rows."""
+        """s non-zeros per column in distinct, uniformly random rows, counter-based.
+
+        Without a seed one is drawn from ``os.urandom`` and kept in :attr:`seed`,
+        so the sketch can still be recomputed (and is recorded with the run).
+        """
         check_dimensions(n, m, s)
-        rng = np.random.default_rng(seed)
-        rows = _distinct_rows(rng, n, m, s)
-        signs = _signs(rng, (s, n))
-        return cls(m, rows, signs)
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        return cls(m, count=n, sparsity=s, seed=int(seed))
 
     @classmethod
     def dense_sketch(cls, n: int, m: int, seed: int | None = None) -> Sketch:
@@ -150,20 +256,37 @@ def _signs(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     return (rng.integers(0, 2, size=shape, dtype=np.int8) * 2 - 1).astype(np.int8)
 
 
-def _distinct_rows(rng: np.random.Generator, n: int, m: int, s: int) -> np.ndarray:
-    """For each of n columns, s distinct rows of [m] in uniformly random order."""
-    if s == 1:
-        return rng.integers(0, m, size=(1, n), dtype=np.int32)
-    # Floyd's algorithm, vectorised over columns: draws s distinct values with
-    # O(s) work per column; a final shuffle makes the order uniform.
-    chosen = np.empty((n, s), dtype=np.int32)
-    taken = np.zeros((n, m), dtype=bool)
-    cols = np.arange(n)
-    for step, top in enumerate(range(m - s, m)):
-        pick = rng.integers(0, top + 1, size=n, dtype=np.int32)
-        clash = taken[cols, pick]
-        pick[clash] = top
-        taken[cols, pick] = True
-        chosen[:, step] = pick
-    chosen = rng.permuted(chosen, axis=1)
-    return np.ascontiguousarray(chosen.T)
+def _sign_bits(words: np.ndarray) -> np.ndarray:
+    """+1 or -1 from each word's top bit (the bucket used its low half)."""
+    return ((words >> np.uint64(63)).astype(np.int8) * 2 - 1).astype(np.int8)
+
+
+# Columns per pass of Floyd's algorithm: its "taken" table is (columns, m) booleans.
+_FLOYD_CELLS = 1 << 24
+
+
+def _distinct_columns(words: np.ndarray, m: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``words`` (k, 2s): s distinct buckets of [m] in uniform order.
+
+    Floyd's algorithm, vectorised over columns: step t draws from [0, m-s+t] and
+    takes the top value on a clash, which yields a uniform s-subset from exactly
+    s words; the other s words are random keys whose ranks order the subset.
+    """
+    k = words.shape[0]
+    rows = np.empty((s, k), dtype=np.int32)
+    signs = np.empty((s, k), dtype=np.int8)
+    per_pass = max(1, _FLOYD_CELLS // m)
+    for first in range(0, k, per_pass):
+        part = words[first:first + per_pass]
+        cols = np.arange(part.shape[0])
+        taken = np.zeros((part.shape[0], m), dtype=bool)
+        chosen = np.empty((part.shape[0], s), dtype=np.int32)
+        for step, top in enumerate(range(m - s, m)):
+            pick = below(part[:, step], top + 1)
+            pick[taken[cols, pick]] = top
+            taken[cols, pick] = True
+            chosen[:, step] = pick
+        order = np.argsort(part[:, s:], axis=1, kind="stable")
+        rows[:, first:first + part.shape[0]] = np.take_along_axis(chosen, order, axis=1).T
+        signs[:, first:first + part.shape[0]] = _sign_bits(part[:, :s]).T
+    return rows, signs

@@ -74,6 +74,7 @@ from harness.engine.server_programs import (
 from harness.engine.staging import (
     PartyStaging,
 )
+from harness.engine.stream import StreamError, stream_inputs, worker_count
 from harness.engine.upload import (
     TIMEOUT,
     receive_files,
@@ -104,6 +105,7 @@ __all__ = [
     "REQUIRED_BINARIES",
     "SUPPORTED_VERSION",
     "ServerProgram",
+    "StreamError",
     "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",
@@ -120,6 +122,8 @@ __all__ = [
     "install",
     "make_certificates",
     "parse_output",
+    "stream_inputs",
+    "worker_count",
     "parse_stats",
     "party_input_file",
     "profile_for",

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from harness.clients import Prepared, expand_party
+from harness.clients import Prepared, StreamPlan, expand_party
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
@@ -40,6 +40,7 @@ from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
+from harness.engine.stream import stream_inputs, worker_count
 from harness.errors import InputError, PartyError
 from harness.fileio import private_dir
 
@@ -106,12 +107,29 @@ class LocalCluster(PartyStaging):
         self.binary = mp.binary(spec.binary)
         self._count_args = spec.party_count_args(parties)
         self._net: NetworkEmulation | None = None
+        self._streamed_s: list[float] = []
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
 
     def prepare(self, job: ClientJob) -> Prepared:
+        if job.streamed:
+            return self._stream(job)
         return self.prepare_here(job)
+
+    def _stream(self, job: ClientJob) -> Prepared:
+        """Clients and servers side by side; each server leaves only its aggregate."""
+        plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
+                          job.share_format.name, workers=worker_count())
+        dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
+                 for i in range(self.parties)]
+        streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
+                                 as_input=job.as_input, workdir=self.workdir,
+                                 timeout=job.timeout)
+        job.fp.check_bucket_bound(streamed.prepared.abs_sums)
+        self._streamed_s = streamed.aggregate_s
+        streamed.prepared.stages.update(streamed.stages)
+        return streamed.prepared
 
     def session(self) -> AbstractContextManager[None]:
         return self.network_session()
@@ -120,15 +138,19 @@ class LocalCluster(PartyStaging):
         """The clients' upload through the emulated network (if any), then each
         server's expansion of its seeds, timed here (on separate machines the servers
         would expand at the same time, each its own)."""
+        if job.streamed:  # the servers took their shares as they were made
+            return Delivery()
         upload = self.upload(job.timeout) if job.input_mode == "shares" else None
         expand_s = None
         if job.sharing == "seeded":
-            expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.layout,
+            expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.file_layout,
                                      job.share_format, self.parties, job.n, job.sketch.s)
                         for i in range(self.parties)]
         return Delivery(upload=upload, expand_s=expand_s)
 
     def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float]:
+        if job.streamed:  # summed while the shares arrived, inside the clients' wall time
+            return list(self._streamed_s)
         seconds = []
         for i in range(self.parties):
             raw = self.share_file(i)
@@ -136,7 +158,7 @@ class LocalCluster(PartyStaging):
             if not received.exists():  # else a rerun on the same inputs: aggregate them again
                 raw.rename(received)
             dest = party_input_file(self.party_dir(i), i) if as_input else raw
-            seconds.append(aggregate_share_file(received, job.layout, dest, job.share_format,
+            seconds.append(aggregate_share_file(received, job.file_layout, dest, job.share_format,
                                                 as_input=as_input))
         return seconds
 

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from harness.clients import FixedPoint, Layout, NoiseSpec, Prepared, ShareFormat, Sketch
+    from harness.clients import (
+        FixedPoint,
+        Layout,
+        NoiseSpec,
+        Prepared,
+        Rows,
+        ShareFormat,
+        Sketch,
+    )
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
 
@@ -56,25 +64,48 @@ class ClientJob:
     ``input_mode`` is ``"shares"`` (every client secret-shares its noisy rows among
     the servers) or ``"party"`` (party 0, the data owner, types the rows in);
     ``sharing`` is ``"full"`` or ``"seeded"`` (all but one component as PRG seeds).
+
+    ``layout`` is None for a streamed job: the ``local`` program's servers sum the
+    shares as they arrive, grouped per chunk (:mod:`harness.clients.stream`), and
+    ``as_input`` says whether they hand their aggregates to the MPC as input text.
     """
 
-    data: np.ndarray
+    rows: Rows
     sketch: Sketch
-    layout: Layout
+    layout: Layout | None
     noise: NoiseSpec
     fp: FixedPoint
     share_format: ShareFormat
     input_mode: str = "shares"
     sharing: str = "full"
     timeout: float = 900.0
+    as_input: bool = False
+
+    @property
+    def streamed(self) -> bool:
+        return self.layout is None
+
+    @property
+    def file_layout(self) -> Layout:
+        """The share files' layout (a streamed job has none: it writes no share file)."""
+        if self.layout is None:
+            raise ValueError("a streamed job has no share-file layout")
+        return self.layout
+
+    @property
+    def data(self) -> np.ndarray:
+        """Every row in memory, for the paths that write whole share files (memory-checked)."""
+        from harness.clients import all_rows
+
+        return all_rows(self.rows)
 
     @property
     def n(self) -> int:
-        return int(self.data.shape[0])
+        return self.rows.n
 
     @property
     def d(self) -> int:
-        return int(self.data.shape[1])
+        return self.rows.d
 
 
 @dataclass

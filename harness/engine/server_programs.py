@@ -26,18 +26,18 @@ __all__ = ["INPUT_MODES", "PROGRAMS", "ServerProgram", "server_program"]
 INPUT_MODES = ("shares", "party")
 
 
-def _no_schedule(sketch: Sketch, layout: Layout) -> str:
+def _no_schedule(sketch: Sketch, layout: Layout | None) -> str:
     return ""
 
 
-def _slot_schedule(sketch: Sketch, layout: Layout) -> str:
+def _slot_schedule(sketch: Sketch, layout: Layout | None) -> str:
     # (bucket, sign) of every slot: 25M pairs at s = 50, so numpy formats them
     pairs = np.stack([sketch.rows.ravel(), sketch.signs.ravel()], axis=1)
     return f"{pairs.shape[0]}\n" + format_integers(pairs.ravel()).decode("ascii")
 
 
-def _block_schedule(sketch: Sketch, layout: Layout) -> str:
-    if layout.block_acc is None:
+def _block_schedule(sketch: Sketch, layout: Layout | None) -> str:
+    if layout is None or layout.block_acc is None:
         raise ValueError("the blocked schedule needs a blocked layout")
     return f"{layout.n_chunks}\n" + format_integers(layout.block_acc).decode("ascii")
 
@@ -53,7 +53,7 @@ class ServerProgram:
     # Each server sums its own shares into m x d accumulators before the MPC.
     aggregates: bool
     # The public schedule (it depends only on the sketch) the compiled program reads.
-    schedule: Callable[[Sketch, Layout], str]
+    schedule: Callable[[Sketch, Layout | None], str]
     # Why the input modes it does not accept cannot work, for the one-line refusal.
     input_note: str = ""
 
@@ -78,7 +78,7 @@ class ServerProgram:
         """The template's parameters out of everything the run knows."""
         return {key: values[key] for key in self.params}
 
-    def public_input(self, sketch: Sketch, layout: Layout) -> str:
+    def public_input(self, sketch: Sketch, layout: Layout | None) -> str:
         return self.schedule(sketch, layout)
 
 

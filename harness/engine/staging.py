@@ -69,12 +69,12 @@ class PartyStaging:
         if job.input_mode == "party":
             sink = TextSink(self.input_file(), self.parties)
         elif job.sharing == "seeded":
-            sink = SeededSink([self.outbox(i) for i in range(self.parties)], job.layout,
+            sink = SeededSink([self.outbox(i) for i in range(self.parties)], job.file_layout,
                               job.share_format, job.n, job.sketch.s, job.d)
         else:
             sink = ShareSink([self.outbox_share_file(i) for i in range(self.parties)],
                              job.share_format)
-        prepared = prepare_inputs(job.data, job.sketch, job.layout, job.noise, job.fp, sink,
+        prepared = prepare_inputs(job.data, job.sketch, job.file_layout, job.noise, job.fp, sink,
                                   noise_rng())
         job.fp.check_bucket_bound(prepared.abs_sums)
         return prepared

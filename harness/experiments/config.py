@@ -73,6 +73,17 @@ class RunConfig:
     protocol: str = DEFAULT_PROTOCOL
     tamper: int | None = None  # test aid: change one word of this party's input
     sharing: str = "full"
+    export_sketch: bool = False  # save sketch.npz at any n (by default only up to EXPORT_LIMIT)
+
+    @property
+    def streams(self) -> bool:
+        """Whether the run streams: the ``local`` program on this machine's loopback, full
+        sharing of the clients' shares. Its clients and servers then hold nothing
+        proportional to n and write no share file (:mod:`harness.engine.stream`);
+        every other run writes whole share files and must fit in memory."""
+        return (self.server_program.aggregates and self.hosts is None
+                and self.network is None and self.sharing == "full"
+                and self.input_mode == "shares")
 
     @property
     def spec(self) -> Protocol:

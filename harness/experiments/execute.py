@@ -101,6 +101,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         cluster, job, prepared, delivery = (inputs.cluster, inputs.job, inputs.prepared,
                                             inputs.delivery)
     timings["prepare_s"] = prepared.seconds
+    timings.update(prepared.stages)
     aggregate_s = None
     # One session (an emulated network) carries the upload and then the MPC.
     with cluster.session():
@@ -135,6 +136,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["total_s"] = time.perf_counter() - started
     m, d, s = work.sketch.m, work.d, work.sketch.s
     t_mpc = max(p.time_s for p in parties)
+    # A streamed run's servers aggregated inside the clients' wall time (prepare_s): its
+    # end-to-end adds only the MPC after it, not the aggregation a second time.
+    after_stream = (max(p.mpc_time_s or p.time_s for p in parties) if prepared.stages
+                    else t_mpc)
     global_mb = max(p.global_data_sent_mb for p in parties)
     measured = timings.get("client_upload_s")
     result = RunResult(
@@ -147,7 +152,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         # is measured only where it crosses a network; else the share files are written
         # in place and it counts 0 s, which upload_measured says.
         t_end_to_end_s=(timings["prepare_s"] + (measured or 0.0)
-                        + timings.get("expand_s", 0.0) + t_mpc),
+                        + timings.get("expand_s", 0.0) + after_stream),
         upload_measured=measured is not None,
         inputs_reused=inputs is not None,
         global_data_sent_mb=global_mb,
@@ -209,6 +214,16 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
 
 def _parameters(cfg: RunConfig, work: Workload) -> RunParameters:
     lay = work.layout
+    if lay is None:  # streamed: grouped per chunk of clients, no file and no padding
+        layout: dict = {"kind": "streamed"}
+    else:
+        layout = {"kind": lay.kind, "block_rows": lay.block_rows,
+                  "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
+                  "padding_rows": lay.total_rows - lay.real_rows}
+    # The seed the sketch (and synthetic data) came from, drawn when --seed was not given.
+    layout["sketch_seed"] = work.seed
+    if cfg.data is None:  # uniform in [-eta, eta] from that seed: recomputable from these
+        layout["synthetic_eta"] = cfg.eta
     return RunParameters(
         protocol=cfg.protocol, security=cfg.spec.model, tamper=cfg.tamper, sharing=cfg.sharing,
         parties=cfg.party_count, clients=work.n, dim=work.d, rows=work.sketch.m,
@@ -216,10 +231,7 @@ def _parameters(cfg: RunConfig, work: Workload) -> RunParameters:
         frac_bits=cfg.frac_bits, seed=cfg.seed,
         data=str(cfg.data) if cfg.data else "synthetic",
         hosts=str(cfg.hosts) if cfg.hosts else "local", network=cfg.network or "loopback",
-        noise=work.noise.describe(),
-        layout={"kind": lay.kind, "block_rows": lay.block_rows,
-                "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
-                "padding_rows": lay.total_rows - lay.real_rows})
+        noise=work.noise.describe(), layout=layout)
 
 
 def privacy_record(noise: NoiseSpec) -> dict:
@@ -256,6 +268,7 @@ def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:
     program = cfg.server_program
     row = 0  # an aggregated file holds the m x d accumulators; a plain one no padding
     if program.blocked and not program.aggregates:
+        assert work.layout is not None  # a program that reads client share files has one
         row = int(np.flatnonzero(work.layout.file_slot >= 0)[0])
     tamper_share_file(cluster.share_file(party), fmt, row * work.d * fmt.words)
 

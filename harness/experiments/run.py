@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.clients import EXPORT_LIMIT
 from harness.engine import MpSpdz, ensure_mpspdz
 from harness.errors import VerificationError
 from harness.experiments.config import (
@@ -81,10 +82,14 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
     outcome = execute(cfg, mp, work, program, workdir)
     output = work.fp.decode(outcome.revealed) / math.sqrt(work.sketch.s)
     outcome.result.save(staging / "result.json")
-    work.sketch.save(staging / "sketch.npz")
+    # Above EXPORT_LIMIT clients the sketch (5 GB at n = 1e9) is recomputed from its seed
+    # in result.json instead, and the clients' rows stay where they came from.
+    if work.n <= EXPORT_LIMIT or cfg.export_sketch:
+        work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
-    with open_private(staging / "data.npy") as fh:  # the clients' own rows
-        np.save(fh, work.data)
+    if work.n <= EXPORT_LIMIT:
+        with open_private(staging / "data.npy") as fh:  # the clients' own rows
+            np.save(fh, work.data)
     return outcome.result
 
 

@@ -9,6 +9,7 @@ Every size is checked before anything is drawn.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,40 +20,51 @@ from harness.clients import (
     Layout,
     NoiseSpec,
     Prepared,
+    Rows,
     Sketch,
+    SyntheticRows,
+    all_rows,
     certify,
     check_dimensions,
-    check_matrix,
-    load_matrix,
+    open_rows,
     smallest_n,
-    synthetic_matrix,
 )
 from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
 from harness.errors import InputError, check_memory
 from harness.experiments.config import RunConfig
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_noise",
-           "check_workload_size", "client_job", "noise_for", "prepare_cluster", "program_for",
-           "public_input_for", "upload_model_mb"]
+           "check_ring", "check_workload_size", "client_job", "noise_for", "prepare_cluster",
+           "program_for", "public_input_for", "upload_model_mb"]
 
 
 @dataclass
 class Workload:
-    """Everything public and private that one run computes on."""
+    """Everything public and private that one run computes on.
 
-    data: np.ndarray
+    ``rows`` are read a chunk at a time; ``layout`` is None for a streamed run,
+    whose servers take the shares grouped per chunk instead of from a file.
+    """
+
+    rows: Rows
     sketch: Sketch
     noise: NoiseSpec
     fp: FixedPoint
-    layout: Layout
+    layout: Layout | None
+    seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
 
     @property
     def n(self) -> int:
-        return int(self.data.shape[0])
+        return self.rows.n
 
     @property
     def d(self) -> int:
-        return int(self.data.shape[1])
+        return self.rows.d
+
+    @property
+    def data(self) -> np.ndarray:
+        """Every row in memory (checked against memory first)."""
+        return all_rows(self.rows)
 
 
 def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
@@ -129,16 +141,36 @@ def check_certified(noise: NoiseSpec) -> None:
 
 
 def check_workload_size(n: int, d: int, m: int, s: int) -> None:
-    """The data, the sketch and the accumulators must fit in memory (checked, not tried)."""
+    """The data, the sketch and the accumulators must fit in memory (checked, not tried).
+
+    Only runs that write whole share files hold them; a streamed run holds chunks.
+    """
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
-                 "lower --clients, --dim or --sparsity (or --scale)")
+                 "lower --clients, --dim or --sparsity (or --scale), or use --program "
+                 "local, which streams")
+
+
+def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> None:
+    """Refuse, before any draw, an n whose bucket sums could pass the ring's 2^63.
+
+    A bucket sums at most s * n entries of |value| <= eta + 10 noise deviations;
+    past 2^63 the revealed sum would wrap. (The bound actually met is checked
+    again on the values drawn.)
+    """
+    spread = math.sqrt(noise.variance) if noise.kind != "none" else 0.0
+    worst = s * n * (eta + 10 * spread) * fp.scale
+    if worst >= 2.0**63:
+        most = int(2.0**63 / (s * (eta + 10 * spread) * fp.scale))
+        raise InputError(f"n={n} clients could sum past the ring Z_2^64's bound 2^63 in one "
+                         f"bucket (2^{math.log2(worst):.1f}); use --clients <= {most} or "
+                         f"lower --frac-bits (now {fp.frac_bits})")
 
 
 def build_workload(cfg: RunConfig) -> Workload:
-    data = None
+    rows: Rows | None = None
     if cfg.data is not None:
-        data, _ = load_matrix(cfg.data)
-        n, d = data.shape
+        rows = open_rows(cfg.data, cfg.eta)
+        n, d = rows.n, rows.d
     else:
         check_dimensions(cfg.clients, cfg.rows, cfg.sparsity if not cfg.dense else cfg.rows)
         if cfg.dim < 1:
@@ -146,16 +178,22 @@ def build_workload(cfg: RunConfig) -> Workload:
         n, d = cfg.clients, cfg.dim
     s = cfg.rows if cfg.dense else cfg.sparsity
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
-    check_workload_size(n, d, cfg.rows, s)
+    if not cfg.streams or cfg.dense:
+        check_workload_size(n, d, cfg.rows, s)
     noise = noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
-    if data is None:
-        data = synthetic_matrix(n, d, cfg.eta, cfg.seed)
-    check_matrix(data, cfg.eta)
-    sketch = Sketch.generate(n, cfg.rows, s, seed=cfg.seed, dense=cfg.dense)
-    layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
-              if cfg.server_program.blocked else Layout.plain(sketch, d))
-    return Workload(data, sketch, noise, fp, layout)
+    check_ring(noise, fp, n, s, cfg.eta)
+    # Without --seed the sketch and the synthetic data still get one, drawn here and
+    # recorded with the run, so both can be recomputed from it.
+    seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(7), "little")
+    if rows is None:
+        rows = SyntheticRows(n, d, cfg.eta, seed)
+    sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
+    layout = None
+    if not cfg.streams:
+        layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
+                  if cfg.server_program.blocked else Layout.plain(sketch, d))
+    return Workload(rows, sketch, noise, fp, layout, seed)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -163,7 +201,8 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     program = cfg.server_program
     values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
-              "block_rows": work.layout.block_rows, "chunk_blocks": work.layout.chunk_blocks}
+              "block_rows": work.layout.block_rows if work.layout else 1,
+              "chunk_blocks": work.layout.chunk_blocks if work.layout else 1}
     return compile_program(mp, program.template, program.template_params(values),
                            cache_dir=cfg.cache_dir)
 
@@ -175,9 +214,9 @@ def public_input_for(cfg: RunConfig, work: Workload) -> str:
 
 def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     """What the clients compute on and how they hand it to the servers."""
-    return ClientJob(work.data, work.sketch, work.layout, work.noise, work.fp,
+    return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
-                     timeout=cfg.timeout)
+                     timeout=cfg.timeout, as_input=cfg.inputs_aggregates)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

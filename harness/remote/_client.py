@@ -119,7 +119,7 @@ class ClientHost:
 
     def prepare(self, job: ClientJob, parties: int) -> Prepared:
         """Every server's files, prepared on the client host (they stay there)."""
-        sketch, layout = job.sketch, job.layout
+        sketch, layout = job.sketch, job.file_layout
         sketch_file = io.BytesIO()
         np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
         matrix = io.BytesIO()

@@ -140,10 +140,10 @@ class SshCluster(PartyStaging):
         (``ltm hosts setup`` installed the harness there), timed there as ``expand_s``."""
         if job.sharing == "seeded":
             plan = self.workdir / EXPAND_PLAN
-            save_expand_plan(plan, job.layout, job.share_format, self.parties, job.n,
+            save_expand_plan(plan, job.file_layout, job.share_format, self.parties, job.n,
                              job.sketch.s)
             self._steps = dataclasses.replace(self._steps, expand=True)
-            fmt, layout = job.share_format, job.layout
+            fmt, layout = job.share_format, job.file_layout
             self._expanded_bytes = len(fmt.header) + 8 * layout.total_rows * layout.d * fmt.words
         return Delivery()
 
@@ -154,7 +154,7 @@ class SshCluster(PartyStaging):
         any expansion), so only the m x d result is fed to MP-SPDZ; the seconds come
         back in each party's statistics as ``aggregate_s``.
         """
-        save_plan(job.layout, self.workdir / AGGREGATE_PLAN, job.share_format, as_input)
+        save_plan(job.file_layout, self.workdir / AGGREGATE_PLAN, job.share_format, as_input)
         self._steps = dataclasses.replace(self._steps, aggregate=True, as_input=as_input)
         return None
 

@@ -1,0 +1,312 @@
+"""The clients' side of a streamed run: chunks of clients, shares straight to the servers.
+
+Nothing proportional to n is held. Clients are taken a chunk at a time; the
+chunk's sketch columns come from the seed (:meth:`Sketch.columns`), its rows
+from the data source (:class:`~harness.clients.matrices.Rows`), its noise from
+a fresh CSPRNG. Within a chunk the slots are grouped by accumulator (bucket,
+plus m for sign -1; a radix sort), so a server sums a chunk with one
+``reduceat`` over contiguous runs. The grouping is public: it depends on the
+sketch alone, and each server recomputes it from the seed instead of trusting
+the clients' order, so a client-side grouping error shows as a mismatch.
+
+Each server's shares of a chunk are written straight into that server's own
+channel buffer (:class:`ChannelBuffer`: two slots of a file in a private
+directory on tmpfs, mapped by the client worker and that one server only), and
+the server is told which slot holds which chunk. Masks come from AES-256-CTR
+keyed from ``os.urandom`` per worker; the last share is the value minus them.
+
+The plaintext sum every revealed sketch is checked against is accumulated here
+per chunk, from the same encoded values the shares split.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from harness.clients.encoding import FixedPoint
+from harness.clients.matrices import Rows
+from harness.clients.noise import NoiseSpec, noise_rng
+from harness.clients.sharing import FORMATS, ShareFormat
+from harness.clients.sketch import Sketch
+from harness.errors import InputError
+from harness.fileio import open_private
+
+__all__ = ["ChannelBuffer", "StreamBroken", "StreamPlan", "chunk_counts", "chunk_groups", "produce",
+           "run_starts"]
+
+# Noisy values per chunk: 4 MB float64 buffers, in cache-friendly reach, and few
+# enough chunks (20,000 at n = 1e9, d = 10) that a chunk's fixed cost vanishes.
+CHUNK_VALUES = 1 << 19
+_SLACK = 16  # AES-CTR's update_into wants room for one block past the data
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """The public shape of a streamed run, which clients and servers both follow."""
+
+    n: int
+    d: int
+    m: int
+    s: int
+    parties: int
+    format: str  # a key of sharing.FORMATS
+    workers: int  # client worker processes; chunk k goes to worker k % workers
+    chunk: int = 0  # clients per chunk (0: from CHUNK_VALUES)
+
+    @property
+    def fmt(self) -> ShareFormat:
+        return FORMATS[self.format]
+
+    @property
+    def clients_per_chunk(self) -> int:
+        return self.chunk or max(1, CHUNK_VALUES // (self.s * self.d))
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.n // self.clients_per_chunk)
+
+    def span(self, k: int) -> tuple[int, int]:
+        start = k * self.clients_per_chunk
+        return start, min(self.n, start + self.clients_per_chunk)
+
+    def chunk_words(self, k: int) -> int:
+        """8-byte words a server receives for chunk k."""
+        start, stop = self.span(k)
+        return (stop - start) * self.s * self.d * self.fmt.words
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.clients_per_chunk * self.s * self.d * self.fmt.words * 8
+
+    def chunks_of(self, worker: int) -> range:
+        return range(worker, self.chunks, self.workers)
+
+
+def _accumulators(sketch: Sketch, start: int, stop: int) -> np.ndarray:
+    rows, signs = sketch.columns(start, stop)
+    small = np.int16 if 2 * sketch.m < 2**15 else np.int32
+    acc = rows.astype(small)
+    acc += (signs < 0).astype(small) * small(sketch.m)
+    return acc.ravel()  # slot order: component i, then client j
+
+
+def chunk_counts(sketch: Sketch, start: int, stop: int) -> np.ndarray:
+    """Slots of each of the 2m accumulators among clients [start, stop) (what a server
+    needs of the public grouping)."""
+    return np.bincount(_accumulators(sketch, start, stop), minlength=2 * sketch.m)
+
+
+def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's slots grouped by accumulator: the client of each grouped slot, and
+    the slot counts per accumulator. numpy's stable sort of int16 is a radix sort."""
+    acc = _accumulators(sketch, start, stop)
+    order = np.argsort(acc, kind="stable")
+    order %= stop - start
+    return order, np.bincount(acc, minlength=2 * sketch.m)
+
+
+def run_starts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The non-empty accumulators and where their runs start (``reduceat``'s offsets)."""
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    live = np.flatnonzero(counts)
+    return live, starts[live]
+
+
+class ChannelBuffer:
+    """Two slots of one server's shares, in a 0600 file in a 0700 directory on tmpfs.
+
+    The client worker that creates it and the one server it is for map it; nobody
+    else is told its path. It is memory, not disk, and bounded by two chunks.
+    """
+
+    def __init__(self, path: Path, slot_bytes: int, create: bool) -> None:
+        self.path = path
+        self.slot_bytes = slot_bytes
+        size = 2 * (slot_bytes + _SLACK)
+        if create:
+            with open_private(path) as fh:
+                fh.truncate(size)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self.map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+
+    def slot(self, b: int, words: int) -> np.ndarray:
+        """Slot b's first ``words`` words as uint64 (with the cipher's slack after them)."""
+        offset = b * (self.slot_bytes + _SLACK)
+        return np.frombuffer(self.map, dtype=np.uint64, count=words, offset=offset)
+
+    def raw(self, b: int, nbytes: int) -> memoryview:
+        offset = b * (self.slot_bytes + _SLACK)
+        return memoryview(self.map)[offset: offset + nbytes + _SLACK]
+
+    def close(self) -> None:
+        self.map.close()
+
+
+class _Masks:
+    """AES-256-CTR under a key from ``os.urandom``: one stream per worker, never reused."""
+
+    def __init__(self) -> None:
+        self.cipher = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(bytes(16))).encryptor()
+        self.zeros = bytes(0)
+
+    def fill(self, out: memoryview, nbytes: int) -> None:
+        if len(self.zeros) < nbytes:
+            self.zeros = bytes(nbytes)
+        self.cipher.update_into(memoryview(self.zeros)[:nbytes], out)
+
+
+@dataclass
+class ProducerTotals:
+    """What one worker sends back: its share of the plaintext sums and its clocks."""
+
+    expected: np.ndarray  # (2m, d) uint64, mod 2^64
+    abs_sums: np.ndarray  # (2m, d) float64
+    noise_sum: float
+    noise_sq: float
+    busy_s: float
+    wait_s: float
+
+
+def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+            fp: FixedPoint, buffers: list[ChannelBuffer], conns: list[Any]) -> ProducerTotals:
+    """Worker ``worker``'s chunks: noisy rows, encoded, shared into each server's buffer.
+
+    ``conns[i]`` carries ("chunk", k, slot, words) to server i and its ("free", slot)
+    back; a server that is gone shows as EOF here and is named.
+    """
+    rng = noise_rng()
+    masks = _Masks()
+    d, m, S = plan.d, plan.m, plan.parties
+    fmt = plan.fmt
+    most = plan.clients_per_chunk * plan.s
+    values = np.empty((most, d))
+    chunk_rows = np.empty((plan.clients_per_chunk, d))
+    drawn = np.empty((most, d))
+    encoded = np.empty((most, d), dtype=np.int64)
+    magnitude = np.empty((most, d))
+    scratch = (np.empty(8 * most * d * fmt.words + _SLACK, dtype=np.uint8)
+               if fmt.words > 1 else None)
+    expected = np.zeros((2 * m, d), dtype=np.uint64)
+    abs_sums = np.zeros((2 * m, d))
+    noise_sum = noise_sq = 0.0
+    sigma = noise.sigma2 ** 0.5 if noise.kind == "gaussian" and not noise.zero_output else 0.0
+    busy_by = [0] * S  # which slots each server still holds
+    wait_s = 0.0
+    started = time.perf_counter()
+    for k in plan.chunks_of(worker):
+        start, stop = plan.span(k)
+        clients, counts = chunk_groups(sketch, start, stop)
+        slots = clients.size
+        live, offsets = run_starts(counts)
+        vals = values[:slots]
+        if noise.zero_output:  # R_D outputs zeros: neither data nor noise leaves a client
+            vals[:] = 0.0
+        else:
+            np.take(rows.read_into(start, stop, chunk_rows), clients, axis=0, out=vals)
+        lattice = None
+        if sigma:
+            noise_draw = drawn[:slots]
+            rng.standard_normal(out=noise_draw)
+            noise_draw *= sigma
+            vals += noise_draw
+            flat = noise_draw.ravel()
+        elif noise.kind != "none" and not noise.zero_output:
+            sample = noise.sample(rng, (slots, d))
+            if noise.integer:
+                lattice = sample
+                flat = sample.ravel() / fp.scale
+            else:
+                vals += sample
+                flat = sample.ravel()
+        else:
+            flat = drawn[:0].ravel()
+        noise_sum += float(flat.sum())
+        noise_sq += float(np.dot(flat, flat))
+        vals *= fp.scale
+        np.rint(vals, out=vals)
+        enc = encoded[:slots]
+        mag = magnitude[:slots]
+        np.abs(vals, out=mag)
+        np.copyto(enc, vals, casting="unsafe")
+        if lattice is not None:
+            enc += lattice
+            mag += np.abs(lattice)
+        bound = np.add.reduceat(mag, offsets, axis=0)
+        if float(bound.max()) >= 2.0**63:
+            raise InputError(
+                f"fixed-point overflow: a bucket of chunk {k} sums values past the ring's "
+                f"bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+        abs_sums[live] += bound
+        ring = enc.view(np.uint64)
+        expected[live] += np.add.reduceat(ring, offsets, axis=0)
+        words = slots * d * fmt.words
+        for i in range(S):  # a slot is reused only once its server has summed it
+            if busy_by[i] == 2:
+                waited = time.perf_counter()
+                _await_free(conns[i], i)
+                wait_s += time.perf_counter() - waited
+                busy_by[i] -= 1
+        slot = (k // plan.workers) % 2
+        _share(ring.ravel(), fmt, S, buffers, slot, words, masks, scratch)
+        for i in range(S):
+            conns[i].send(("chunk", k, slot, words))
+            busy_by[i] += 1
+    for i in range(S):
+        while busy_by[i]:
+            _await_free(conns[i], i)
+            busy_by[i] -= 1
+        conns[i].send(("end", len(plan.chunks_of(worker))))
+    busy = time.perf_counter() - started - wait_s
+    return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s)
+
+
+def _await_free(conn: Any, server: int) -> None:
+    try:
+        message = conn.recv()
+    except (EOFError, OSError):
+        raise StreamBroken(server) from None
+    if message[0] != "free":
+        raise StreamBroken(server, f"sent {message[0]!r} instead of acknowledging a chunk")
+
+
+class StreamBroken(Exception):
+    """Server ``server`` stopped taking its stream (its process ended or misbehaved)."""
+
+    def __init__(self, server: int, why: str = "closed its stream") -> None:
+        super().__init__(f"server P{server} {why}")
+        self.server = server
+
+
+def _share(ring: np.ndarray, fmt: ShareFormat, parties: int, buffers: list[ChannelBuffer],
+           slot: int, words: int, masks: _Masks, scratch: np.ndarray | None) -> None:
+    """Every server's shares of ``ring`` (uint64, flat), straight into its slot."""
+    count = ring.size
+    if fmt.words == 1:
+        last = buffers[-1].slot(slot, count)
+        for i in range(parties - 1):
+            masks.fill(buffers[i].raw(slot, 8 * count), 8 * count)
+            mask = buffers[i].slot(slot, count)
+            np.subtract(ring if i == 0 else last, mask, out=last)
+        return
+    # Replicated, three parties: x = a0 + a1 + a2 and party i holds (a_i, a_{i-1}).
+    assert scratch is not None
+    masks.fill(scratch.data[: 16 * count + _SLACK], 16 * count)
+    a = scratch[: 16 * count].view(np.uint64).reshape(count, 2)
+    a0, a1 = a[:, 0], a[:, 1]
+    a2 = ring - a0 - a1
+    shares = (a0, a1, a2)
+    for i in range(3):
+        pairs = buffers[i].slot(slot, words).reshape(count, 2)
+        pairs[:, 0] = shares[i]
+        pairs[:, 1] = shares[i - 1]

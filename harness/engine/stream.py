@@ -1,0 +1,326 @@
+"""A streamed ``local`` run on this machine: servers aggregate while the shares arrive.
+
+Client workers (:func:`harness.clients.produce`, one process per core) and one
+process per server run side by side. Each server takes its chunks as they come,
+adds each into its 2m x d accumulators (one ``reduceat``, the grouping
+recomputed from the public sketch's seed), and hands the slot back; when every
+worker's stream has ended it writes its m x d aggregate share, the only file the
+MPC then reads. No share file of the clients' rows is written, and memory is a
+few chunks per process whatever n is.
+
+A stream is checked as it goes: chunks must come in each worker's order with the
+words the plan announces, and each worker's count at its end must match what
+arrived. Any process that fails or dies stops all of them; the error names the
+server (or client worker) and nothing is left behind but the run's workdir.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.clients import (
+    ChannelBuffer,
+    FixedPoint,
+    NoiseSpec,
+    Prepared,
+    Rows,
+    Sketch,
+    StreamBroken,
+    StreamPlan,
+    chunk_counts,
+    format_integers,
+    produce,
+    run_starts,
+    write_share_file,
+)
+from harness.errors import InputError, LtmError, PartyError
+from harness.fileio import open_private, private_dir
+
+__all__ = ["StreamError", "Streamed", "stream_inputs", "worker_count"]
+
+# Seconds a failed process's peers get to report their own error before all are stopped:
+# a server's "ended early" says more than a worker's "server closed its stream".
+_GRACE_S = 2.0
+
+
+class StreamError(PartyError):
+    """A server or client worker of a streamed run failed; names which."""
+
+
+@dataclass
+class Streamed:
+    """What a streamed run's clients and servers measured."""
+
+    prepared: Prepared
+    aggregate_s: list[float]  # each server's busy time, inside the stream's wall time
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def worker_count() -> int:
+    """Client worker processes: one per core this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _context() -> Any:
+    """Processes forked from a fork server that imported only this module.
+
+    Not plain fork: a server must not inherit the parent's memory (the clients' data,
+    the other servers' channels). Not spawn: each of the S + cores processes would
+    import the harness again, seconds per run on two cores. The fork server starts
+    once per process and serves every later run.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+def _channel_root(workdir: Path) -> Path:
+    """A fresh 0700 directory for the channel buffers: on tmpfs (memory, not disk) when
+    there is one, else in the run's workdir."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else workdir
+    return private_dir(base / f"ltm-stream-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                  fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
+                  timeout: float) -> Streamed:
+    """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
+
+    ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
+    else as share files in the protocol's format.
+    """
+    ctx = _context()
+    root = _channel_root(workdir)
+    procs: list[tuple[str, Any, Connection]] = []
+    started = time.perf_counter()
+    try:
+        paths = [[root / f"w{w}-P{i}" for i in range(plan.parties)]
+                 for w in range(plan.workers)]
+        for row in paths:
+            for path in row:
+                ChannelBuffer(path, plan.slot_bytes, create=True).close()
+        links = [[ctx.Pipe(duplex=True) for _ in range(plan.parties)]
+                 for _ in range(plan.workers)]
+        for i in range(plan.parties):
+            got, sent = ctx.Pipe(duplex=False)
+            serve_args = (i, plan, sketch, [links[w][i][1] for w in range(plan.workers)],
+                          [paths[w][i] for w in range(plan.workers)], dests[i], as_input, sent)
+            proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
+                               daemon=True)
+            proc.start()
+            sent.close()
+            procs.append((f"server P{i}", proc, got))
+        for w in range(plan.workers):
+            got, sent = ctx.Pipe(duplex=False)
+            work_args = (w, plan, sketch, rows, noise, fp, paths[w],
+                         [links[w][i][0] for i in range(plan.parties)], sent)
+            proc = ctx.Process(target=_worker_main, args=work_args, name=f"client worker {w}",
+                               daemon=True)
+            proc.start()
+            sent.close()
+            procs.append((f"client worker {w}", proc, got))
+        # Only the children hold the channel ends now: a dead peer shows as EOF.
+        for pair_row in links:
+            for a, b in pair_row:
+                a.close()
+                b.close()
+        results = _collect(procs, started + timeout)
+    finally:
+        for _, proc, got in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            got.close()
+        shutil.rmtree(root, ignore_errors=True)
+    wall = time.perf_counter() - started
+    return _assemble(plan, results, wall)
+
+
+def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
+    """Every process's result, or the most telling failure once one fails."""
+    results: dict[str, Any] = {}
+    waiting = {got: (name, proc) for name, proc, got in procs}
+    failures: list[tuple[str, str, str]] = []  # (who, kind, message)
+    kind: str
+    payload: Any
+    grace_until = None
+    while waiting:
+        now = time.perf_counter()
+        limit = grace_until if grace_until is not None else deadline
+        if now >= limit:
+            break
+        for got in _ready(list(waiting), limit - now):
+            name, proc = waiting.pop(got)
+            try:
+                kind, payload = got.recv()
+            except (EOFError, OSError):
+                proc.join(1)
+                kind, payload = "died", f"exited with status {proc.exitcode} mid-stream"
+            if kind == "ok":
+                results[name] = payload
+                continue
+            failures.append((name, kind, payload))
+            if grace_until is None:
+                grace_until = time.perf_counter() + _GRACE_S
+    if failures:
+        _raise(failures)
+    if waiting:
+        names = ", ".join(sorted(name for name, _ in waiting.values()))
+        raise StreamError(f"the streamed run timed out ({names} still running); raise "
+                          "--timeout", party=next(iter(waiting.values()))[0])
+    return results
+
+
+def _ready(conns: list[Connection], timeout: float | None) -> list[Connection]:
+    """The connections with something to read (or closed), as connections."""
+    return [c for c in wait(conns, timeout) if isinstance(c, Connection)]
+
+
+def _raise(failures: list[tuple[str, str, str]]) -> None:
+    # Bad input first (one line for the user), then what a server saw, then the rest.
+    rank = {"input": 0, "error": 1, "died": 2, "broken": 3}
+    failures.sort(key=lambda f: (rank.get(f[1], 9), not f[0].startswith("server")))
+    who, kind, message = failures[0]
+    if kind == "input":
+        raise InputError(message)
+    raise StreamError(f"the streamed run failed: {who} {message}; every server and client "
+                      "worker was stopped and no output was written", party=who)
+
+
+def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streamed:
+    m, d = plan.m, plan.d
+    expected = np.zeros((2 * m, d), dtype=np.uint64)
+    abs_sums = np.zeros((2 * m, d))
+    noise_sum = noise_sq = 0.0
+    workers = [results[f"client worker {w}"] for w in range(plan.workers)]
+    for totals in workers:
+        expected += totals.expected
+        abs_sums += totals.abs_sums
+        noise_sum += totals.noise_sum
+        noise_sq += totals.noise_sq
+    servers = [results[f"server P{i}"] for i in range(plan.parties)]
+    count = plan.n * plan.s * plan.d
+    mean = noise_sum / count
+    per_server = plan.n * plan.s * plan.d * plan.fmt.words * 8
+    clients_s = max(t.busy_s for t in workers)
+    servers_s = max(s["busy_s"] for s in servers)
+    stages = {"stream_wall_s": wall, "stream_clients_s": clients_s,
+              "stream_servers_s": servers_s, "stream_workers": float(plan.workers),
+              # Above 1: clients and servers worked at the same time.
+              "stream_overlap": (clients_s + servers_s) / wall if wall else 0.0}
+    prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
+                        [per_server] * plan.parties, wall,
+                        {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
+    return Streamed(prepared, [s["busy_s"] for s in servers], stages)
+
+
+def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                 fp: FixedPoint, paths: list[Path], conns: list[Connection],
+                 report: Connection) -> None:
+    buffers: list[ChannelBuffer] = []
+    try:
+        buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
+        totals = produce(w, plan, sketch, rows, noise, fp, buffers, conns)
+        report.send(("ok", totals))
+    except InputError as exc:
+        report.send(("input", str(exc)))
+    except StreamBroken as exc:
+        report.send(("broken", f"lost its stream: {exc}"))
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # reported to the parent, which names this worker
+        report.send(("error", f"failed: {type(exc).__name__}: {exc}"))
+    finally:
+        for b in buffers:
+            b.close()
+
+
+def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+                 paths: list[Path], dest: Path, as_input: bool, report: Connection) -> None:
+    buffers: list[ChannelBuffer] = []
+    try:
+        buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
+        busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
+        report.send(("ok", {"busy_s": busy}))
+    except _Refused as exc:
+        report.send(("error", str(exc)))
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:
+        report.send(("error", f"failed: {type(exc).__name__}: {exc}"))
+    finally:
+        for b in buffers:
+            b.close()
+
+
+class _Refused(LtmError):
+    """A server refuses its stream (it is not what the plan announced)."""
+
+
+def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+           buffers: list[ChannelBuffer], dest: Path, as_input: bool) -> float:
+    """Sum every chunk into the accumulators as it arrives; write the m x d aggregate."""
+    width = plan.d * plan.fmt.words
+    acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
+    received = [0] * plan.workers
+    owner = {id(c): w for w, c in enumerate(conns)}
+    open_streams = list(conns)
+    busy = 0.0
+    while open_streams:
+        for conn in _ready(open_streams, None):
+            w = owner[id(conn)]
+            mine = plan.chunks_of(w)
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                raise _Refused(f"lost client worker {w}'s stream after {received[w]} of "
+                               f"{len(mine)} chunks") from None
+            began = time.perf_counter()
+            if message[0] == "end":
+                if message[1] != received[w] or received[w] != len(mine):
+                    raise _Refused(f"got a stream from client worker {w} that ended early: "
+                                   f"{received[w]} of {len(mine)} chunks arrived, "
+                                   f"{message[1]} announced")
+                open_streams.remove(conn)
+                continue
+            _, k, slot, words = message
+            if received[w] >= len(mine) or k != mine[received[w]]:
+                owed = (f"chunk {mine[received[w]]}" if received[w] < len(mine)
+                        else "nothing more")
+                raise _Refused(f"got chunk {k} from client worker {w}, which owes {owed} "
+                               "(more than announced, or out of order)")
+            if words != plan.chunk_words(k):
+                raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
+                               f"not the {plan.chunk_words(k)} the plan announces")
+            start, stop = plan.span(k)
+            live, offsets = run_starts(chunk_counts(sketch, start, stop))
+            shares = buffers[w].slot(slot, words).reshape(-1, width)
+            acc[live] += np.add.reduceat(shares, offsets, axis=0)
+            try:
+                conn.send(("free", slot))
+            except OSError:
+                raise _Refused(f"lost client worker {w}'s stream after {received[w] + 1} of "
+                               f"{len(mine)} chunks") from None
+            received[w] += 1
+            busy += time.perf_counter() - began
+    began = time.perf_counter()
+    aggregate = acc[:plan.m] - acc[plan.m:]
+    fmt = plan.fmt
+    if as_input:
+        with open_private(dest) as fh:
+            fh.write(format_integers(aggregate.view(np.int64).ravel()))
+    else:
+        shaped = aggregate.reshape(plan.m, plan.d, fmt.words) if fmt.words > 1 else aggregate
+        write_share_file(dest, shaped, fmt)
+    return busy + time.perf_counter() - began

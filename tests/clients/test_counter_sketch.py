@@ -1,0 +1,79 @@
+"""The counter-based sketch and data: any range of clients computed on its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.clients import (
+    NpyRows,
+    Sketch,
+    SyntheticRows,
+    chunk_counts,
+    chunk_groups,
+    open_rows,
+)
+from harness.errors import InputError
+
+
+@pytest.mark.parametrize("s", [1, 3, 7])
+def test_any_range_of_columns_equals_the_same_slice_of_the_whole(s):
+    sk = Sketch.sparse(5000, 20, s, seed=11)
+    rows, signs = sk.rows, sk.signs  # materialised through columns(0, n)
+    for start, stop in [(0, 1), (1, 2), (3, 700), (4999, 5000), (1234, 4321)]:
+        r, g = sk.columns(start, stop)
+        assert np.array_equal(r, rows[:, start:stop])
+        assert np.array_equal(g, signs[:, start:stop])
+    col_rows, col_signs = sk.column(2024)
+    assert np.array_equal(col_rows, rows[:, 2024])
+    assert np.array_equal(col_signs, signs[:, 2024])
+    sk.validate()  # s distinct buckets per column, signs +-1
+
+
+def test_a_sketch_without_a_seed_draws_and_keeps_one():
+    a, b = Sketch.sparse(100, 10, 2), Sketch.sparse(100, 10, 2)
+    assert a.seed is not None and a.seed != b.seed
+    again = Sketch.sparse(100, 10, 2, seed=a.seed)
+    assert np.array_equal(again.rows, a.rows)
+
+
+def test_the_buckets_of_distinct_columns_are_in_uniform_order():
+    # Floyd's algorithm alone puts the last step's clash value (m - 1) last too often;
+    # the random keys must make every component equally likely to hold each bucket.
+    sk = Sketch.sparse(60_000, 5, 4, seed=2)
+    for i in range(4):
+        share = np.bincount(sk.rows[i], minlength=5) / sk.n
+        assert np.abs(share - 0.2).max() < 0.01
+
+
+def test_chunk_groups_put_each_accumulator_s_slots_together():
+    sk = Sketch.sparse(3000, 8, 2, seed=5)
+    clients, counts = chunk_groups(sk, 1000, 2000)
+    rows, signs = sk.columns(1000, 2000)
+    acc = (rows + 8 * (signs < 0)).ravel()
+    order = np.argsort(acc, kind="stable")
+    assert np.array_equal(clients, order % 1000)
+    assert np.array_equal(np.sort(acc), np.repeat(np.arange(16), counts))
+    assert np.array_equal(chunk_counts(sk, 1000, 2000), counts)
+
+
+def test_synthetic_rows_are_a_function_of_seed_and_client():
+    data = SyntheticRows(10_000, 4, 2.5, seed=9)
+    whole = data.read(0, 10_000)
+    assert np.array_equal(data.read(777, 1234), whole[777:1234])
+    buffer = np.empty((600, 4))
+    assert np.array_equal(data.read_into(5, 605, buffer), whole[5:605])
+    assert np.abs(whole).max() <= 2.5 and whole.std() > 1.0
+    assert not np.array_equal(SyntheticRows(10, 4, 2.5, seed=10).read(0, 10), whole[:10])
+
+
+def test_an_npy_file_is_read_in_chunks_and_each_chunk_checked(tmp_path):
+    matrix = np.random.default_rng(0).uniform(-1, 1, size=(500, 3))
+    matrix[321, 2] = 7.0
+    path = tmp_path / "a.npy"
+    np.save(path, matrix)
+    rows = open_rows(path, eta=1.0)
+    assert isinstance(rows, NpyRows) and (rows.n, rows.d) == (500, 3)
+    assert np.array_equal(rows.read(0, 300), matrix[:300])
+    with pytest.raises(InputError, match=r"\|A\[321, 2\]\| = 7 exceeds the bound eta = 1"):
+        rows.read(300, 500)

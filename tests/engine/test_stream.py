@@ -1,0 +1,189 @@
+"""Streamed runs: real client worker and server processes, real channels, no MP-SPDZ.
+
+The servers' aggregates are checked against numpy's S enc(A) directly (no noise),
+and their faults with real processes: a server killed mid-stream, a stream that
+ends early or carries more than announced.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.clients import (
+    ADDITIVE,
+    REPLICATED,
+    FixedPoint,
+    NoiseSpec,
+    Sketch,
+    StreamPlan,
+    SyntheticRows,
+    read_share_file,
+)
+from harness.engine import StreamError, stream_inputs
+from harness.engine.stream import _Refused, _serve
+
+
+def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97):
+    return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk)
+
+
+def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
+    """sum_i S_i enc(A) mod 2^64 with numpy, from the materialised sketch."""
+    enc = fp.encode(data)
+    out = np.zeros((sketch.m, data.shape[1]), dtype=np.uint64)
+    for i in range(sketch.s):
+        plus = sketch.signs[i] > 0
+        np.add.at(out, sketch.rows[i][plus], enc[plus])
+        np.subtract.at(out, sketch.rows[i][~plus], enc[~plus])
+    return out
+
+
+def _dests(tmp_path: Path, parties: int) -> list[Path]:
+    for i in range(parties):
+        (tmp_path / f"P{i}").mkdir(mode=0o700)
+    return [tmp_path / f"P{i}" / "aggregate" for i in range(parties)]
+
+
+@pytest.mark.parametrize(("s", "parties"), [(1, 3), (3, 2)])
+def test_servers_aggregates_add_up_to_the_plaintext_sketch(tmp_path, s, parties):
+    n, d, m = 2000, 3, 7
+    sketch = Sketch.sparse(n, m, s, seed=4)
+    rows = SyntheticRows(n, d, 1.0, seed=4)
+    fp = FixedPoint(16)
+    noise = NoiseSpec("none", n=n, m=m, d=d, s=s)
+    dests = _dests(tmp_path, parties)
+    done = stream_inputs(_plan(n, d, m, s, parties), sketch, rows, noise, fp, dests,
+                         as_input=False, workdir=tmp_path, timeout=120)
+    reference = _reference(sketch, rows.read(0, n), fp)
+    assert np.array_equal(done.prepared.expected, reference)
+    shares = [read_share_file(p).reshape(m, d) for p in dests]
+    assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64), reference)
+    # Each server's aggregate alone looks uniform, not like the sketch.
+    assert not any(np.array_equal(x, reference) for x in shares)
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in dests)
+    assert done.stages["stream_workers"] == 2 and len(done.aggregate_s) == parties
+    assert done.prepared.upload_bytes == [n * s * d * 8] * parties
+
+
+def test_replicated_aggregates_are_the_pairs_of_a_sharing(tmp_path):
+    n, d, m = 1500, 2, 5
+    sketch = Sketch.sparse(n, m, 1, seed=8)
+    rows = SyntheticRows(n, d, 1.0, seed=8)
+    fp = FixedPoint(12)
+    dests = _dests(tmp_path, 3)
+    done = stream_inputs(_plan(n, d, m, 1, 3, REPLICATED), sketch, rows,
+                         NoiseSpec("none", n=n, m=m, d=d, s=1), fp, dests, as_input=False,
+                         workdir=tmp_path, timeout=120)
+    pairs = [read_share_file(p, REPLICATED).reshape(m, d, 2) for p in dests]
+    total = pairs[0][..., 0] + pairs[1][..., 0] + pairs[2][..., 0]
+    assert np.array_equal(total, _reference(sketch, rows.read(0, n), fp))
+    assert np.array_equal(total, done.prepared.expected)
+    for i in range(3):  # party i holds (a_i, a_{i-1}); its neighbour holds a_{i-1} first
+        assert np.array_equal(pairs[i][..., 1], pairs[i - 1][..., 0])
+
+
+def test_aggregates_as_input_text_sum_to_the_sketch_with_noise(tmp_path):
+    n, d, m = 3000, 2, 6
+    sketch = Sketch.sparse(n, m, 1, seed=3)
+    rows = SyntheticRows(n, d, 1.0, seed=3)
+    noise = NoiseSpec("gaussian", n=n, m=m, d=d, s=1, epsilon=1.0, delta=1e-6)
+    dests = _dests(tmp_path, 2)
+    done = stream_inputs(_plan(n, d, m, 1, 2), sketch, rows, noise, FixedPoint(16), dests,
+                         as_input=True, workdir=tmp_path, timeout=120)
+    texts = [np.array(p.read_text().split(), dtype=np.int64).view(np.uint64) for p in dests]
+    assert np.array_equal((texts[0] + texts[1]).reshape(m, d), done.prepared.expected)
+    # The noise is drawn and recorded: the plaintext is not the noiseless sketch.
+    assert not np.array_equal(done.prepared.expected, _reference(sketch, rows.read(0, n),
+                                                                 FixedPoint(16)))
+    assert done.prepared.stats["noise_var"] == pytest.approx(noise.sigma2, rel=0.2)
+
+
+def test_a_server_killed_mid_stream_stops_everything_and_is_named(tmp_path):
+    n, d, m = 4_000_000, 4, 10
+    sketch = Sketch.sparse(n, m, 1, seed=1)
+    rows = SyntheticRows(n, d, 1.0, seed=1)
+    dests = _dests(tmp_path, 3)
+    killed: list[int] = []
+
+    def kill_server_p1() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not killed:
+            for child in multiprocessing.active_children():
+                if child.name == "server P1" and child.pid:
+                    time.sleep(0.5)  # mid-stream: the workers are producing
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed.append(child.pid)
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_server_p1)
+    killer.start()
+    with pytest.raises(StreamError, match=r"server P1 exited with status -9 mid-stream"):
+        stream_inputs(_plan(n, d, m, 1, 3, chunk=4096), sketch, rows,
+                      NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
+                      as_input=False, workdir=tmp_path, timeout=120)
+    killer.join()
+    assert killed
+    assert not any(p.exists() for p in dests)  # no server wrote an aggregate
+    assert not multiprocessing.active_children()  # every process was stopped
+    assert not list(Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"))
+
+
+class _FakeWorker:
+    """One end of a real pipe, speaking for a client worker, and its channel buffer."""
+
+    def __init__(self, tmp_path: Path, plan: StreamPlan) -> None:
+        from harness.clients import ChannelBuffer
+
+        self.mine, self.theirs = multiprocessing.Pipe()
+        self.buffer = ChannelBuffer(tmp_path / "w0-P0", plan.slot_bytes, create=True)
+
+
+@pytest.mark.parametrize(("messages", "said"), [
+    ([("chunk", 0, 0, 97 * 2), ("end", 1)], "got a stream from client worker 0 that ended "
+                                            "early: 1 of 3 chunks arrived, 1 announced"),
+    ([("chunk", 0, 0, 97 * 2), ("chunk", 0, 1, 97 * 2)], "got chunk 0 from client worker 0, "
+                                                        "which owes chunk 1"),
+    ([("chunk", 0, 0, 50)], "got 50 words for chunk 0 from client worker 0, not the 194"),
+])
+def test_a_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messages, said):
+    n, d, m = 250, 2, 4
+    plan = _plan(n, d, m, 1, 2, workers=1)
+    sketch = Sketch.sparse(n, m, 1, seed=2)
+    fake = _FakeWorker(tmp_path, plan)
+    for message in messages:
+        fake.mine.send(message)
+    with pytest.raises(_Refused, match=said):
+        _serve(0, plan, sketch, [fake.theirs], [fake.buffer], tmp_path / "agg", False)
+    assert not (tmp_path / "agg").exists()
+
+
+def test_a_server_names_a_client_worker_that_vanished(tmp_path):
+    plan = _plan(250, 2, 4, 1, 2, workers=1)
+    fake = _FakeWorker(tmp_path, plan)
+    fake.mine.send(("chunk", 0, 0, 97 * 2))
+    fake.mine.close()
+    with pytest.raises(_Refused, match="lost client worker 0's stream after 1 of 3 chunks"):
+        _serve(0, plan, Sketch.sparse(250, 4, 1, seed=2), [fake.theirs], [fake.buffer],
+               tmp_path / "agg", False)
+
+
+def test_a_server_refuses_more_chunks_than_announced(tmp_path):
+    n, d, m = 150, 2, 4
+    plan = _plan(n, d, m, 1, 2, workers=1)
+    sketch = Sketch.sparse(n, m, 1, seed=2)
+    fake = _FakeWorker(tmp_path, plan)
+    fake.mine.send(("chunk", 0, 0, 97 * 2))
+    fake.mine.send(("chunk", 1, 1, 53 * 2))
+    fake.mine.send(("chunk", 2, 0, 97 * 2))
+    with pytest.raises(_Refused, match="got chunk 2 from client worker 0, which owes nothing "
+                                       r"more \(more than announced"):
+        _serve(0, plan, sketch, [fake.theirs], [fake.buffer], tmp_path / "agg", False)
