@@ -66,6 +66,7 @@ class PartyStaging:
         garbage, not an error.
         """
         sink: TextSink | SeededSink | ShareSink
+        data = job.data  # read (and checked) before any file is opened
         if job.input_mode == "party":
             sink = TextSink(self.input_file(), self.parties)
         elif job.sharing == "seeded":
@@ -74,7 +75,7 @@ class PartyStaging:
         else:
             sink = ShareSink([self.outbox_share_file(i) for i in range(self.parties)],
                              job.share_format)
-        prepared = prepare_inputs(job.data, job.sketch, job.file_layout, job.noise, job.fp, sink,
+        prepared = prepare_inputs(data, job.sketch, job.file_layout, job.noise, job.fp, sink,
                                   noise_rng())
         job.fp.check_bucket_bound(prepared.abs_sums)
         return prepared

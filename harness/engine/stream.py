@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import secrets
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -118,18 +119,18 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                           [paths[w][i] for w in range(plan.workers)], dests[i], as_input, sent)
             proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
                                daemon=True)
+            procs.append((f"server P{i}", proc, got))  # before start: a signal may come
             proc.start()
             sent.close()
-            procs.append((f"server P{i}", proc, got))
         for w in range(plan.workers):
             got, sent = ctx.Pipe(duplex=False)
             work_args = (w, plan, sketch, rows, noise, fp, paths[w],
                          [links[w][i][0] for i in range(plan.parties)], sent)
             proc = ctx.Process(target=_worker_main, args=work_args, name=f"client worker {w}",
                                daemon=True)
+            procs.append((f"client worker {w}", proc, got))
             proc.start()
             sent.close()
-            procs.append((f"client worker {w}", proc, got))
         # Only the children hold the channel ends now: a dead peer shows as EOF.
         for pair_row in links:
             for a, b in pair_row:
@@ -138,9 +139,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
         results = _collect(procs, started + timeout)
     finally:
         for _, proc, got in procs:
-            if proc.is_alive():
+            if proc.pid is not None:
                 proc.kill()
-            proc.join()
+                proc.join()
             got.close()
         shutil.rmtree(root, ignore_errors=True)
     wall = time.perf_counter() - started
@@ -225,22 +226,33 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
     return Streamed(prepared, [s["busy_s"] for s in servers], stages)
 
 
+def _quiet() -> None:
+    """A child leaves signals to its parent: Ctrl-C reaches the whole process group, and
+    the parent stops every child itself, so a child never prints a traceback of it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _tell(report: Connection, kind: str, payload: object) -> None:
+    try:
+        report.send((kind, payload))
+    except OSError:
+        pass  # the parent is gone or stopping everything: nobody to tell
+
+
 def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                  fp: FixedPoint, paths: list[Path], conns: list[Connection],
                  report: Connection) -> None:
+    _quiet()
     buffers: list[ChannelBuffer] = []
     try:
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
-        totals = produce(w, plan, sketch, rows, noise, fp, buffers, conns)
-        report.send(("ok", totals))
+        _tell(report, "ok", produce(w, plan, sketch, rows, noise, fp, buffers, conns))
     except InputError as exc:
-        report.send(("input", str(exc)))
+        _tell(report, "input", str(exc))
     except StreamBroken as exc:
-        report.send(("broken", f"lost its stream: {exc}"))
-    except KeyboardInterrupt:
-        pass
+        _tell(report, "broken", f"lost its stream: {exc}")
     except Exception as exc:  # reported to the parent, which names this worker
-        report.send(("error", f"failed: {type(exc).__name__}: {exc}"))
+        _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
     finally:
         for b in buffers:
             b.close()
@@ -248,17 +260,16 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                  paths: list[Path], dest: Path, as_input: bool, report: Connection) -> None:
+    _quiet()
     buffers: list[ChannelBuffer] = []
     try:
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
-        report.send(("ok", {"busy_s": busy}))
+        _tell(report, "ok", {"busy_s": busy})
     except _Refused as exc:
-        report.send(("error", str(exc)))
-    except KeyboardInterrupt:
-        pass
+        _tell(report, "error", str(exc))
     except Exception as exc:
-        report.send(("error", f"failed: {type(exc).__name__}: {exc}"))
+        _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
     finally:
         for b in buffers:
             b.close()

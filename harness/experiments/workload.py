@@ -20,6 +20,7 @@ from harness.clients import (
     Layout,
     NoiseSpec,
     Prepared,
+    ArrayRows,
     Rows,
     Sketch,
     SyntheticRows,
@@ -188,6 +189,10 @@ def build_workload(cfg: RunConfig) -> Workload:
     seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(7), "little")
     if rows is None:
         rows = SyntheticRows(n, d, cfg.eta, seed)
+    elif not cfg.streams:
+        # A run that writes whole share files holds the matrix anyway: read and check it
+        # now, before anything is drawn (a streamed run checks each chunk as it reads).
+        rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
     layout = None
     if not cfg.streams:

@@ -120,6 +120,44 @@ def test_run_stops_cleanly(tmp_path, warm_cache, sig, phase):
     assert_nothing_left(tmp_path)
 
 
+def marked(marker: str) -> list[int]:
+    """Live processes whose environment carries ``marker`` (a run's and its children)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if marker.encode() in fh.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("sig", [*SIGNALS, signal.SIGINT], ids=lambda s: signal.Signals(s).name)
+def test_a_streamed_run_stops_every_client_worker_and_server(tmp_path, warm_cache, sig):
+    out = tmp_path / "out"
+    marker = f"LTM_TEST_MARK={tmp_path.name}-{int(sig)}"
+    key, value = marker.split("=", 1)
+    proc = ltm(["run", *SMALL_RUN, "--clients", "20000000", "--program", "local",
+                "--parties", "3", "--out", str(out)],
+               {"XDG_CACHE_HOME": str(warm_cache), key: value})
+    channels = Path("/dev/shm")
+
+    def streaming() -> bool:  # the channel buffers exist and every process is up
+        return bool(list(channels.glob(f"ltm-stream-{proc.pid}-*/w1-P2"))) \
+            and len(marked(marker)) >= 7  # ltm, the fork server, 2 workers, 3 servers
+
+    signal_in_phase(proc, streaming, sig)
+    deadline = time.monotonic() + 10
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marked(marker) == []
+    assert list(channels.glob(f"ltm-stream-{proc.pid}-*")) == []
+    assert not out.exists()
+    assert_nothing_left(tmp_path)
+
+
 @pytest.mark.mpspdz
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_compile_stops_cleanly(tmp_path, mp_spdz, sig):
