@@ -14,6 +14,8 @@ from harness.experiments.report.render import (
     end_to_end_lines,
     tex_table,
 )
+from harness.experiments.report.scale import markdown as scale_markdown
+from harness.experiments.report.scale import summarize_scale, write_scale
 from harness.experiments.report.security import write_security
 from harness.experiments.report.tables import coverage, summarize
 from harness.experiments.sweeps import load_spec
@@ -88,6 +90,14 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
         lines += ["", "## T_end_to_end", ""] + [f"- {line}" for line in e2e]
     for table in tables:
         spec = load_spec(table)
+        if spec.whole_runs:
+            lines += ["", f"## {table}", "",
+                      scale_markdown(spec, summarize_scale(raw, table),
+                                     coverage(raw, table, repeat).lines()).rstrip(), "",
+                      f"![{table}: time and peak memory against n]({table}.png)", "",
+                      f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
+                      f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
+            continue
         if spec.protocols:
             lines += ["", f"## {table}", "",
                       (out_dir / f"{table}.md").read_text().rstrip()
@@ -115,7 +125,9 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
     repeat = settings.get("repeat") if isinstance(settings.get("repeat"), int) else None
     paths = []
     for table in tables:
-        if load_spec(table).protocols:
+        if load_spec(table).whole_runs:
+            paths += write_scale(raw, table, out_dir, repeat=repeat)
+        elif load_spec(table).protocols:
             paths += write_security(raw, table, out_dir, repeat=repeat,
                                     left_out=settings.get("left out"))
         else:
