@@ -3,6 +3,7 @@ synthetic raw rows, and one small real sweep."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,40 @@ def test_a_small_real_scale_sweep(tmp_path, mp_spdz, program_cache):
     assert list(summary["clients"]) == [100, 1000, 10_000, 100_000]
     assert (summary["repetitions"] == 2).all() and summary["mpc_wall_mean_s"].gt(0).all()
     assert Path(out / "scale.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.mpspdz
+@pytest.mark.timeout(120)
+def test_the_scale_benchmark_at_small_n(tmp_path, mp_spdz, capsys):
+    from benchmarks import scale
+
+    out = tmp_path / "scale.json"
+    assert scale.main(["--base", "1e3", "--big", "1e4", "--reps", "3", "--json", str(out),
+                       "--mp-spdz", str(mp_spdz.root)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(out.read_text())
+    assert lines[-3:] == [
+        f"wall per value / kernel floor: {result['floor_ratio']:.2f}",
+        f"peak 1e4 / peak 1e3: {result['peak_ratio']:.2f}",
+        f"peak 1e4: {result['peak_big_gib']:.3f} GiB"]
+    floor = result["kernel_floor"]
+    assert set(floor["ns_per_value"]) == {"normal", "encode", "aes-ctr masks", "subtract"}
+    assert floor["floor_ns"] == pytest.approx(sum(floor["ns_per_value"].values()))
+    for n in (1000, 10_000):
+        run = result["runs"][str(n)]
+        assert run["verified"] and run["clients_wall_from"] in ("prepare_s", "stream_clients_s")
+        assert run["ns_per_value"] == pytest.approx(run["clients_wall_s"] / (n * 10) * 1e9)
+        # the tree: the harness's interpreter and its three parties, tens of MB at least
+        assert run["peak_pss_bytes"] > 30 * 2**20
+
+
+@pytest.mark.mpspdz
+@pytest.mark.timeout(120)
+def test_the_scale_benchmark_fails_cleanly_past_its_memory_limit(tmp_path, mp_spdz, capsys):
+    from benchmarks import scale
+
+    assert scale.main(["--base", "1e3", "--big", "1e4", "--reps", "1",
+                       "--kill-above-gib", "0.001", "--mp-spdz", str(mp_spdz.root)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("benchmarks.scale: error: ltm run at n=1e3 "
+                                               "passed 0.001 GiB")
