@@ -117,6 +117,7 @@ def test_rows_without_memory_or_streams_still_make_a_table(tmp_path):
                       settings={"repeat": 1})
     assert [p.name for p in paths][-1] == "report.md"
     report = (tmp_path / "report.md").read_text()
+    assert report.startswith("# ltm reproduce scale: beside the paper's tables\n")
     assert "## scale" in report and "scale.png" in report and "n/a" in report
 
 

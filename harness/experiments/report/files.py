@@ -18,7 +18,7 @@ from harness.experiments.report.scale import markdown as scale_markdown
 from harness.experiments.report.scale import summarize_scale, write_scale
 from harness.experiments.report.security import write_security
 from harness.experiments.report.tables import coverage, summarize
-from harness.experiments.sweeps import load_spec
+from harness.experiments.sweeps import TABLES, load_spec
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
 
@@ -71,7 +71,9 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = raw[raw["table"].isin(tables)] if "table" in raw.columns else raw
-    lines = ["# Reproduction of the paper's Tables 3-5", "", "## Settings", ""]
+    title = ("Reproduction of the paper's Tables 3-5" if set(tables) & set(TABLES) else
+             f"ltm reproduce {', '.join(tables)}: beside the paper's tables")
+    lines = [f"# {title}", "", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in settings.items() if key != "left out"]
     # What the rows themselves say, in case they came from runs with other settings.
     lines.append("- in the raw rows: " + "; ".join(
