@@ -8,7 +8,8 @@ reports the largest sum. PSS splits shared pages between the processes that
 map them, so MP-SPDZ's three parties loading the same library are not counted
 three times, as summed RSS would; the page cache (share files written and read
 back) is the kernel's and not counted. A peak shorter than the interval can be
-missed, so the figure is a lower bound within one interval's growth.
+missed, so the figure is a lower bound within one interval's growth. The sampler
+is :class:`harness.experiments.PeakMemory`'s.
 """
 
 from __future__ import annotations
@@ -17,42 +18,12 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
+from harness.experiments import PeakMemory, tree_pss_bytes
+
 __all__ = ["main", "tree_pss_bytes"]
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            text = (task / "children").read_text()
-            found.extend(int(c) for c in text.split())
-    except OSError:  # the process ended while we looked
-        pass
-    return found
-
-
-def _pss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def tree_pss_bytes(root: int) -> int:
-    """PSS of ``root`` and all its descendants, in bytes."""
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += _pss_bytes(pid)
-        todo.extend(_children(pid))
-    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,26 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to measure after --")
+    if not args.interval > 0:
+        parser.error(f"--interval must be positive, got {args.interval}")
     started = time.perf_counter()
     proc = subprocess.Popen(command)
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(args.interval):
-            peak = max(peak, tree_pss_bytes(proc.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        code = proc.wait()
-    finally:
-        done.set()
-        sampler.join()
+    with PeakMemory(proc.pid, interval=args.interval) as sampler:
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            code = proc.wait()
+    peak = sampler.bytes
     wall = time.perf_counter() - started
     print(f"peak_memory: exit {code}, wall {wall:.1f} s ({wall / 60:.2f} min), "
           f"peak PSS {peak / 2**30:.2f} GiB over the process tree", file=sys.stderr)

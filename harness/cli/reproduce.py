@@ -30,8 +30,9 @@ FRESH_INPUTS = option("--fresh-inputs", action="store_true",
 NO_PROGRESS = option("--no-progress", dest="progress", action="store_false",
                      help="no progress bar")
 
-# Unset unless given, so that ``ltm reproduce security``, which runs every program
-# and protocol itself, can refuse them; otherwise ReproduceConfig's defaults apply.
+# Unset unless given, so that ``ltm reproduce security`` and ``scale``, which run the
+# programs and protocols their specs name, can refuse them; otherwise
+# ReproduceConfig's defaults apply.
 _UNSET = ("program", "protocol")
 
 
@@ -42,10 +43,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "verifying every repetition, and writes per-table CSV, Markdown, LaTeX and "
                     "PNG beside the paper's values, plus report.md. Finished repetitions are "
                     "appended to DIR/raw.jsonl at once; rerunning the same command resumes.")
-    p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security"),
-                   help="a table, all three, or security: every protocol x program on "
-                        "Table 3's grid and Table 5's point s = 10 "
-                        "(harness/experiments/specs/security.toml)")
+    p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security",
+                                      "scale"),
+                   help="a table, all three (the paper's tables only), security: every "
+                        "protocol x program on Table 3's grid and Table 5's point s = 10 "
+                        "(harness/experiments/specs/security.toml), or scale: n = 1e6 to "
+                        "1e9 with semi2k and local, wall, stages and peak memory beside "
+                        "Table 3 extrapolated (specs/scale.toml; about 10 minutes at n = "
+                        "1e9, so not part of all)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="sweep directory (created, or resumed if it holds the same sweep)")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)
@@ -72,9 +77,9 @@ def _handle(args: argparse.Namespace) -> int:
         raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
     if not args.estimate:
         check_output_dir(args.out)  # before anything is planned or created
-    if args.tables == "security" and (args.program or args.protocol):
-        raise InputError("ltm reproduce security runs every protocol and program itself; "
-                         "drop --program and --protocol")
+    if args.tables in ("security", "scale") and (args.program or args.protocol):
+        raise InputError(f"ltm reproduce {args.tables} runs the protocols and programs its "
+                         "specification names; drop --program and --protocol")
     # An estimate plans the same cells as the sweep would, so it gets the same settings.
     cfg = common.config_from(ReproduceConfig, args, unset=_UNSET, out=args.out or Path("."))
     if args.estimate:

@@ -3,8 +3,9 @@
 Owns ``ltm run``'s work (:mod:`.run`, the entry: its settings :mod:`.config`, its
 workload :mod:`.workload`, where its parties live :mod:`.placement` and one run on
 them :mod:`.execute`, verified bit for bit), the sweeps of Tables 3-5
-(:mod:`.sweeps`, :mod:`.reproduce`, their raw rows :mod:`.raw`), their tables, plots and report
-(:mod:`.report`), cost and duration estimates (:mod:`.estimate`) and the result
+(:mod:`.sweeps`, :mod:`.reproduce`, their raw rows :mod:`.raw`) and the population-scale
+sweep beside them, the process tree's peak memory (:mod:`.memory`), their tables, plots
+and report (:mod:`.report`), cost and duration estimates (:mod:`.estimate`) and the result
 format with its migrations (:mod:`.results`).
 
 May import: the top-level shared modules, :mod:`harness.clients`,
@@ -23,6 +24,7 @@ from harness.experiments.estimate import (
     estimate_sweep,
 )
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
+from harness.experiments.memory import PeakMemory, tree_pss_bytes
 from harness.experiments.placement import make_cluster
 from harness.experiments.reproduce import ReproduceConfig, reproduce
 from harness.experiments.results import (
@@ -52,6 +54,7 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "SHARINGS",
+    "PeakMemory",
     "ServerInputs",
     "Workload",
     "build_workload",
@@ -68,4 +71,5 @@ __all__ = [
     "public_input_for",
     "reproduce",
     "run",
+    "tree_pss_bytes",
 ]

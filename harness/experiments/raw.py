@@ -1,6 +1,7 @@
-"""A sweep's ``raw.jsonl``: its rows read, checked, migrated and healed.
+"""A sweep's ``raw.jsonl``: its rows made, read, checked, migrated and healed.
 
-One row per party per finished repetition, appended by :mod:`.reproduce`. Only
+One row per party per finished repetition (:func:`repetition_rows`), appended by
+:mod:`.reproduce`. Only
 a last line without its newline is a write a kill interrupted; any other line
 that is not a raw row is damage, reported with its number. Rows of older
 versions come back as the current version has them (:func:`.results.migrate_row`).
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import InputError
-from harness.experiments.results import migrate_row
+from harness.experiments.results import FORMAT_VERSION, RunResult, migrate_row
+from harness.experiments.sweeps import Cell
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 else:
     pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
-__all__ = ["completed", "heal", "load_raw"]
+__all__ = ["completed", "heal", "load_raw", "repetition_rows"]
 
 
 # What every raw row must hold, and of which type, for resuming and the tables to work.
@@ -30,6 +32,49 @@ _ROW_FIELDS: dict[str, tuple[type, ...]] = {
     "table": (str,), "cell": (str,), "repetition": (int,), "servers": (int,),
     "party": (int,), "t_mpc_s": (int, float), "c_mpc_mb": (int, float), "verified": (bool,),
 }
+
+
+# The parties' own figures, copied into each party's row where the run measured them.
+_PARTY_KEYS = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb", "wall_s",
+               "upload_s", "mpc_time_s", "aggregate_s", "expand_s")
+
+
+def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: str,
+                    network: str, hosts: str, scale: float,
+                    measured: dict | None = None) -> list[dict]:
+    """A verified repetition's rows, one per party.
+
+    ``measured``: what a whole run adds (``run_wall_s``, ``peak_pss_bytes``); optional
+    columns, which older rows lack (:func:`.results.migrate_row` fills them).
+    """
+    meta = {k: v for k, v in result.metadata.items() if not isinstance(v, dict | list)}
+    common = {
+        "table": cell.table, "variant": cell.variant, "cell": cell.key,
+        "servers": cell.servers, "clients": cell.clients, "paper_clients": cell.paper_clients,
+        "sparsity": cell.sparsity, "rows": cell.rows, "dim": cell.dim,
+        "program": program, "network": network, "hosts": hosts, "scale": scale,
+        "repetition": repetition,
+        "t_mpc_s": result.t_mpc_s, "client_upload_mb": sum(result.client_upload_bytes) / 1e6,
+        "client_upload_s": result.timings.get("client_upload_s"),
+        "c_mpc_mb": result.c_mpc_mb, "model_c_mpc_mb": result.model_c_mpc_mb,
+        "model_client_upload_mb": result.model_client_upload_mb,
+        "security": result.parameters.security,
+        "verified": result.verification.ok,
+        "prepare_s": result.timings["prepare_s"],
+        "inputs_reused": result.inputs_reused,
+        "sharing": result.parameters.sharing,
+        "t_end_to_end_s": result.t_end_to_end_s,
+        "upload_measured": result.upload_measured,
+        "format_version": FORMAT_VERSION, **meta,
+        # The stages beyond T_end_to_end's sum as the run timed them; stream_*: the
+        # streaming clients' and servers' own clocks, where the run streams.
+        **{k: v for k, v in result.timings.items()
+           if (k == "mpc_wall_s" or k.startswith("stream_"))
+           and isinstance(v, int | float) and not isinstance(v, bool)},
+        **(measured or {}),
+    }
+    return [{**common, **{k: v for k, v in p.to_json().items() if k in _PARTY_KEYS}}
+            for p in result.parties]
 
 
 def _damaged(raw_path: Path, number: int, what: str) -> InputError:

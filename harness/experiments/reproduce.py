@@ -11,6 +11,8 @@ reading, checking and healing it is :mod:`.raw`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import shutil
@@ -22,16 +24,22 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.engine import DEFAULT_PROTOCOL, MpSpdz, ensure_mpspdz, protocol_for
+from harness.engine import (
+    DEFAULT_PROTOCOL,
+    CompiledProgram,
+    MpSpdz,
+    ensure_mpspdz,
+    protocol_for,
+)
 from harness.errors import InputError, LtmError, VerificationError, check_number
 from harness.experiments import report
 from harness.experiments.config import PROGRAMS, SHARINGS, RunConfig, default_input_mode
-from harness.experiments.execute import ServerInputs, execute
+from harness.experiments.execute import RunOutcome, ServerInputs, execute
+from harness.experiments.memory import PeakMemory
 from harness.experiments.placement import check_placement, check_protocol_usable
-from harness.experiments.raw import completed, heal, load_raw
+from harness.experiments.raw import completed, heal, load_raw, repetition_rows
 from harness.experiments.results import (
     FORMAT_VERSION,
-    RunResult,
     machine_info,
     metadata,
     migrate_sweep_settings,
@@ -39,6 +47,7 @@ from harness.experiments.results import (
 )
 from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
 from harness.experiments.workload import (
+    Workload,
     build_workload,
     check_workload_size,
     noise_for,
@@ -231,28 +240,27 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
     try:
         current: Cell | None = None
+        state: _CellState | None = None
         inputs: ServerInputs | None = None
         for task in todo:
-            if task.cell != current:
-                current = task.cell
-                run_cfg = _run_config(cfg, current, workroot).validate()
-                work = build_workload(run_cfg)
-                program = program_for(mp, run_cfg, work)
-                schedule = public_input_for(run_cfg, work)
-                inputs = None  # a new cell: the clients prepare anew
+            whole = load_spec(task.cell.table).whole_runs
             bar.set_description(f"{task.cell.key} rep {task.repetition + 1}")
-            workdir = workroot / f"rep-{os.getpid()}"
-            if inputs is None:
-                shutil.rmtree(workdir, ignore_errors=True)
-            try:
-                outcome = execute(run_cfg, mp, work, program, workdir, schedule,
-                                  inputs=inputs, keep_inputs=cfg.reuses_inputs)
-            except BaseException:
-                shutil.rmtree(workdir, ignore_errors=True)
-                raise
+            if whole:
+                # The last run's workload and inputs go before this one's are built:
+                # held side by side they would count in this run's peak.
+                state = inputs = None
+                gc.collect()
+            peak = PeakMemory() if whole else None
+            started = time.perf_counter()
+            with peak or contextlib.nullcontext():
+                if task.cell != current or whole:
+                    current = task.cell
+                    state = inputs = None  # a new cell: the clients prepare anew
+                    state = _CellState.build(cfg, mp, current, workroot)
+                assert state is not None
+                outcome = _execute(cfg, mp, state, workroot, inputs,
+                                   keep=cfg.reuses_inputs and not whole)
             inputs = outcome.inputs
-            if inputs is None:
-                shutil.rmtree(workdir, ignore_errors=True)
             result = outcome.result
             if not result.verification.ok:
                 v = result.verification
@@ -261,11 +269,50 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                     f"differs from the plaintext computation in {v.mismatches} of "
                     f"{v.entries} entries; the sweep stops here (finished repetitions are "
                     f"kept in {raw_path})")
-            _append(raw_path, _rows(cfg, task, result))
+            measured = {"run_wall_s": time.perf_counter() - started,
+                        "peak_pss_bytes": peak.bytes} if peak else {}
+            _append(raw_path, repetition_rows(
+                result, task.cell, task.repetition, program=task.cell.program or cfg.program,
+                network=cfg.network or "none", hosts=str(cfg.hosts) if cfg.hosts else "local",
+                scale=cfg.scale, measured=measured))
             bar.update(1)
     finally:
         bar.close()
         shutil.rmtree(workroot, ignore_errors=True)
+
+
+@dataclass
+class _CellState:
+    """What a cell's repetitions share: its settings, workload, program and schedule."""
+
+    run_cfg: RunConfig
+    work: Workload
+    program: CompiledProgram
+    schedule: str
+
+    @classmethod
+    def build(cls, cfg: ReproduceConfig, mp: MpSpdz, cell: Cell, workroot: Path) -> _CellState:
+        run_cfg = _run_config(cfg, cell, workroot).validate()
+        work = build_workload(run_cfg)
+        return cls(run_cfg, work, program_for(mp, run_cfg, work),
+                   public_input_for(run_cfg, work))
+
+
+def _execute(cfg: ReproduceConfig, mp: MpSpdz, state: _CellState, workroot: Path,
+             inputs: ServerInputs | None, *, keep: bool) -> RunOutcome:
+    """One repetition in its work directory, removed unless its inputs are kept."""
+    workdir = workroot / f"rep-{os.getpid()}"
+    if inputs is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        outcome = execute(state.run_cfg, mp, state.work, state.program, workdir,
+                          state.schedule, inputs=inputs, keep_inputs=keep)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    if outcome.inputs is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return outcome
 
 
 def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None:
@@ -312,39 +359,6 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
                      hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing)
-
-
-def _rows(cfg: ReproduceConfig, task: _Task, result: RunResult) -> list[dict]:
-    cell = task.cell
-    meta = {k: v for k, v in result.metadata.items() if not isinstance(v, dict | list)}
-    upload_mb = sum(result.client_upload_bytes) / 1e6
-    common = {
-        "table": cell.table, "variant": cell.variant, "cell": cell.key,
-        "servers": cell.servers, "clients": cell.clients, "paper_clients": cell.paper_clients,
-        "sparsity": cell.sparsity, "rows": cell.rows, "dim": cell.dim,
-        "program": cell.program or cfg.program, "network": cfg.network or "none",
-        "hosts": str(cfg.hosts) if cfg.hosts else "local", "scale": cfg.scale,
-        "repetition": task.repetition,
-        "t_mpc_s": result.t_mpc_s, "client_upload_mb": upload_mb,
-        "client_upload_s": result.timings.get("client_upload_s"),
-        "c_mpc_mb": result.c_mpc_mb, "model_c_mpc_mb": result.model_c_mpc_mb,
-        "model_client_upload_mb": result.model_client_upload_mb,
-        "security": result.parameters.security,
-        "verified": result.verification.ok,
-        "prepare_s": result.timings["prepare_s"],
-        "inputs_reused": result.inputs_reused,
-        "sharing": result.parameters.sharing,
-        "t_end_to_end_s": result.t_end_to_end_s,
-        "upload_measured": result.upload_measured,
-        "format_version": FORMAT_VERSION, **meta,
-    }
-    keep = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb", "wall_s",
-            "upload_s", "mpc_time_s", "aggregate_s", "expand_s")
-    rows = []
-    for p in result.parties:
-        party = p.to_json()
-        rows.append({**common, **{k: party[k] for k in keep if k in party}})
-    return rows
 
 
 def _append(raw_path: Path, rows: list[dict]) -> None:

@@ -240,6 +240,12 @@ _ROW_ADDED_IN_1 = {"sharing": "full", "t_end_to_end_s": math.nan, "expand_s": ma
                    "upload_measured": math.nan}
 
 
+# Optional columns, written only by sweeps that measure them (a spec's whole_runs: the
+# run's wall and the process tree's peak PSS), with what a row without one means:
+# not measured. Added without a version: a row of any version may lack them.
+_ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan}
+
+
 def _row_to_2(row: dict) -> dict:
     return {**_ROW_ADDED_IN_1, **row}
 
@@ -257,14 +263,14 @@ def migrate_row(row: dict, where: str = "raw row") -> dict:
     while version < FORMAT_VERSION:
         row = _ROW_UPDATES[version](row)
         version += 1
-    return {**row, "format_version": FORMAT_VERSION}
+    return {**_ROW_OPTIONAL, **row, "format_version": FORMAT_VERSION}
 
 
 def migrate_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """Rows in a table, whatever wrote them: the columns older rows lack, filled as
     :func:`migrate_row` fills them (a resumed sweep mixes old rows and new)."""
     rows = rows.assign(**{c: rows[c] if c in rows.columns else v
-                          for c, v in _ROW_ADDED_IN_1.items()})
+                          for c, v in {**_ROW_ADDED_IN_1, **_ROW_OPTIONAL}.items()})
     rows["sharing"] = rows["sharing"].fillna(_ROW_ADDED_IN_1["sharing"])
     return rows
 

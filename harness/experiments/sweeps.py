@@ -1,4 +1,5 @@
-"""Sweep specifications: the paper's Tables 3-5 as grids of cells to run.
+"""Sweep specifications: the paper's Tables 3-5 as grids of cells to run, and the
+sweeps beside them (``security``; ``scale``, n up to 1e9 in whole runs), by name only.
 
 Each table is a TOML file in ``harness/experiments/specs/`` (``table3.toml``
 ...; the schema is documented in each file's header), package data of the
@@ -54,12 +55,12 @@ __all__ = [
 
 TABLES = ("table3", "table4", "table5")
 # Sweeps beside the paper's tables, run by name only (not part of "all").
-EXTRA_SWEEPS = ("security",)
+EXTRA_SWEEPS = ("security", "scale")
 X_AXES = ("clients", "sparsity")
 PAPER_CSV = "paper_tables.csv"
 
 _TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid",
-             "protocols", "programs", "points")
+             "protocols", "programs", "points", "whole_runs")
 _REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
 _VARIANT_KEYS = ("servers", "label", "note")
 _GRID_KEYS = ("clients", "sparsity")
@@ -116,6 +117,9 @@ class Spec:
     path: Path | None = None
     protocols: tuple[str, ...] = ()  # the spec runs every protocol x program itself
     programs: tuple[str, ...] = ()
+    # Each repetition a whole run (workload built, inputs prepared anew, the process
+    # tree's peak memory sampled), as the scale sweep measures; else the servers rerun.
+    whole_runs: bool = False
 
 
 def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
@@ -187,6 +191,9 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
     points += [p for p in _points(path, data.get("points", []), rows) if p not in points]
     protocols = _names(path, "protocols", data.get("protocols", []))
     programs = _names(path, "programs", data.get("programs", []))
+    whole_runs = data.get("whole_runs", False)
+    if not isinstance(whole_runs, bool):
+        raise InputError(f"{path}: key 'whole_runs' must be true or false, got {whole_runs!r}")
     if bool(protocols) != bool(programs):
         raise InputError(f"{path}: keys 'protocols' and 'programs' go together; give both "
                          "or neither")
@@ -200,7 +207,7 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
         for proto in (protocols or [""]) for prog in (programs or [""]))
     return Spec(name=name, title=title, x=x, repeat=repeat, cells=cells, rows=rows, dim=dim,
                 variants=variants, paper=paper, path=path, protocols=tuple(protocols),
-                programs=tuple(programs))
+                programs=tuple(programs), whole_runs=whole_runs)
 
 
 def _names(path: Path, key: str, raw: Any) -> list[str]:

@@ -224,3 +224,15 @@ def test_old_sweep_settings_read_as_they_ran():
     assert settings["calibration"] == "corollary"  # the only one there was
     with pytest.raises(InputError, match="newer than this harness reads"):
         migrate_sweep_settings({**record, "format_version": FORMAT_VERSION + 1})
+
+
+def test_rows_without_the_whole_run_columns_read_as_not_measured():
+    old = _committed_row("fast")  # written before whole runs measured their wall and memory
+    assert "peak_pss_bytes" not in old and "run_wall_s" not in old
+    new = migrate_row(old)
+    assert math.isnan(new["peak_pss_bytes"]) and math.isnan(new["run_wall_s"])
+    measured = migrate_row({**old, "peak_pss_bytes": 123, "run_wall_s": 4.5})
+    assert (measured["peak_pss_bytes"], measured["run_wall_s"]) == (123, 4.5)
+    frame = migrate_rows(pd.DataFrame([old, {**old, "peak_pss_bytes": 123}]))
+    assert math.isnan(frame["peak_pss_bytes"][0]) and frame["peak_pss_bytes"][1] == 123
+    assert frame["run_wall_s"].isna().all()

@@ -29,7 +29,9 @@ plaintext result; such a sweep is refused, never averaged.
 The package: :mod:`.tables` makes the numbers (summaries, coverage),
 :mod:`.render` turns them into text (Markdown, LaTeX, captions, notes, the
 plot), :mod:`.security` does both for the per-protocol security sweep, and
-:mod:`.files` writes each table's files and ``report.md``.
+:mod:`.scale` does both for the population-scale sweep (wall, stages and peak
+memory against n, beside the paper's Table 3 extrapolated), and :mod:`.files`
+writes each table's files and ``report.md``.
 """
 
 from harness.experiments.report.files import write_all, write_report, write_table
@@ -40,6 +42,7 @@ from harness.experiments.report.render import (
     markdown_table,
     tex_table,
 )
+from harness.experiments.report.scale import summarize_scale, write_scale
 from harness.experiments.report.security import (
     SECURITY_COLUMNS,
     summarize_security,
@@ -64,10 +67,12 @@ __all__ = [
     "end_to_end_lines",
     "markdown_table",
     "summarize",
+    "summarize_scale",
     "summarize_security",
     "tex_table",
     "write_all",
     "write_report",
+    "write_scale",
     "write_security",
     "write_table",
 ]

@@ -14,9 +14,11 @@ from harness.experiments.report.render import (
     end_to_end_lines,
     tex_table,
 )
+from harness.experiments.report.scale import markdown as scale_markdown
+from harness.experiments.report.scale import summarize_scale, write_scale
 from harness.experiments.report.security import write_security
 from harness.experiments.report.tables import coverage, summarize
-from harness.experiments.sweeps import load_spec
+from harness.experiments.sweeps import TABLES, load_spec
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
 
@@ -69,7 +71,9 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = raw[raw["table"].isin(tables)] if "table" in raw.columns else raw
-    lines = ["# Reproduction of the paper's Tables 3-5", "", "## Settings", ""]
+    title = ("Reproduction of the paper's Tables 3-5" if set(tables) & set(TABLES) else
+             f"ltm reproduce {', '.join(tables)}: beside the paper's tables")
+    lines = [f"# {title}", "", "## Settings", ""]
     lines += [f"- {key}: {value}" for key, value in settings.items() if key != "left out"]
     # What the rows themselves say, in case they came from runs with other settings.
     lines.append("- in the raw rows: " + "; ".join(
@@ -88,6 +92,14 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
         lines += ["", "## T_end_to_end", ""] + [f"- {line}" for line in e2e]
     for table in tables:
         spec = load_spec(table)
+        if spec.whole_runs:
+            lines += ["", f"## {table}", "",
+                      scale_markdown(spec, summarize_scale(raw, table),
+                                     coverage(raw, table, repeat).lines()).rstrip(), "",
+                      f"![{table}: time and peak memory against n]({table}.png)", "",
+                      f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
+                      f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
+            continue
         if spec.protocols:
             lines += ["", f"## {table}", "",
                       (out_dir / f"{table}.md").read_text().rstrip()
@@ -115,7 +127,9 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
     repeat = settings.get("repeat") if isinstance(settings.get("repeat"), int) else None
     paths = []
     for table in tables:
-        if load_spec(table).protocols:
+        if load_spec(table).whole_runs:
+            paths += write_scale(raw, table, out_dir, repeat=repeat)
+        elif load_spec(table).protocols:
             paths += write_security(raw, table, out_dir, repeat=repeat,
                                     left_out=settings.get("left out"))
         else:
