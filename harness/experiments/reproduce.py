@@ -196,9 +196,11 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
             f"{k}: {'; '.join(v)}" for k, v in left_out.items()))
     needed = max(t.cell.servers for t in plan)
     for cell in {t.cell for t in plan}:  # before sweep.json is written
-        check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
+        cell_cfg = _run_config(cfg, cell, Path(cfg.out))
+        if not cell_cfg.validate().streams:  # a streamed cell holds chunks, not the matrix
+            check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
         # every cell's noise certified before the first is drawn
-        noise_for(_run_config(cfg, cell, Path(cfg.out)), cell.clients, cell.dim, cell.sparsity)
+        noise_for(cell_cfg, cell.clients, cell.dim, cell.sparsity)
     check_placement(_run_config(cfg, plan[0].cell, Path(cfg.out), parties=needed))
     out = Path(cfg.out)
     _open_sweep(out, cfg, mp)

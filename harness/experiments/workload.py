@@ -16,11 +16,11 @@ import numpy as np
 
 from harness.clients import (
     CALIBRATIONS,
+    ArrayRows,
     FixedPoint,
     Layout,
     NoiseSpec,
     Prepared,
-    ArrayRows,
     Rows,
     Sketch,
     SyntheticRows,

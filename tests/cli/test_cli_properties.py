@@ -53,7 +53,7 @@ def _reached(*args, **kwargs):
 @pytest.fixture(scope="module")
 def heavy_work_stops():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workload_module, "synthetic_matrix", _reached)
+        mp.setattr(workload_module, "SyntheticRows", _reached)
         mp.setattr(run_module, "program_for", _reached)
         mp.setattr(reproduce_module, "program_for", _reached)
         mp.setattr(utility, "sweep", _reached)

@@ -80,3 +80,22 @@ def test_a_streamed_run_records_the_seed_it_drew(tmp_path, mp_spdz, program_cach
     assert saved["parameters"]["layout"]["sketch_seed"] == seed
     assert np.array_equal(np.load(out / "sketch.npz")["rows"],
                           Sketch.sparse(5000, 10, 1, seed=seed).rows)
+
+
+def test_a_bad_row_of_a_streamed_npy_file_is_one_line_and_no_output(tmp_path, mp_spdz):
+    # The file is read a chunk at a time while streaming: the chunk holding the bad row
+    # fails in a client worker, which stops every process; the user sees one line.
+    matrix = np.random.default_rng(1).uniform(-1, 1, size=(300_000, 2))
+    matrix[234_567, 1] = np.nan
+    path = tmp_path / "a.npy"
+    np.save(path, matrix)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--program", "local", "--data", str(path),
+         "--rows", "10", "--noise", "none", "--out", str(out), "--no-install"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == ["ltm: error: data holds a non-finite value at row 234567, column 1; "
+                     "clean the data (NaN and infinity cannot be encoded)"], done.stderr
+    assert not out.exists()
