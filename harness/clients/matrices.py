@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from harness.clients.sketch import philox_at
+from harness.clients.sketch import public_words
 from harness.errors import InputError, check_memory
 
 __all__ = ["ArrayRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows", "all_rows", "check_matrix",
@@ -219,25 +219,30 @@ class NpyRows:
 class SyntheticRows:
     """Uniform entries in [-eta, eta], a function of (seed, client): generated per chunk.
 
-    Row j is Philox words ``j * d .. j * d + d - 1`` (the data stream under the
+    Row j is public words ``j * d .. j * d + d - 1`` (the data stream under the
     seed), so any range is computed on its own and two runs with one seed share
     their data whatever their chunking.
     """
 
     def __init__(self, n: int, d: int, eta: float, seed: int) -> None:
         self.n, self.d, self.eta, self.seed = n, d, eta, seed
+        self._words: np.ndarray | None = None
 
     def read(self, start: int, stop: int) -> np.ndarray:
         return self.read_into(start, stop, np.empty((stop - start, self.d)))
 
     def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """:meth:`read` into ``out`` (a reused buffer): no allocation per chunk."""
-        bits = philox_at(self.seed, DATA_STREAM, start * self.d)
+        count = (stop - start) * self.d
+        if self._words is None or self._words.size < count + 3:
+            self._words = np.empty(count + 3, dtype=np.uint64)
+        words = public_words(self.seed, DATA_STREAM, start * self.d, count, self._words)
         view = out[: stop - start]
-        # Generator.random is (word >> 11) * 2^-53, one word per entry, in order.
-        np.random.Generator(bits).random(out=view)
-        view *= 2.0 * self.eta
-        view -= self.eta
+        flat = view.reshape(-1)
+        # 53 random bits to [0, 1), then to [-eta, eta].
+        np.right_shift(words, np.uint64(11), out=words)
+        np.multiply(words, 2.0 * self.eta / 2.0**53, out=flat)
+        flat -= self.eta
         return view
 
 

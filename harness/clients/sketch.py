@@ -5,22 +5,24 @@ sketch is stored as two (s, n) arrays: ``rows[i, j]`` is the bucket and
 ``signs[i, j]`` the sign that component i gives client j. The s non-zeros of a
 column sit in distinct rows, assigned to the components in uniformly random
 order. The sketch is public: a sparse sketch is a function of (seed, client),
-computed per chunk of clients from a counter-based generator (Philox), so runs
+computed per chunk of clients from a counter-based generator (AES-CTR), so runs
 can be reproduced, any client's column recomputed, and a billion clients
 sketched without ever holding the (s, n) arrays.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
-__all__ = ["EXPORT_LIMIT", "Sketch", "below", "check_dimensions", "philox_at", "philox_words"]
+__all__ = ["EXPORT_LIMIT", "Sketch", "below", "check_dimensions", "public_words"]
 
 
 def check_dimensions(n: int, m: int, s: int, *, dense: bool = False) -> None:
@@ -39,7 +41,7 @@ def check_dimensions(n: int, m: int, s: int, *, dense: bool = False) -> None:
                          f"got n={n}, m={m}; choose --clients as a multiple of --rows")
 
 
-# Philox words per client: one for s = 1 (bucket and sign); else s for the distinct
+# Public words per client: one for s = 1 (bucket and sign); else s for the distinct
 # buckets (Floyd's algorithm) and their signs, and s keys that order them.
 def _words_per_client(s: int) -> int:
     return 1 if s == 1 else 2 * s
@@ -53,22 +55,36 @@ EXPORT_LIMIT = 2_000_000
 SKETCH_STREAM = 0
 
 
-def philox_at(seed: int, stream: int, first: int) -> np.random.Philox:
-    """The Philox-4x64 generator keyed by ``seed``, positioned at word ``first``.
+def _public_key(seed: int, stream: int) -> bytes:
+    return hashlib.sha256(f"ltm-harness public stream {stream}:".encode()
+                          + int(seed).to_bytes(16, "little")).digest()
 
-    Counter-based: any position is reached directly, without generating what comes
-    before it, so a chunk of clients (or one client) costs only its own words.
+
+_ZEROS = bytearray()
+
+
+def public_words(seed: int, stream: int, first: int, count: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """Words ``first .. first + count - 1`` of the public stream ``stream`` under ``seed``.
+
+    AES-256 in counter mode under a key hashed from (seed, stream): counter-based,
+    so any range is computed directly, without generating what comes before it,
+    and a chunk of clients (or one client) costs only its own words, about 1 ns
+    each with AES-NI. Public: the sketch and synthetic data are meant to be
+    reproducible from the seed; nothing secret is ever drawn from it.
+    ``out``: a reused uint64 buffer of at least ``count + 3`` words.
     """
-    block, skip = divmod(first, 4)
-    bits = np.random.Philox(key=seed, counter=[block, 0, 0, stream])
-    if skip:
-        bits.random_raw(skip)
-    return bits
-
-
-def philox_words(seed: int, stream: int, first: int, count: int) -> np.ndarray:
-    """Words ``first .. first + count - 1`` of the Philox stream keyed by ``seed``."""
-    return philox_at(seed, stream, first).random_raw(count)
+    global _ZEROS
+    block, skip = divmod(first, 2)  # two words per 16-byte AES block
+    nbytes = 8 * (skip + count)
+    if len(_ZEROS) < nbytes:
+        _ZEROS = bytearray(nbytes)
+    if out is None or out.size < count + 3:
+        out = np.empty(count + 3, dtype=np.uint64)
+    cipher = Cipher(algorithms.AES(_public_key(seed, stream)),
+                    modes.CTR((block % 2**128).to_bytes(16, "big"))).encryptor()
+    cipher.update_into(memoryview(_ZEROS)[:nbytes], out.view(np.uint8)[: nbytes + 16].data)
+    return out[skip: skip + count]
 
 
 def below(words: np.ndarray, bound: np.ndarray | int) -> np.ndarray:
@@ -87,7 +103,7 @@ class Sketch:
     """A public sketch: explicit (s, n) arrays, or a function of (seed, client).
 
     Sparse sketches are counter-based: client j's buckets and signs are computed
-    from Philox words ``j * w .. j * w + w - 1`` under the key ``seed``, so
+    from public words ``j * w .. j * w + w - 1`` under the key ``seed``, so
     :meth:`columns` gives any range of clients in O(range) time and memory and
     the sketch of a billion clients is never held. ``rows`` and ``signs``
     materialise it (for small n: analyses, exports, the file-based programs).
@@ -99,7 +115,7 @@ class Sketch:
     _signs: np.ndarray | None = None
     count: int = 0  # n, for a counter-based sketch
     sparsity: int = 1  # s, for a counter-based sketch
-    seed: int | None = None  # the Philox key of a counter-based sketch
+    seed: int | None = None  # what the public stream of a counter-based sketch is keyed by
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -146,7 +162,7 @@ class Sketch:
         assert self.seed is not None
         s, k = self.s, stop - start
         w = _words_per_client(s)
-        words = philox_words(self.seed, SKETCH_STREAM, start * w, k * w).reshape(k, w)
+        words = public_words(self.seed, SKETCH_STREAM, start * w, k * w).reshape(k, w)
         if s == 1:
             rows = below(words[:, 0], self.m)[None, :]
             signs = _sign_bits(words[:, 0])[None, :]

@@ -189,8 +189,9 @@ def _ready(conns: list[Connection], timeout: float | None) -> list[Connection]:
 
 
 def _raise(failures: list[tuple[str, str, str]]) -> None:
-    # Bad input first (one line for the user), then what a server saw, then the rest.
-    rank = {"input": 0, "error": 1, "died": 2, "broken": 3}
+    # The cause before its consequences: bad input (one line for the user), a server's
+    # refusal of its stream, a process that died; then those that lost a stream to them.
+    rank = {"input": 0, "error": 1, "died": 2, "lost": 3, "broken": 4}
     failures.sort(key=lambda f: (rank.get(f[1], 9), not f[0].startswith("server")))
     who, kind, message = failures[0]
     if kind == "input":
@@ -266,6 +267,8 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
         _tell(report, "ok", {"busy_s": busy})
+    except _Lost as exc:
+        _tell(report, "lost", str(exc))
     except _Refused as exc:
         _tell(report, "error", str(exc))
     except Exception as exc:
@@ -277,6 +280,10 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
 
 class _Refused(LtmError):
     """A server refuses its stream (it is not what the plan announced)."""
+
+
+class _Lost(_Refused):
+    """A server's client worker went away: a consequence, named after its cause."""
 
 
 def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
@@ -295,8 +302,8 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                raise _Refused(f"lost client worker {w}'s stream after {received[w]} of "
-                               f"{len(mine)} chunks") from None
+                raise _Lost(f"lost client worker {w}'s stream after {received[w]} of "
+                            f"{len(mine)} chunks") from None
             began = time.perf_counter()
             if message[0] == "end":
                 if message[1] != received[w] or received[w] != len(mine):
@@ -321,8 +328,8 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
             try:
                 conn.send(("free", slot))
             except OSError:
-                raise _Refused(f"lost client worker {w}'s stream after {received[w] + 1} of "
-                               f"{len(mine)} chunks") from None
+                raise _Lost(f"lost client worker {w}'s stream after {received[w] + 1} of "
+                            f"{len(mine)} chunks") from None
             received[w] += 1
             busy += time.perf_counter() - began
     began = time.perf_counter()

@@ -106,27 +106,28 @@ def test_aggregates_as_input_text_sum_to_the_sketch_with_noise(tmp_path):
     assert done.prepared.stats["noise_var"] == pytest.approx(noise.sigma2, rel=0.2)
 
 
-def test_a_server_killed_mid_stream_stops_everything_and_is_named(tmp_path):
+@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
+def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, victim):
     n, d, m = 4_000_000, 4, 10
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
     dests = _dests(tmp_path, 3)
     killed: list[int] = []
 
-    def kill_server_p1() -> None:
+    def kill_victim() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
             for child in multiprocessing.active_children():
-                if child.name == "server P1" and child.pid:
+                if child.name == victim and child.pid:
                     time.sleep(0.5)  # mid-stream: the workers are producing
                     os.kill(child.pid, signal.SIGKILL)
                     killed.append(child.pid)
                     return
             time.sleep(0.05)
 
-    killer = threading.Thread(target=kill_server_p1)
+    killer = threading.Thread(target=kill_victim)
     killer.start()
-    with pytest.raises(StreamError, match=r"server P1 exited with status -9 mid-stream"):
+    with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
         stream_inputs(_plan(n, d, m, 1, 3, chunk=4096), sketch, rows,
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
                       as_input=False, workdir=tmp_path, timeout=120)
