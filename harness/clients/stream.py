@@ -260,15 +260,22 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         slot = (k // plan.workers) % 2
         _share(ring.ravel(), fmt, S, buffers, slot, words, masks, scratch)
         for i in range(S):
-            conns[i].send(("chunk", k, slot, words))
+            _tell(conns[i], i, ("chunk", k, slot, words))
             busy_by[i] += 1
     for i in range(S):
         while busy_by[i]:
             _await_free(conns[i], i)
             busy_by[i] -= 1
-        conns[i].send(("end", len(plan.chunks_of(worker))))
+        _tell(conns[i], i, ("end", len(plan.chunks_of(worker))))
     busy = time.perf_counter() - started - wait_s
     return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s)
+
+
+def _tell(conn: Any, server: int, message: tuple) -> None:
+    try:
+        conn.send(message)
+    except OSError:
+        raise StreamBroken(server) from None
 
 
 def _await_free(conn: Any, server: int) -> None:
