@@ -39,36 +39,50 @@ def _subparser(*words: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _named_options(path: Path) -> list[tuple[int, str]]:
-    """(line, option) of every inline code span that starts with an option, in prose."""
+def _named_options(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, option, value) of every inline code span in prose that starts with an
+    option; value is the word after it when that is a literal (``--noise skellam``),
+    not a placeholder (``--out DIR``)."""
     found = []
     fence = None
+    span = re.compile(r"(?<!`)`(--[a-z][a-z0-9-]*)(?:[ =]([a-z0-9][a-z0-9.-]*))?[^`]*`")
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         marker = re.match(r"\s*(```|~~~)", line)
         if marker and (fence is None or marker.group(1) == fence):
             fence = marker.group(1) if fence is None else None
             continue
         if fence is None:
-            found += [(n, m.group(1)) for m in re.finditer(r"(?<!`)`(--[a-z][a-z0-9-]*)", line)]
+            found += [(n, m.group(1), m.group(2)) for m in span.finditer(line)]
     return found
 
 
 def test_every_option_a_page_names_exists() -> None:
     """`--option` in a page's prose is an option of some `ltm` command (full commands
     are parsed whole by tests/cli/test_commands_quoted.py)."""
-    known = {s for p in _parsers(build_parser()) for s in p._option_string_actions}
+    actions: dict[str, list[argparse.Action]] = {}
+    for parser in _parsers(build_parser()):
+        for string, action in parser._option_string_actions.items():
+            actions.setdefault(string, []).append(action)
     pages = [*doc_pages(), ROOT / "benchmarks" / "README.md"]  # the Results pages include it
-    named = [(page, n, option) for page in pages for n, option in _named_options(page)]
+    named = [(page, *found) for page in pages for found in _named_options(page)]
     assert len(named) >= 100, len(named)  # the reader finds them
-    unknown = [f"{page.relative_to(ROOT)}:{n}: {option}" for page, n, option in named
-               if option not in known]
-    assert not unknown, "pages name options that no `ltm` command has:\n  " + "\n  ".join(unknown)
+    wrong = []
+    for page, n, option, value in named:
+        where = f"{page.relative_to(ROOT)}:{n}: `{option}{' ' + value if value else ''}`"
+        if option not in actions:
+            wrong.append(f"{where}: no `ltm` command has {option}")
+        elif value and all(a.choices for a in actions[option]) and not any(
+                value in a.choices for a in actions[option]):
+            wrong.append(f"{where}: no `ltm` command's {option} takes {value}")
+    assert not wrong, "pages name options the parser does not have:\n  " + "\n  ".join(wrong)
 
 
 def test_the_option_reader_finds_prose_options_only(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
-    page.write_text("Use `--sharing seeded` or `--nope`.\n```sh\nx `--fenced`\n```\n``--x``\n")
-    assert _named_options(page) == [(1, "--sharing"), (1, "--nope")]
+    page.write_text("Use `--sharing seeded` or `--nope`, `--out DIR`.\n```sh\nx `--fenced`\n```\n"
+                    "``--x``\n")
+    assert _named_options(page) == [(1, "--sharing", "seeded"), (1, "--nope", None),
+                                    (1, "--out", None)]
 
 
 @pytest.fixture(scope="module")
