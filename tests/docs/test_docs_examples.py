@@ -22,6 +22,8 @@ from _sshd import SshFarm, mpc_base_port, write_inventory_file
 pytestmark = [pytest.mark.mpspdz, pytest.mark.slow]
 
 PAGES = [p for p in doc_pages() if examples(p)]
+# The --hosts example logs into loopback sshd servers as root.
+NEEDS_HOSTS = {p for p in PAGES if "hosts.toml" in p.read_text(encoding="utf-8")}
 
 
 def _hosts_file(where: Path, farm: SshFarm, mp_root: Path) -> None:
@@ -40,7 +42,10 @@ def _run(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+@pytest.mark.parametrize("page", [
+    pytest.param(p, id=str(p.relative_to(ROOT)),
+                 marks=[pytest.mark.root] if p in NEEDS_HOSTS else [])
+    for p in PAGES])
 def test_the_page_s_examples_print_what_it_shows(page: Path, tmp_path: Path, mp_spdz,
                                                  program_cache) -> None:
     found: list[Example] = examples(page)
@@ -48,7 +53,7 @@ def test_the_page_s_examples_print_what_it_shows(page: Path, tmp_path: Path, mp_
     work.mkdir()
     farm = None
     try:
-        if "hosts.toml" in page.read_text(encoding="utf-8"):
+        if page in NEEDS_HOSTS:
             if os.geteuid() != 0:
                 pytest.fail("the --hosts example logs into loopback sshd servers as root: "
                             "run this test as root (CI does)")
