@@ -55,7 +55,6 @@ highlight_language = "text"
 
 html_theme = "furo"
 html_title = f"ltm-harness {release}"
-html_static_path = ["_static"]
 html_show_sourcelink = False
 
 
