@@ -98,15 +98,19 @@ def _assumed(spec: FigureSpec) -> tuple[float, float]:
 def bound_notes(spec: FigureSpec, bounds: list[dict]) -> list[str]:
     """Sentences stating R and eta and whether the drawn data exceed them."""
     R, eta = _assumed(spec)
-    norms = [b["max_row_norm"] for b in bounds]
-    entries = [b["max_entry"] for b in bounds]
+    small, large = min(spec.n), max(spec.n)
+
+    def largest(key: str, n: int) -> float:
+        return max(b[key] for b in bounds if b["n"] == n)
+
     over = [b["n"] for b in bounds if b["max_row_norm"] > R or b["max_entry"] > eta]
     lines = [f"Row bound: the local model, MOD-SULQ, SSP and the Gaussian LTM under dp and "
              f"experiments assume rows of l2 norm <= R = {R:g}; the corollary's Gaussian LTM "
              f"and the Laplace LTM assume entries |a| <= eta = {eta:g}.",
              f"The figure's data (one explicit draw per n, not clipped) have rows of norm up "
-             f"to {min(norms):.3g} (n = {min(spec.n)}) .. {max(norms):.3g} and entries up to "
-             f"{min(entries):.3g} .. {max(entries):.3g}."]
+             f"to {largest('max_row_norm', small):.3g} at n = {small} and "
+             f"{largest('max_row_norm', large):.3g} at n = {large}, entries up to "
+             f"{largest('max_entry', small):.3g} and {largest('max_entry', large):.3g}."]
     if over:
         lines.append(f"They exceed the bound at {len(set(over))} of {len(spec.n)} values of n "
                      f"(from n = {min(over)}): there the noise is calibrated for a sensitivity "

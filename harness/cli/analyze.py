@@ -351,7 +351,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
                                                        progress=not args.no_progress)
     largest = max(spec.n)
     print(f"figure {spec.name} ({spec.metric}, calibration="
-          f"{calibration_label(spec.calibration)}, m={spec.m}, s={spec.s}, "
+          f"{calibration_label(spec.calibration)}, "
+          f"{'m per panel' if spec.per_panel_m else f'm={spec.m}'}, s={spec.s}, "
           f"delta={spec.delta:g}) at n={largest}, mean +- std of {spec.runs} runs, "
           f"{seconds:.0f} s:")
     at = summary[summary["n"] == largest]

@@ -94,9 +94,11 @@ def test_data_bounds_and_the_row_bound_notes() -> None:
     for b in bounds:
         # ||A||_F^2 = n (k values of n/k, the rest 1/n^2): some row has norm >= 1
         assert b["max_row_norm"] >= 1.0 and b["max_entry"] <= b["max_row_norm"]
-    notes = figure_notes.bound_notes(spec, bounds)
+    notes = figure_notes.bound_notes(replace(spec, n=(1000,)), bounds)
+    top = max(b["max_row_norm"] for b in bounds)
+    assert f"rows of norm up to {top:.3g} at n = 1000" in notes[1]
     assert "R = 1" in notes[0] and "eta = 1" in notes[0] and "exceed the bound" in notes[-1]
-    loose = replace(spec, row_norm=1e6, eta=1e6)
+    loose = replace(spec, n=(1000,), row_norm=1e6, eta=1e6)
     assert figure_notes.bound_notes(loose, bounds)[-1] == "They stay within it at every n."
     # ridge rows [a | a x] with x ~ N(0, n I): norms of order sqrt(n d), far above R = 1
     ridge = figure_notes.data_bounds(replace(figures.figure_spec("ridge"), n=(1000,)))
@@ -108,6 +110,7 @@ def test_ridge_m_plateau_falls_with_m_and_the_notes_say_what_they_must(tmp_path,
     out = tmp_path / "fig"
     assert _run(["utility", "figure", "ridge-m", "--quick", "--runs", "3", "--out", str(out),
                  "--calibration", "experiments", "--no-progress"]) == 0
+    assert "m per panel, s=1" in capsys.readouterr().out
     csv = pd.read_csv(out / "ridge-m-experiments-quick.csv")
     assert list(csv.columns) == figures.CSV_COLUMNS
     assert "ltm-laplace" not in set(csv["mechanism"])
