@@ -131,10 +131,13 @@ def indefinite_notes(frame, spec: FigureSpec) -> dict[str, str]:
         bad = part[part["indefinite"].astype(bool)]
         if len(bad):
             per_n = bad.groupby("n").size()
+            there = part[part["n"].isin(per_n.index)].groupby("n")["error"]
+            spread = float((there.std() / there.mean()).max())
             notes[panel.name] = (f"SSP's noisy A^T A + lambda I indefinite in {len(bad)} of "
                                  f"{len(part)} runs, at n <= {int(per_n.index.max())} "
                                  f"({int(per_n.iloc[0])}/{spec.runs} at n = "
-                                 f"{int(per_n.index.min())})")
+                                 f"{int(per_n.index.min())}); there phi's std is up to "
+                                 f"{spread:.2g} x its mean")
     return notes
 
 
@@ -167,8 +170,8 @@ def figure_report(summary, spec: FigureSpec, seconds: float, *, bounds: list[dic
             "- SSP's noisy A^T A + lambda I was positive definite in every run."]
         if indefinite:
             lines.append("- Where it is indefinite, SSP's solution minimises nothing and its "
-                         "phi varies widely between runs (standard deviation of the order of "
-                         "the mean), not invisibly as the paper's caption says.")
+                         "phi varies widely between runs, not invisibly as the paper's "
+                         "caption says.")
     lines += ["", "| n | k | largest row norm | largest entry |", "| ---: | ---: | ---: | ---: |"]
     lines += [f"| {b['n']} | {'' if b['k'] is None else b['k']} | {_fmt(b['max_row_norm'])} | "
               f"{_fmt(b['max_entry'])} |" for b in bounds]

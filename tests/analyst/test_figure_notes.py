@@ -148,4 +148,7 @@ def test_ridge_figure_counts_ssp_indefinite_runs(tmp_path) -> None:
     line = next(x for x in report.splitlines() if x.startswith("- eps=0.01, lambda=10: "))
     total = int(counts.xs("eps=0.01, lambda=10").sum())
     assert f"indefinite in {total} of 9 runs" in line
+    at = csv[(csv["mechanism"] == "central") & (csv["panel"] == "eps=0.01, lambda=10")
+             & (csv["indefinite_runs"] > 0)]
+    assert f"std is up to {(at['error_std'] / at['error_mean']).max():.2g} x its mean" in line
     assert "not invisibly as the paper's caption says" in report
