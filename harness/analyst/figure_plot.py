@@ -1,8 +1,8 @@
 """The plot of one of the paper's figures: its panels, one legend, and its notes.
 
 The notes under the legend state the row bound the calibrations assume and
-whether the data exceed it; a ridge panel where SSP's noisy Gram was
-indefinite says so inside the panel (:mod:`.figure_notes` measures both).
+whether the data exceed it (:mod:`.figure_notes` measures it), and the ridge
+panels where SSP's noisy Gram was indefinite, counted in the summary.
 """
 
 from __future__ import annotations
@@ -44,8 +44,24 @@ def _style(mechanism: str, p) -> dict:
             "linestyle": "--"}
 
 
-def plot_figure(summary, spec: FigureSpec, path, *, notes: list[str] | None = None,
-                indefinite: dict[str, str] | None = None) -> None:
+def _indefinite_caption(summary) -> str | None:
+    """One line: the panels where SSP's noisy Gram was indefinite, from the summary."""
+    if "indefinite_runs" not in summary:
+        return None
+    central = summary[summary["mechanism"] == "central"]
+    parts = []
+    for panel, part in central.groupby("panel", sort=False):
+        bad = part[part["indefinite_runs"] > 0]
+        if len(bad):
+            parts.append(f"{panel}: {int(bad['indefinite_runs'].sum())}/{int(part['runs'].sum())}"
+                         f" runs, n <= {int(bad['n'].max())}")
+    if not parts:
+        return None
+    return ("SSP's noisy A^T A + lambda I was indefinite (its phi then varies widely between "
+            "runs) in " + "; ".join(parts) + ".")
+
+
+def plot_figure(summary, spec: FigureSpec, path, *, notes: list[str] | None = None) -> None:
     """One subplot per panel in the paper's layout, log-x, mean with std bars, one legend."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -53,7 +69,8 @@ def plot_figure(summary, spec: FigureSpec, path, *, notes: list[str] | None = No
     rows, cols = spec.grid
     recipe = spec.calibration == "experiments"
     # about 14 x-small characters to the inch
-    wrapped = [textwrap.fill(line, int(14 * 4.2 * cols)) for line in notes or []]
+    lines = [*(notes or []), *filter(None, [_indefinite_caption(summary)])]
+    wrapped = [textwrap.fill(line, int(14 * 4.2 * cols)) for line in lines]
     note_lines = sum(text.count("\n") + 1 for text in wrapped)
     caption = 0.15 * note_lines + (0.1 if note_lines else 0.0)
     legend = 1.15 + (0.8 if recipe else 0.0) + caption  # the recipe's labels: two lines
@@ -82,11 +99,6 @@ def plot_figure(summary, spec: FigureSpec, path, *, notes: list[str] | None = No
         if len(part) and (part["error_mean"] > 0).all():
             ax.set_yscale("log")
         ax.set_title(panel.name, fontsize="medium")
-        if indefinite and panel.name in indefinite:
-            ax.text(0.02, 0.02, textwrap.fill(indefinite[panel.name], 44),
-                    transform=ax.transAxes, fontsize="x-small", va="bottom",
-                    color="tab:blue", bbox={"facecolor": "white", "alpha": 0.8,
-                                            "edgecolor": "none"})
         ax.set_xlabel("number of clients n")
         ax.set_ylabel(spec.metric)
         ax.grid(True, which="both", alpha=0.3)

@@ -216,7 +216,7 @@ def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds
     bounds = data_bounds(spec)
     indefinite = indefinite_notes(frame, spec)
     png = io.BytesIO()
-    plot_figure(summary, spec, png, notes=bound_notes(spec, bounds), indefinite=indefinite)
+    plot_figure(summary, spec, png, notes=bound_notes(spec, bounds))
     write_atomic(paths["csv"], summary.to_csv(index=False))
     write_atomic(paths["plot"], png.getvalue())
     write_atomic(paths["report"], figure_report(summary, spec, seconds, bounds=bounds,
