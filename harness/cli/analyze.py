@@ -281,6 +281,11 @@ def _print_summary(frame) -> None:
     for row in summary[summary["n"] == largest].itertuples():
         std = 0.0 if math.isnan(row.std) else row.std
         print(f"  {row.method:<13} {row.mean:.4g} +- {std:.2g}")
+    bound, top = float(frame["row_bound"].iloc[0]), float(frame["max_row_norm"].max())
+    verdict = ("exceed it: the noise is calibrated for a sensitivity the data do not have"
+               if top > bound else "stay within it")
+    print(f"row bound R = {bound:.4g} (eta sqrt(columns)); the data's rows reach norm "
+          f"{top:.4g} and {verdict}")
     sys.stdout.flush()
 
 
