@@ -7,7 +7,7 @@ Two things the paper's captions leave out, measured here rather than assumed:
   or entries |a| <= eta (the corollary's Gaussian LTM and the Laplace LTM).
   The synthetic data are not clipped, so :func:`data_bounds` draws the
   figure's data explicitly at each n (same distribution and seed family as the
-  grid; chunked, so never more than a few MB at a time) and reports its
+  grid; in chunks of 65,536 rows, some 50 MB at a time) and reports its
   largest row norm and entry; the report says whether they exceed R and eta.
   Where they do, the noise is calibrated for a sensitivity the data do not
   have, and no curve of that figure is (epsilon, delta)-DP.
