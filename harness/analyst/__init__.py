@@ -3,7 +3,9 @@
 Owns the analyses on a sketch (:mod:`.analysis`: low-rank projection and ridge
 regression), the baselines and mechanisms they are compared with
 (:mod:`.baselines`), the plaintext utility sweeps (:mod:`.utility`), the
-paper's own figures (:mod:`.figures`) from exact sufficient statistics
+paper's own figures (:mod:`.figures`: their grids in :mod:`.figure_grid`, plots in
+:mod:`.figure_plot`, and in :mod:`.figure_notes` the row bound and SSP's
+indefinite Gram checked against the data) from exact sufficient statistics
 (:mod:`.simulate`) and the mechanisms run on them (:mod:`.mechanisms`), its
 Tables 6-7 on the UCI datasets (:mod:`.uci`) and the synthetic data and run
 outputs they read (:mod:`.datasets`).

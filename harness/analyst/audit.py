@@ -109,6 +109,10 @@ class AuditConfig:
         if self.noise == "laplace" and self.calibration not in ("corollary", "experiments"):
             raise InputError("laplace noise is calibrated by corollary or experiments; "
                              f"not {self.calibration}")
+        if self.noise == "laplace" and self.calibration == "corollary" and self.s != self.m:
+            # NoiseSpec's own message names `ltm run`'s --dense, which audit does not have
+            raise InputError(f"laplace noise is calibrated for the dense sketch (s = m): pass "
+                             f"--sparsity {self.m} (= --rows) or --noise gaussian")
         if self.calibration == "analytic" and self.noise != "gaussian":
             raise InputError("--calibration analytic is for gaussian noise")
 

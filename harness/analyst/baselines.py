@@ -76,6 +76,8 @@ __all__ = [
     "mod_sulq_projection",
     "simulate_ltm",
     "sketch_product",
+    "positive_definite",
+    "ssp_noisy_gram",
     "ssp_ridge",
     "ssp_sigma2",
 ]
@@ -237,9 +239,24 @@ def ssp_ridge(features: np.ndarray, target: np.ndarray, lam: float, privacy: Pri
 def ssp_from_gram(gram: np.ndarray, lam: float, privacy: Privacy, rng: np.random.Generator,
                   row_norm: float | None = None) -> np.ndarray:
     """SSP given the Gram of [A | b] (target last)."""
-    c = gram.shape[0]
-    noisy = gram + _symmetric_gaussian(c, math.sqrt(ssp_sigma2(c, privacy, row_norm)), rng)
+    noisy = ssp_noisy_gram(gram, privacy, rng, row_norm)
     return ridge_from_gram(noisy[:-1, :-1], noisy[:-1, -1], lam)
+
+
+def ssp_noisy_gram(gram: np.ndarray, privacy: Privacy, rng: np.random.Generator,
+                   row_norm: float | None = None) -> np.ndarray:
+    """The Gram of [A | b] plus SSP's symmetric Gaussian noise: what SSP releases."""
+    c = gram.shape[0]
+    return gram + _symmetric_gaussian(c, math.sqrt(ssp_sigma2(c, privacy, row_norm)), rng)
+
+
+def positive_definite(matrix: np.ndarray) -> bool:
+    """Whether a symmetric matrix is positive definite (its Cholesky factor exists)."""
+    try:
+        np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 # --- the LTM, in plaintext ----------------------------------------------------

@@ -114,8 +114,15 @@ def _ltm_sketch(stats: Stats, mechanism: str, p: float, spec_d: int, m: int,
 def mechanism_error(stats: Stats, problem: str, mechanism: str, *, epsilon: float,
                     m: int, k: int | None = None, lam: float | None = None, p: float = 1.0,
                     privacy: baselines.Privacy | None = None, calibration: str = "corollary",
-                    rng: np.random.Generator) -> float:
-    """psi (lowrank, rank k) or phi (ridge, lambda) of one run of one mechanism."""
+                    rng: np.random.Generator, sketch: bool = True,
+                    notes: dict | None = None) -> float:
+    """psi (lowrank, rank k) or phi (ridge, lambda) of one run of one mechanism.
+
+    ``sketch=False`` runs the Gaussian LTM without a sketch (m = n: every client
+    its own bucket, the analyst solves on A + N). ``notes``, when given, receives
+    ``indefinite``: whether the noisy Gram plus lambda I that SSP (central ridge)
+    inverts was not positive definite, so that its "solution" minimises nothing.
+    """
     privacy = privacy or baselines.Privacy(epsilon)
     privacy = replace(privacy, epsilon=epsilon)
     c = stats.gram.shape[0]
@@ -135,9 +142,16 @@ def mechanism_error(stats: Stats, problem: str, mechanism: str, *, epsilon: floa
         if lowrank:
             return psi_from_stats(stats, baselines.mod_sulq_from_gram(
                 stats.gram, stats.n, rank, privacy, rng))
-        return phi_from_stats(stats, baselines.ssp_from_gram(stats.gram, lam, privacy, rng), lam)
+        noisy = baselines.ssp_noisy_gram(stats.gram, privacy, rng)
+        if notes is not None:
+            notes["indefinite"] = not baselines.positive_definite(
+                noisy[:-1, :-1] + lam * np.eye(c - 1))
+        return phi_from_stats(stats, ridge_from_gram(noisy[:-1, :-1], noisy[:-1, -1], lam), lam)
     if mechanism not in ("ltm-gaussian", "ltm-laplace"):
         raise InputError(f"unknown mechanism {mechanism!r}")
+    if not sketch:
+        return _unsketched_error(stats, lowrank, mechanism, p, privacy, calibration,
+                                 rank, lam, rng)
     T = _ltm_sketch(stats, mechanism, p, c, m, privacy, calibration, rng)
     if T is None:
         T = np.zeros((m, c))
@@ -145,6 +159,26 @@ def mechanism_error(stats: Stats, problem: str, mechanism: str, *, epsilon: floa
         return psi_from_stats(stats, _top_k(T, rank))
     return phi_from_stats(stats, ridge_from_gram(T[:, :-1].T @ T[:, :-1],
                                                  T[:, :-1].T @ T[:, -1], lam), lam)
+
+
+def _unsketched_error(stats: Stats, lowrank: bool, mechanism: str, p: float,
+                      privacy: baselines.Privacy, calibration: str, rank: int, lam: float,
+                      rng: np.random.Generator) -> float:
+    """The Gaussian LTM with the identity as its sketch: A + N, per-client variance
+    sigma_p^2 at m = n (``dp``: the local model's at p = 1; ``experiments``:
+    sigma_local^2 / n). Corollary's R_D sends zeros at m = n, so it has no such variant."""
+    if mechanism != "ltm-gaussian":
+        raise InputError("only the Gaussian LTM has a no-sketch variant")
+    if calibration == "corollary":
+        raise InputError("the no-sketch variant needs --calibration dp or experiments: "
+                         "the corollary's R_D sends zeros at m = n")
+    c = stats.gram.shape[0]
+    spec = NoiseSpec("gaussian", n=stats.n, m=stats.n, d=c, s=1, epsilon=privacy.epsilon,
+                     delta=privacy.delta, eta=privacy.eta)
+    noisy = local_gram(stats, baselines.interpolated_sigma2(spec, p, privacy, calibration), rng)
+    if lowrank:
+        return psi_from_stats(stats, _top_k_gram(noisy, rank))
+    return phi_from_stats(stats, ridge_from_gram(noisy[:-1, :-1], noisy[:-1, -1], lam), lam)
 
 
 def mechanisms(p_values: Sequence[float]) -> list[tuple[str, float | None]]:

@@ -166,9 +166,11 @@ def _sign_grams(counts: np.ndarray, m: int, rng: np.random.Generator
     return n - 2.0 * differ, counts[:, None] - 2.0 * set_bits
 
 
-def synthetic_stats(n: int, d: int, m: int, rng: np.random.Generator) -> Stats:
+def synthetic_stats(n: int, d: int, m: int, rng: np.random.Generator,
+                    dense: bool = True) -> Stats:
     """Statistics of an n x d matrix X of iid N(0, 1) entries and its two sketches,
-    drawn exactly without X.
+    drawn exactly without X (``dense=False``: the sparse sketch only, whose rows
+    are orthogonal, so large m costs nothing; ``dense`` is then zeros).
 
     Stack both sketches into B (2m x n; the sparse one without its signs, which
     drop out because X's rows are symmetric and independent of everything). Given
@@ -177,8 +179,14 @@ def synthetic_stats(n: int, d: int, m: int, rng: np.random.Generator) -> Stats:
     So only B B^T is needed: the bucket counts, R R^T and S R^T, counted in bits.
     """
     counts = rng.multinomial(n, np.full(m, 1.0 / m))
-    dense_gram, cross = _sign_grams(counts, m, rng)
     full = counts > 0
+    if not dense:
+        Z = rng.standard_normal((int(full.sum()), d))
+        sparse = np.zeros((m, d))
+        sparse[full] = np.sqrt(counts[full])[:, None] * Z
+        gram = Z.T @ Z + wishart(d, n - Z.shape[0], rng)
+        return Stats(n, gram, np.linalg.cholesky(gram).T, counts, sparse, np.zeros((m, d)))
+    dense_gram, cross = _sign_grams(counts, m, rng)
     K = np.block([[np.diag(counts[full].astype(np.float64)), cross[full]],
                   [cross[full].T, dense_gram]])
     try:

@@ -232,6 +232,7 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
             factor = simulate.gram_factor(gram)
             k = min(dataset.k, Z.shape[1] - 1) if problem == "lowrank" else None
             privacy = baselines.Privacy(eps, figures.DEFAULT_DELTA)
+            row_norm = float(np.sqrt(np.einsum("ij,ij->i", Z, Z)).max())
             rng = np.random.default_rng(np.random.SeedSequence([seed, index]))
             errors: dict[str, list[float]] = {name: [] for name in setup["mechanisms"]}
             for _ in range(runs):
@@ -251,6 +252,7 @@ def run_table(table: str, data_dir: str | os.PathLike, *, runs: int = 20,
                              "lambda": lam, "epsilon": eps, "calibration": calibration,
                              "m": stats.m, "s": 1, "delta": privacy.delta,
                              "mechanism": name, "runs": runs,
+                             "row_bound": privacy.bound(Z.shape[1]), "max_row_norm": row_norm,
                              "error_mean": float(np.mean(values)),
                              "error_std": float(np.std(values, ddof=1)),
                              "paper_mean": paper[0], "paper_std": paper[1]})
@@ -272,6 +274,7 @@ def table_markdown(frame, table: str, seconds: float) -> str:
              + f", delta = {first['delta']:g}, m = {first['m']}, s = 1 (Gaussian LTM; the "
              f"Laplace LTM uses the dense sketch), {first['runs']} runs, {seconds:.0f} s. "
              "Each cell: measured (paper).", ""]
+    lines += [_bound_note(frame), ""]
     names = list(setup["mechanisms"])
     lines.append("| dataset | n (paper) | d (paper) | " + " | ".join(names) + " |")
     lines.append("| --- | ---: | ---: | " + " | ".join("---" for _ in names) + " |")
@@ -286,6 +289,21 @@ def table_markdown(frame, table: str, seconds: float) -> str:
         lines.append(f"| {name} | {flag(row['n'], row['n_paper'])} | "
                      f"{flag(row['d'], row['d_paper'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _bound_note(frame) -> str:
+    """The row bound R each dataset's calibrations assume, against its largest row."""
+    parts, over = [], []
+    for name, part in frame.groupby("dataset", sort=False):
+        row = part.iloc[0]
+        parts.append(f"{name} {row['max_row_norm']:.3g} (R = {row['row_bound']:.3g})")
+        if row["max_row_norm"] > row["row_bound"]:
+            over.append(name)
+    verdict = (f"exceeded by {', '.join(over)}: there the noise is calibrated for a "
+               "sensitivity the data do not have" if over else
+               "which no row exceeds, since every entry is scaled into [-1, 1]")
+    return ("Row bound: every calibration assumes rows of l2 norm <= R = eta sqrt(columns) "
+            f"(eta = 1), {verdict}. Largest row norm: {'; '.join(parts)}.")
 
 
 def table_paths(out_dir: str | os.PathLike, table: str, calibration: str) -> dict[str, Path]:

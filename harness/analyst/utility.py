@@ -142,6 +142,12 @@ class _Trial:
             self.optimum = analysis.ridge_solve(self.data, self.b, c.lam)
 
     @property
+    def max_row_norm(self) -> float:
+        """The largest l2 norm of a row the clients hold ([a | b] for ridge)."""
+        Z = self.data if self.target is None else np.column_stack([self.data, self.target])
+        return float(np.sqrt(np.einsum("ij,ij->i", Z, Z)).max())
+
+    @property
     def b(self) -> np.ndarray:
         """The regression target: a ridge trial always has one."""
         if self.target is None:
@@ -226,7 +232,10 @@ def _row(config: SweepConfig, trial: _Trial, rep: int, method: str) -> dict:
             "lambda": config.lam if config.problem == "ridge" else math.nan,
             "mu2": config.mu2 if config.problem == "ridge" else "", "m": config.m,
             "s": config.s, "epsilon": config.epsilon, "delta": config.delta,
-            "eta": config.eta, "seed": config.seed, "calibration": config.calibration}
+            "eta": config.eta, "seed": config.seed, "calibration": config.calibration,
+            # the bound the local, central and dp calibrations assume, and the data's
+            "row_bound": config.privacy.bound(config.columns),
+            "max_row_norm": trial.max_row_norm}
 
 
 def sweep(config: SweepConfig, *, progress: bool = True,

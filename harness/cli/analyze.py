@@ -281,6 +281,11 @@ def _print_summary(frame) -> None:
     for row in summary[summary["n"] == largest].itertuples():
         std = 0.0 if math.isnan(row.std) else row.std
         print(f"  {row.method:<13} {row.mean:.4g} +- {std:.2g}")
+    bound, top = float(frame["row_bound"].iloc[0]), float(frame["max_row_norm"].max())
+    verdict = ("exceed it: the noise is calibrated for a sensitivity the data do not have"
+               if top > bound else "stay within it")
+    print(f"row bound R = {bound:.4g} (eta sqrt(columns)); the data's rows reach norm "
+          f"{top:.4g} and {verdict}")
     sys.stdout.flush()
 
 
@@ -310,9 +315,13 @@ def _add_figure(grids: argparse._SubParsersAction) -> None:
                     "eps in {0.01, 0.03, 0.05, 0.1}, d = 10, lambda = 10, mu^2 = n. "
                     "ridge-lambda: the same for lambda in {1, 10, 100}. n = 1000 * 1.5^i, "
                     "i = 0..16; local, central, LTM Laplace and the Gaussian LTM for p in "
-                    "{1, 0.9, ..., 0.5, 0}. Writes FIGURE-CALIBRATION.csv|png|md to --out.")
+                    "{1, 0.9, ..., 0.5, 0}. ridge-m (not the paper's): ridge at eps = 0.1 "
+                    "for m in {50, 500, 5000} and without a sketch (dp or experiments; no "
+                    "Laplace LTM). Writes FIGURE-CALIBRATION.csv|png|md to --out; the report "
+                    "and the plot state the row bound, whether the data exceed it, and the "
+                    "runs where SSP's noisy Gram was indefinite.")
     parser.add_argument("name", choices=FIGURES, metavar="FIGURE",
-                        help="lowrank, ridge or ridge-lambda")
+                        help="lowrank, ridge, ridge-lambda or ridge-m")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--quick", action="store_true",
                         help="a reduced grid for CI: three values of n, three runs")
@@ -337,6 +346,8 @@ def _add_tables(grids: argparse._SubParsersAction) -> None:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
+    if args.name == "ridge-m" and args.m is not None:
+        raise InputError("ridge-m sweeps m itself (50, 500, 5000 and no sketch); drop --m")
     check_output_dir(args.out, whole=False)
     spec = figure_spec(args.name, quick=args.quick, runs=args.runs,
                                calibration=args.calibration, seed=args.seed,
@@ -345,7 +356,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
                                                        progress=not args.no_progress)
     largest = max(spec.n)
     print(f"figure {spec.name} ({spec.metric}, calibration="
-          f"{calibration_label(spec.calibration)}, m={spec.m}, s={spec.s}, "
+          f"{calibration_label(spec.calibration)}, "
+          f"{'m per panel' if spec.per_panel_m else f'm={spec.m}'}, s={spec.s}, "
           f"delta={spec.delta:g}) at n={largest}, mean +- std of {spec.runs} runs, "
           f"{seconds:.0f} s:")
     at = summary[summary["n"] == largest]

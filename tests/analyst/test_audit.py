@@ -65,6 +65,18 @@ def test_audit_catches_the_experiments_recipe_at_p_1(capsys):
     assert lower > 2 * claimed
 
 
+def test_laplace_names_the_dense_sketch_in_audits_own_options(capsys):
+    """The corollary's Laplace noise needs s = m; the refusal names --sparsity, and
+    with it the audit runs and passes."""
+    assert main(["audit", "--noise", "laplace", *SMALL]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sparsity 100" in err[0] and "--dense" not in err[0]
+    assert main(["audit", "--noise", "laplace", "--sparsity", "100", "--clients", "2000",
+                 "--rows", "100", "--dim", "10", "--trials", "4000", "--seed", "5"]) == 0
+    lower, claimed = _last_line(capsys)
+    assert lower <= claimed
+
+
 def test_too_few_trials_names_how_many_are_needed(capsys):
     assert main(["audit", *SMALL[:6], "--trials", "10"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analyst import baselines, datasets, figures, mechanisms, simulate
+from harness.analyst import baselines, datasets, figure_plot, figures, mechanisms, simulate
 from harness.cli import analyze as _cmd_analyze
 from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
@@ -173,9 +173,9 @@ def test_experiments_is_labelled_as_the_papers_recipe_everywhere() -> None:
     label = "the paper's recipe (not DP at p = 1: effective epsilon about sqrt(m) * epsilon)"
     assert label == baselines.EXPERIMENTS_LABEL
     assert label in baselines.calibration_label("experiments")
-    assert label in figures._label("ltm-gaussian", 1.0, "experiments")
-    assert label in figures._label("ltm-laplace", None, "experiments")
-    assert label not in figures._label("ltm-gaussian", 1.0, "dp")
+    assert label in figure_plot._label("ltm-gaussian", 1.0, "experiments")
+    assert label in figure_plot._label("ltm-laplace", None, "experiments")
+    assert label not in figure_plot._label("ltm-gaussian", 1.0, "dp")
     assert figures.figure_spec("lowrank").calibration == "dp"
 
 

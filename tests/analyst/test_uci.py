@@ -87,6 +87,16 @@ def test_table7_command(uci_dir, tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "calibration `corollary`" in text and "**differs**" in text
     assert (out / "table7-corollary.md").read_text() in text + "\n"
+    # the row bound R = eta sqrt(d + 1) is stated, and the scaled data keep within it
+    bounds = frame.drop_duplicates("dataset").set_index("dataset")
+    assert bounds.loc["Power", "row_bound"] == pytest.approx(7 ** 0.5)
+    for name in bounds.index:
+        features, target = uci.load_dataset(name, uci_dir)
+        rows = np.linalg.norm(np.column_stack([features, target]), axis=1)
+        assert bounds.loc[name, "max_row_norm"] == pytest.approx(rows.max())
+        assert rows.max() <= bounds.loc[name, "row_bound"]
+    assert "Row bound: every calibration assumes rows of l2 norm <= R" in text
+    assert "which no row exceeds" in text
 
 
 def test_table6_command_with_experiments_calibration(uci_dir, tmp_path) -> None:

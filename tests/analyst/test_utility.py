@@ -99,6 +99,14 @@ def test_ridge_sweep_and_summary() -> None:
     row = summary[(summary["method"] == "local") & (summary["n"] == 2000)].iloc[0]
     assert row["mean"] == pytest.approx(part.mean())
     assert row["std"] == pytest.approx(part.std())
+    # the row bound R = eta sqrt(d + 1) and the data's largest row, drawn again here
+    assert frame["row_bound"].tolist() == pytest.approx([2.0] * len(frame))  # eta 1, 4 columns
+    seeds = np.random.SeedSequence([config.seed, 2000, 0]).spawn(4)
+    features, target, _ = datasets.regression_data(
+        2000, 3, 2000.0, np.random.default_rng(seeds[0]))
+    first = frame[(frame["n"] == 2000) & (frame["repetition"] == 0)]["max_row_norm"]
+    assert first.iloc[0] == pytest.approx(
+        np.linalg.norm(np.column_stack([features, target]), axis=1).max())
 
 
 def test_zero_output_is_recorded() -> None:
@@ -194,6 +202,9 @@ def test_utility_command(tmp_path, capsys) -> None:
     captured = capsys.readouterr()
     assert "utility ridge" in captured.err  # the progress bar
     assert "phi at n=4000" in captured.out and "wrote" in captured.out
+    # b = A x with x ~ N(0, n I): rows far beyond R = sqrt(3), and the summary says so
+    assert "row bound R = 1.732 (eta sqrt(columns))" in captured.out
+    assert "and exceed it" in captured.out
     assert {p.name for p in tmp_path.iterdir()} == {
         "utility-ridge.csv", "utility-ridge-summary.csv", "utility-ridge.png"}
     with pytest.raises(InputError, match="already exist"):
