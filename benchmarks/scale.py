@@ -11,8 +11,9 @@ In one run (issue 20's targets, S = 3, d = 10, m = 100, s = 1, ``local``, Gaussi
   at N = ``--base`` (1e6) and ``--big`` (1e8), each a subprocess whose process tree's
   PSS is sampled every 0.1 s (:class:`harness.experiments.PeakMemory`), killed above
   ``--kill-above-gib`` so that a run which cannot fit does not take the machine with
-  it; the clients' wall per noisy value is from its result.json: ``stream_clients_s``
-  where the run streams, else ``prepare_s``, over n * s * d.
+  it; the clients' wall per noisy value is from its result.json: ``prepare_s`` (for a
+  streamed run its whole stream, clients and servers side by side, start-up
+  included) over n * s * d.
 
 The last three lines are exactly:
 
@@ -126,15 +127,15 @@ def ltm_run(n: int, out: Path, *, kill_above_gib: float, mp_spdz: Path | None) -
     stderr = log.read_text(errors="replace")
     if killed:
         raise RunFailed(f"ltm run at n={_short(n)} passed {kill_above_gib:g} GiB of PSS over its "
-                        f"process tree after {wall:.1f} s and was killed (expected until the "
-                        "clients stream; raise --kill-above-gib to let it go on)")
+                        f"process tree after {wall:.1f} s and was killed (raise "
+                        "--kill-above-gib to let it go on)")
     if proc.returncode != 0:
         last = next((ln for ln in reversed(stderr.strip().splitlines()) if ln.strip()),
                     f"exit status {proc.returncode}")
         raise RunFailed(f"ltm run at n={_short(n)} failed after {wall:.1f} s: {last.strip()}")
     result = json.loads((out / "result.json").read_text())
     timings = result["timings"]
-    clients = "stream_clients_s" if "stream_clients_s" in timings else "prepare_s"
+    clients = "prepare_s"
     values = n * SPARSITY * DIM
     return {"n": n, "wall_s": wall, "peak_pss_bytes": peak.bytes, "timings": timings,
             "clients_wall_from": clients, "clients_wall_s": timings[clients],
@@ -153,7 +154,7 @@ def measure(scratch: Path, args: argparse.Namespace, echo: Callable[[str], None]
                       mp_spdz=args.mp_spdz)
         stages = ", ".join(f"{k} {v:.3f}" for k, v in run["timings"].items()
                            if isinstance(v, int | float))
-        echo(f"ltm run n={_short(n)}: wall {run['wall_s']:.1f} s, peak PSS "
+        echo(f"run n={_short(n)}: wall {run['wall_s']:.1f} s, peak PSS "
              f"{run['peak_pss_bytes'] / 2**30:.3f} GiB, clients {run['ns_per_value']:.1f} ns "
              f"per noisy value ({run['clients_wall_from']}), T_end_to_end "
              f"{run['t_end_to_end_s']:.3f} s, T_MPC {run['t_mpc_s']:.3f} s, verified "

@@ -217,10 +217,11 @@ class NpyRows:
 
 
 class SyntheticRows:
-    """Uniform entries in [-eta, eta], a function of (seed, client): generated per chunk.
+    """Uniform entries in [-eta, eta), a function of (seed, client): generated per chunk.
 
-    Row j is public words ``j * d .. j * d + d - 1`` (the data stream under the
-    seed), so any range is computed on its own and two runs with one seed share
+    Entry (j, c) is the (j d + c)-th 32-bit half of the public data stream under the
+    seed, scaled to [-eta, eta) (steps of 2 eta / 2^32, far below the fixed point's
+    2^-16), so any range is computed on its own and two runs with one seed share
     their data whatever their chunking.
     """
 
@@ -234,14 +235,16 @@ class SyntheticRows:
     def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
         """:meth:`read` into ``out`` (a reused buffer): no allocation per chunk."""
         count = (stop - start) * self.d
-        if self._words is None or self._words.size < count + 3:
-            self._words = np.empty(count + 3, dtype=np.uint64)
-        words = public_words(self.seed, DATA_STREAM, start * self.d, count, self._words)
+        halves = (count + 1) // 2 + (start * self.d) % 2
+        if self._words is None or self._words.size < halves + 3:
+            self._words = np.empty(halves + 3, dtype=np.uint64)
+        # Entry e is the e-th 32-bit half of the data stream: two entries per word.
+        first = start * self.d
+        words = public_words(self.seed, DATA_STREAM, first // 2, halves, self._words)
+        entries = words.view(np.uint32)[first % 2: first % 2 + count]
         view = out[: stop - start]
         flat = view.reshape(-1)
-        # 53 random bits to [0, 1), then to [-eta, eta].
-        np.right_shift(words, np.uint64(11), out=words)
-        np.multiply(words, 2.0 * self.eta / 2.0**53, out=flat)
+        np.multiply(entries, 2.0 * self.eta / 2.0**32, out=flat)  # [0, 2 eta)
         flat -= self.eta
         return view
 

@@ -91,25 +91,24 @@ class StreamPlan:
 
 
 def _accumulators(sketch: Sketch, start: int, stop: int) -> np.ndarray:
-    rows, signs = sketch.columns(start, stop)
-    small = np.int16 if 2 * sketch.m < 2**15 else np.int32
-    acc = rows.astype(small)
-    acc += (signs < 0).astype(small) * small(sketch.m)
-    return acc.ravel()  # slot order: component i, then client j
+    acc = sketch.accumulators(start, stop)
+    # numpy's stable sort of a 16-bit type is a radix sort: O(slots), not O(slots log slots).
+    return acc.astype(np.int16) if 2 * sketch.m < 2**15 else acc
 
 
 def chunk_counts(sketch: Sketch, start: int, stop: int) -> np.ndarray:
     """Slots of each of the 2m accumulators among clients [start, stop) (what a server
     needs of the public grouping)."""
-    return np.bincount(_accumulators(sketch, start, stop), minlength=2 * sketch.m)
+    return np.bincount(sketch.accumulators(start, stop), minlength=2 * sketch.m)
 
 
 def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """The chunk's slots grouped by accumulator: the client of each grouped slot, and
-    the slot counts per accumulator. numpy's stable sort of int16 is a radix sort."""
+    the slot counts per accumulator."""
     acc = _accumulators(sketch, start, stop)
     order = np.argsort(acc, kind="stable")
-    order %= stop - start
+    if sketch.s > 1:  # slot i * k + j is client j's i-th
+        order %= stop - start
     return order, np.bincount(acc, minlength=2 * sketch.m)
 
 
@@ -176,6 +175,7 @@ class ProducerTotals:
     noise_sq: float
     busy_s: float
     wait_s: float
+    cpu_s: float  # this process's CPU time: what its work cost, however the cores were shared
 
 
 def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
@@ -203,6 +203,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     busy_by = [0] * S  # which slots each server still holds
     wait_s = 0.0
     started = time.perf_counter()
+    cpu = time.process_time()
     for k in plan.chunks_of(worker):
         start, stop = plan.span(k)
         clients, counts = chunk_groups(sketch, start, stop)
@@ -212,7 +213,10 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         if noise.zero_output:  # R_D outputs zeros: neither data nor noise leaves a client
             vals[:] = 0.0
         else:
-            np.take(rows.read_into(start, stop, chunk_rows), clients, axis=0, out=vals)
+            # mode="clip": with "raise" numpy copies through a buffer to be safe from a
+            # bad index; these are a permutation's.
+            np.take(rows.read_into(start, stop, chunk_rows), clients, axis=0, out=vals,
+                    mode="clip")
         lattice = None
         if sigma:
             noise_draw = drawn[:slots]
@@ -268,7 +272,8 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
             busy_by[i] -= 1
         _tell(conns[i], i, ("end", len(plan.chunks_of(worker))))
     busy = time.perf_counter() - started - wait_s
-    return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s)
+    return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s,
+                          time.process_time() - cpu)
 
 
 def _tell(conn: Any, server: int, message: tuple) -> None:

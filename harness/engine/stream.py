@@ -219,6 +219,10 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
     servers_s = max(s["busy_s"] for s in servers)
     stages = {"stream_wall_s": wall, "stream_clients_s": clients_s,
               "stream_servers_s": servers_s, "stream_workers": float(plan.workers),
+              # CPU time summed over the processes: the work itself, whatever the sharing
+              # of the cores made of the clocks above.
+              "stream_clients_cpu_s": sum(t.cpu_s for t in workers),
+              "stream_servers_cpu_s": sum(s["cpu_s"] for s in servers),
               # Above 1: clients and servers worked at the same time.
               "stream_overlap": (clients_s + servers_s) / wall if wall else 0.0}
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
@@ -265,8 +269,9 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
     buffers: list[ChannelBuffer] = []
     try:
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
+        cpu = time.process_time()
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
-        _tell(report, "ok", {"busy_s": busy})
+        _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu})
     except _Lost as exc:
         _tell(report, "lost", str(exc))
     except _Refused as exc:

@@ -45,7 +45,7 @@ def no_drawing(monkeypatch):
     def drawn(*args, **kwargs):
         raise AssertionError("data drawn before the options were checked")
 
-    monkeypatch.setattr(workload_module, "synthetic_matrix", drawn)
+    monkeypatch.setattr(workload_module, "SyntheticRows", drawn)
 
 
 @pytest.mark.parametrize(("args", "needle"), [
