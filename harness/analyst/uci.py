@@ -197,7 +197,7 @@ def check_data_dir(data_dir: str | os.PathLike) -> Path:
     directory = Path(data_dir)
     if not directory.is_dir():
         raise InputError(f"--data-dir {directory} is not a directory; create it and put the "
-                         "UCI files there (see README)")
+                         "UCI files there (see the docs page How-to > Utility)")
     for dataset in DATASETS:
         _find(dataset, directory)
     return directory

@@ -338,7 +338,8 @@ def _add_tables(grids: argparse._SubParsersAction) -> None:
                         "files their UCI pages distribute, with the paper's preprocessing; "
                         "the paper's values beside the measured ones.")
         parser.add_argument("--data-dir", required=True, metavar="DIR",
-                            help="directory holding the UCI files (see README)")
+                            help="directory holding the UCI files (see the docs page "
+                                 "How-to > Utility)")
         parser.add_argument("--out", default=".", metavar="DIR",
                             help="output directory (default: .)")
         _grid_options(parser, "default: 20")

@@ -175,8 +175,8 @@ PROGRAM = option("--program", choices=PROGRAMS, help="server program (default {d
 # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
 PROTOCOL = option("--protocol", metavar="NAME",
                   help=f"MP-SPDZ protocol: {', '.join(PROTOCOLS)} (default {{default}}; the "
-                       "replicated ones need exactly 3 parties; see the README's "
-                       "security-model table)")
+                       "replicated ones need exactly 3 parties; see the docs page "
+                       "Concepts > Protocols)")
 SHARING = option("--sharing", choices=SHARINGS,
                  help="full: every server receives all its share words; seeded: all but one "
                       "sharing component (client j's component j mod C, spread over the "

@@ -6,8 +6,8 @@ when clients cannot write its share files). Everything that starts parties,
 locally or over SSH, looks the binary up here.
 
 The security claims (who may be corrupted, semi-honest or malicious) are
-MP-SPDZ's own, from its documentation's protocol overview; the README's
-security-model table says what they mean for this computation.
+MP-SPDZ's own, from its documentation's protocol overview; the docs' Protocols page
+(docs/concepts/protocols.md) says what they mean for this computation.
 """
 
 from __future__ import annotations
