@@ -96,7 +96,7 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
 def end_to_end_parts(result: RunResult) -> str:
     t = result.timings
     if "stream_wall_s" in t:  # clients and servers side by side, then the MPC's opening
-        after = result.t_end_to_end_s - t["prepare_s"]
+        after = (result.t_end_to_end_s or 0.0) - t["prepare_s"]
         return (f"stream {t['prepare_s']:.3f} (clients {t['stream_clients_s']:.3f} and "
                 f"servers {t['stream_servers_s']:.3f} side by side) + MPC {after:.3f}")
     upload = (f"upload {t['client_upload_s']:.3f}" if result.upload_measured
