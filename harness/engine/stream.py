@@ -328,8 +328,10 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                                f"not the {plan.chunk_words(k)} the plan announces")
             start, stop = plan.span(k)
             live, offsets = run_starts(chunk_counts(sketch, start, stop))
-            shares = buffers[w].slot(slot, words).reshape(-1, width)
-            acc[live] += np.add.reduceat(shares, offsets, axis=0)
+            # (d, slots, words): each column's accumulator runs are contiguous.
+            shares = buffers[w].slot(slot, words).reshape(plan.d, -1, plan.fmt.words)
+            sums = np.add.reduceat(shares, offsets, axis=1)  # (d, live, words)
+            acc[live] += sums.transpose(1, 0, 2).reshape(live.size, width)
             try:
                 conn.send(("free", slot))
             except OSError:
