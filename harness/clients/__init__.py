@@ -73,6 +73,7 @@ from harness.clients.sharing import (
 from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
 from harness.clients.stream import (
     ChannelBuffer,
+    SketchGroups,
     StreamBroken,
     StreamPlan,
     chunk_counts,
@@ -85,6 +86,7 @@ __all__ = [
     "ADDITIVE",
     "ArrayRows",
     "ChannelBuffer",
+    "SketchGroups",
     "EXPORT_LIMIT",
     "NpyRows",
     "Rows",

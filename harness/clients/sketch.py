@@ -309,7 +309,8 @@ def _distinct_columns(words: np.ndarray, m: int, s: int) -> tuple[np.ndarray, np
 
     Floyd's algorithm, vectorised over columns: step t draws from [0, m-s+t] and
     takes the top value on a clash, which yields a uniform s-subset from exactly
-    s words; the other s words are random keys whose ranks order the subset.
+    s words; the other s words are random keys whose ranks order the subset (64-bit
+    keys: a tie, which would fall back to position, has probability below 2^-50).
     """
     k = words.shape[0]
     rows = np.empty((s, k), dtype=np.int32)
@@ -317,15 +318,20 @@ def _distinct_columns(words: np.ndarray, m: int, s: int) -> tuple[np.ndarray, np
     per_pass = max(1, _FLOYD_CELLS // m)
     for first in range(0, k, per_pass):
         part = words[first:first + per_pass]
-        cols = np.arange(part.shape[0])
-        taken = np.zeros((part.shape[0], m), dtype=bool)
-        chosen = np.empty((part.shape[0], s), dtype=np.int32)
+        count = part.shape[0]
+        base = np.arange(count, dtype=np.intp) * m  # row starts in a flat "taken" table
+        taken = np.zeros(count * m, dtype=bool)
+        chosen = np.empty((s, count), dtype=np.int32)
+        low = np.ascontiguousarray((part[:, :s] & np.uint64(0xFFFFFFFF)).T)
         for step, top in enumerate(range(m - s, m)):
-            pick = below(part[:, step], top + 1)
-            pick[taken[cols, pick]] = top
-            taken[cols, pick] = True
-            chosen[:, step] = pick
-        order = np.argsort(part[:, s:], axis=1, kind="stable")
-        rows[:, first:first + part.shape[0]] = np.take_along_axis(chosen, order, axis=1).T
-        signs[:, first:first + part.shape[0]] = _sign_bits(part[:, :s]).T
+            pick = ((low[step] * np.uint64(top + 1)) >> np.uint64(32)).astype(np.intp)
+            cell = base + pick
+            clash = taken[cell]
+            pick[clash] = top
+            cell[clash] = base[clash] + top
+            taken[cell] = True
+            chosen[step] = pick
+        order = np.argsort(np.ascontiguousarray(part[:, s:]), axis=1)
+        rows[:, first:first + count] = np.take_along_axis(chosen.T, order, axis=1).T
+        signs[:, first:first + count] = _sign_bits(part[:, :s]).T
     return rows, signs

@@ -41,12 +41,15 @@ from harness.clients.sketch import Sketch
 from harness.errors import InputError
 from harness.fileio import open_private
 
-__all__ = ["ChannelBuffer", "StreamBroken", "StreamPlan", "chunk_counts", "chunk_groups", "produce",
-           "run_starts"]
+__all__ = ["ChannelBuffer", "SketchGroups", "StreamBroken", "StreamPlan", "chunk_counts",
+           "chunk_groups", "group_slots", "produce", "run_starts"]
 
 # Noisy values per chunk: 4 MB float64 buffers, in cache-friendly reach, and few
 # enough chunks (20,000 at n = 1e9, d = 10) that a chunk's fixed cost vanishes.
 CHUNK_VALUES = 1 << 19
+# Clients whose sketch columns are drawn at once when s > 1: the s-step draw of
+# distinct buckets costs per step, so a few thousand clients per step amortise it.
+SKETCH_GROUP_CLIENTS = 1 << 14
 _SLACK = 16  # AES-CTR's update_into wants room for one block past the data
 
 
@@ -88,14 +91,22 @@ class StreamPlan:
     def slot_bytes(self) -> int:
         return self.clients_per_chunk * self.s * self.d * self.fmt.words * 8
 
-    def chunks_of(self, worker: int) -> range:
-        return range(worker, self.chunks, self.workers)
+    @property
+    def group(self) -> int:
+        """Consecutive chunks whose sketch columns are drawn together (1 for s = 1)."""
+        if self.s == 1:
+            return 1
+        return max(1, SKETCH_GROUP_CLIENTS // self.clients_per_chunk)
+
+    def chunks_of(self, worker: int) -> list[int]:
+        """Worker ``worker``'s chunks, in its order: whole groups, dealt round robin."""
+        g, w = self.group, self.workers
+        return [k for k in range(self.chunks) if (k // g) % w == worker]
 
 
-def _accumulators(sketch: Sketch, start: int, stop: int) -> np.ndarray:
-    acc = sketch.accumulators(start, stop)
+def _small(acc: np.ndarray, m: int) -> np.ndarray:
     # numpy's stable sort of a 16-bit type is a radix sort: O(slots), not O(slots log slots).
-    return acc.astype(np.int16) if 2 * sketch.m < 2**15 else acc
+    return acc.astype(np.int16) if 2 * m < 2**15 else acc
 
 
 def chunk_counts(sketch: Sketch, start: int, stop: int) -> np.ndarray:
@@ -107,11 +118,45 @@ def chunk_counts(sketch: Sketch, start: int, stop: int) -> np.ndarray:
 def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """The chunk's slots grouped by accumulator: the client of each grouped slot, and
     the slot counts per accumulator."""
-    acc = _accumulators(sketch, start, stop)
-    order = np.argsort(acc, kind="stable")
-    if sketch.s > 1:  # slot i * k + j is client j's i-th
-        order %= stop - start
-    return order, np.bincount(acc, minlength=2 * sketch.m)
+    return group_slots(sketch.accumulators(start, stop), sketch.m, stop - start)
+
+
+def group_slots(acc: np.ndarray, m: int, clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`chunk_groups` of a chunk's accumulators (slot order, ``clients`` clients)."""
+    small = _small(acc, m)
+    order = np.argsort(small, kind="stable")
+    if acc.size > clients:  # s > 1: slot i * k + j is client j's i-th
+        order %= clients
+    return order, np.bincount(small, minlength=2 * m)
+
+
+class SketchGroups:
+    """The accumulators of each chunk, drawn a group of chunks at a time.
+
+    For s = 1 a chunk's own; for s > 1 the columns of :attr:`StreamPlan.group`
+    consecutive chunks are drawn in one call and sliced per chunk, so the s steps
+    of the distinct-bucket draw each run over thousands of clients.
+    """
+
+    def __init__(self, sketch: Sketch, plan: StreamPlan) -> None:
+        self.sketch, self.plan = sketch, plan
+        self._group = -1
+        self._acc = np.empty((0, 0), dtype=np.int64)
+        self._first = 0
+
+    def chunk(self, k: int) -> np.ndarray:
+        """Chunk k's accumulators in slot order (component i, then client j), int64."""
+        plan = self.plan
+        start, stop = plan.span(k)
+        if plan.group == 1:
+            return self.sketch.accumulators(start, stop)
+        g = k // plan.group
+        if g != self._group:
+            first = plan.span(g * plan.group)[0]
+            last = plan.span(min(plan.chunks, (g + 1) * plan.group) - 1)[1]
+            self._acc = self.sketch.accumulators(first, last).reshape(plan.s, last - first)
+            self._group, self._first = g, first
+        return self._acc[:, start - self._first: stop - self._first].ravel()
 
 
 def run_starts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,9 +253,11 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     wait_s = 0.0
     started = time.perf_counter()
     cpu = time.process_time()
-    for k in plan.chunks_of(worker):
+    columns = SketchGroups(sketch, plan)
+    mine = plan.chunks_of(worker)
+    for sent, k in enumerate(mine):
         start, stop = plan.span(k)
-        clients, counts = chunk_groups(sketch, start, stop)
+        clients, counts = group_slots(columns.chunk(k), plan.m, stop - start)
         slots = clients.size
         live, offsets = run_starts(counts)
         vals = values[:slots]
@@ -265,7 +312,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
                 _await_free(conns[i], i)
                 wait_s += time.perf_counter() - waited
                 busy_by[i] -= 1
-        slot = (k // plan.workers) % 2
+        slot = sent % 2  # the two slots in turn
         _share(ring.ravel(), fmt, S, buffers, slot, words, masks, scratch)
         for i in range(S):
             _tell(conns[i], i, ("chunk", k, slot, words))
@@ -274,7 +321,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         while busy_by[i]:
             _await_free(conns[i], i)
             busy_by[i] -= 1
-        _tell(conns[i], i, ("end", len(plan.chunks_of(worker))))
+        _tell(conns[i], i, ("end", len(mine)))
     busy = time.perf_counter() - started - wait_s
     return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s,
                           time.process_time() - cpu)

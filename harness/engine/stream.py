@@ -36,9 +36,9 @@ from harness.clients import (
     Prepared,
     Rows,
     Sketch,
+    SketchGroups,
     StreamBroken,
     StreamPlan,
-    chunk_counts,
     format_integers,
     produce,
     run_starts,
@@ -297,13 +297,16 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
     width = plan.d * plan.fmt.words
     acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
     received = [0] * plan.workers
+    owed = [plan.chunks_of(w) for w in range(plan.workers)]
+    # One per worker: each worker's chunks arrive in order, a group at a time.
+    columns = [SketchGroups(sketch, plan) for _ in range(plan.workers)]
     owner = {id(c): w for w, c in enumerate(conns)}
     open_streams = list(conns)
     busy = 0.0
     while open_streams:
         for conn in _ready(open_streams, None):
             w = owner[id(conn)]
-            mine = plan.chunks_of(w)
+            mine = owed[w]
             try:
                 message = conn.recv()
             except (EOFError, OSError):
@@ -319,15 +322,15 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                 continue
             _, k, slot, words = message
             if received[w] >= len(mine) or k != mine[received[w]]:
-                owed = (f"chunk {mine[received[w]]}" if received[w] < len(mine)
-                        else "nothing more")
-                raise _Refused(f"got chunk {k} from client worker {w}, which owes {owed} "
+                due = (f"chunk {mine[received[w]]}" if received[w] < len(mine)
+                       else "nothing more")
+                raise _Refused(f"got chunk {k} from client worker {w}, which owes {due} "
                                "(more than announced, or out of order)")
             if words != plan.chunk_words(k):
                 raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
                                f"not the {plan.chunk_words(k)} the plan announces")
-            start, stop = plan.span(k)
-            live, offsets = run_starts(chunk_counts(sketch, start, stop))
+            counts = np.bincount(columns[w].chunk(k), minlength=2 * plan.m)
+            live, offsets = run_starts(counts)
             # (d, slots, words): each column's accumulator runs are contiguous.
             shares = buffers[w].slot(slot, words).reshape(plan.d, -1, plan.fmt.words)
             sums = np.add.reduceat(shares, offsets, axis=1)  # (d, live, words)

@@ -77,3 +77,20 @@ def test_an_npy_file_is_read_in_chunks_and_each_chunk_checked(tmp_path):
     assert np.array_equal(rows.read(0, 300), matrix[:300])
     with pytest.raises(InputError, match=r"\|A\[321, 2\]\| = 7 exceeds the bound eta = 1"):
         rows.read(300, 500)
+
+
+@pytest.mark.parametrize("s", [1, 4])
+def test_groups_of_chunks_give_each_chunk_its_own_accumulators(s):
+    from harness.clients import SketchGroups, StreamPlan
+
+    sk = Sketch.sparse(40_000, 12, s, seed=8)
+    plan = StreamPlan(40_000, 3, 12, s, 3, "additive", workers=2, chunk=97)
+    assert plan.group == (1 if s == 1 else 16384 // 97)
+    mine = [plan.chunks_of(w) for w in range(2)]
+    # Every chunk belongs to exactly one worker, and each worker takes whole groups.
+    assert sorted(mine[0] + mine[1]) == list(range(plan.chunks))
+    assert all((k // plan.group) % 2 == w for w in range(2) for k in mine[w])
+    columns = SketchGroups(sk, plan)
+    for k in [*mine[1][:3], *mine[0][-3:], plan.chunks - 1]:
+        start, stop = plan.span(k)
+        assert np.array_equal(columns.chunk(k), sk.accumulators(start, stop))
