@@ -100,6 +100,10 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
     else as share files in the protocol's format.
+
+    The processes start through :mod:`multiprocessing`, so a Python script that
+    calls this (or a streamed :func:`harness.experiments.run`) needs the usual
+    ``if __name__ == "__main__":`` guard; ``ltm`` and notebooks need nothing.
     """
     ctx = _context()
     root = _channel_root(workdir)
