@@ -18,8 +18,8 @@ import numpy as np
 from harness.clients.sketch import public_words
 from harness.errors import InputError, check_memory
 
-__all__ = ["ArrayRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows", "all_rows", "check_matrix",
-           "load_matrix", "open_rows", "synthetic_matrix"]
+__all__ = ["ArrayRows", "CsvRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows", "all_rows",
+           "check_matrix", "load_matrix", "open_rows", "synthetic_matrix"]
 
 SUFFIXES = (".csv", ".txt", ".npy")
 _FORMATS = "a .csv, .txt or .npy file"
@@ -261,9 +261,90 @@ def synthetic_matrix(n: int, d: int, eta: float, seed: int | None) -> np.ndarray
     return np.random.default_rng(seed).uniform(-eta, eta, size=(n, d))
 
 
+# Every this many rows a CSV's byte offset is kept: n / 4096 offsets find any row.
+_CSV_STRIDE = 4096
+_SCAN_BYTES = 1 << 24
+
+
+class CsvRows:
+    """A ``.csv`` read a range of rows at a time: one pass finds every 4096th row's byte
+    offset, then a chunk is a seek and a parse of its own rows (checked as it is read).
+
+    Comma-separated numbers, with an optional header line (a first line that is not
+    all numbers); a blank line is refused, naming it, since it would shift the rows.
+    """
+
+    def __init__(self, path: Path, eta: float) -> None:
+        self.path, self.eta = path, eta
+        with open(path, "rb") as fh:
+            first = fh.readline()
+            fields = first.decode("utf-8", "replace").strip().split(",")
+            self.header = not all(_is_number(f) for f in fields)
+            self.d = len(fields)
+            data_start = len(first) if self.header else 0
+            self.offsets, self.n = _index_lines(fh, path, data_start)
+        if self.n == 0:
+            raise InputError(f"data file {path} has no data rows; it must be an n x d matrix")
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        return self.read_into(start, stop, np.empty((stop - start, self.d)))
+
+    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
+        import pandas as pd
+
+        with open(self.path, "rb") as fh:
+            fh.seek(int(self.offsets[start // _CSV_STRIDE]))
+            for _ in range(start % _CSV_STRIDE):
+                fh.readline()
+            try:
+                frame = pd.read_csv(fh, header=None, nrows=stop - start, sep=",",
+                                    skip_blank_lines=False)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise InputError(f"cannot read data file {self.path} from row {start}: "
+                                 f"{exc}") from exc
+        if frame.shape != (stop - start, self.d):
+            raise InputError(f"data file {self.path}: rows {start}..{stop - 1} have shape "
+                             f"{frame.shape}, not ({stop - start}, {self.d}); every row needs "
+                             f"{self.d} numbers")
+        view = out[: stop - start]
+        try:
+            view[:] = frame.to_numpy(dtype=np.float64)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"data file {self.path} is not a numeric CSV matrix in rows "
+                             f"{start}..{stop - 1}: {exc}") from exc
+        check_matrix(view, self.eta, first_row=start)
+        return view
+
+    def __getstate__(self) -> dict:
+        return self.__dict__  # a path and the offsets: each worker opens the file itself
+
+
+def _index_lines(fh, path: Path, offset: int) -> tuple[np.ndarray, int]:
+    """Byte offsets of data rows 0, _CSV_STRIDE, 2 _CSV_STRIDE, ... from ``offset``, and
+    the number of rows (a last line without a newline counts)."""
+    kept, count, position, line_start = [offset], 0, offset, offset
+    fh.seek(offset)
+    while block := fh.read(_SCAN_BYTES):
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + position
+        starts = np.concatenate(([line_start], ends[:-1] + 1))
+        empty = np.flatnonzero(ends == starts)
+        if empty.size:
+            raise InputError(f"data file {path} has a blank line (data row "
+                             f"{count + int(empty[0])}); remove it: every line must be a row")
+        index = np.arange(count, count + ends.size)
+        kept.extend((ends[(index + 1) % _CSV_STRIDE == 0] + 1).tolist())
+        count += ends.size
+        if ends.size:
+            line_start = int(ends[-1]) + 1
+        position += len(block)
+    if position > line_start:
+        count += 1
+    return np.asarray(kept[: max(1, -(-count // _CSV_STRIDE))], dtype=np.int64), count
+
+
 def open_rows(path: str | os.PathLike, eta: float) -> Rows:
-    """``--data FILE`` as rows to stream: a ``.npy`` is mapped and read in chunks (any
-    size); text is parsed whole (checked against memory first)."""
+    """``--data FILE`` as rows to stream: a ``.npy`` is mapped and a ``.csv`` indexed, and
+    both are read in chunks (any size); ``.txt`` is parsed whole (memory checked first)."""
     path = Path(path)
     if path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size:
         rows = NpyRows(path, eta)
@@ -271,6 +352,8 @@ def open_rows(path: str | os.PathLike, eta: float) -> Rows:
             raise InputError(f"data file {path} has shape {rows.mapped.shape}; it must be an "
                              "n x d matrix with at least one row and one column")
         return rows
+    if path.suffix.lower() == ".csv" and path.is_file() and path.stat().st_size:
+        return CsvRows(path, eta)
     return ArrayRows(load_matrix(path)[0], eta)
 
 

@@ -94,3 +94,26 @@ def test_groups_of_chunks_give_each_chunk_its_own_accumulators(s):
     for k in [*mine[1][:3], *mine[0][-3:], plan.chunks - 1]:
         start, stop = plan.span(k)
         assert np.array_equal(columns.chunk(k), sk.accumulators(start, stop))
+
+
+def test_a_csv_is_indexed_once_and_read_a_range_at_a_time(tmp_path, monkeypatch):
+    import harness.clients.matrices as matrices
+
+    monkeypatch.setattr(matrices, "_CSV_STRIDE", 7)  # many index entries in a small file
+    monkeypatch.setattr(matrices, "_SCAN_BYTES", 64)  # lines that straddle scan blocks
+    table = np.random.default_rng(2).uniform(-1, 1, size=(100, 3))
+    path = tmp_path / "a.csv"
+    path.write_text("x,y,z\n" + "".join(",".join(repr(float(v)) for v in row) + "\n"
+                                        for row in table))
+    rows = open_rows(path, eta=1.0)
+    assert (rows.n, rows.d) == (100, 3) and len(rows.offsets) == 15
+    for start, stop in [(0, 100), (0, 1), (6, 7), (7, 8), (13, 29), (99, 100)]:
+        assert np.array_equal(rows.read(start, stop), table[start:stop])
+    path.write_text("1,2\n3,4\n\n5,6\n")
+    with pytest.raises(InputError, match=r"a blank line \(data row 2\)"):
+        open_rows(path, eta=9.0)
+    path.write_text("1,2\n3,4")  # no header, no final newline
+    assert np.array_equal(open_rows(path, eta=9.0).read(0, 2), [[1, 2], [3, 4]])
+    path.write_text("1,2\n3,x\n")
+    with pytest.raises(InputError, match=r"not a numeric CSV matrix in rows 0\.\.1"):
+        open_rows(path, eta=9.0).read(0, 2)
