@@ -25,7 +25,6 @@ from harness.clients.matrices import (
     load_matrix,
     npy_error,
     open_rows,
-    synthetic_matrix,
 )
 from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
@@ -76,7 +75,6 @@ from harness.clients.stream import (
     SketchGroups,
     StreamBroken,
     StreamPlan,
-    chunk_counts,
     chunk_groups,
     produce,
     run_starts,
@@ -94,7 +92,6 @@ __all__ = [
     "StreamPlan",
     "SyntheticRows",
     "all_rows",
-    "chunk_counts",
     "chunk_groups",
     "open_rows",
     "produce",
@@ -141,7 +138,6 @@ __all__ = [
     "skellam_epsilon",
     "skellam_mu",
     "smallest_n",
-    "synthetic_matrix",
     "tamper_share_file",
     "tamper_text_file",
     "upload_files",

@@ -19,7 +19,7 @@ from harness.clients.sketch import public_words
 from harness.errors import InputError, check_memory
 
 __all__ = ["ArrayRows", "CsvRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows", "all_rows",
-           "check_matrix", "load_matrix", "open_rows", "synthetic_matrix"]
+           "check_matrix", "load_matrix", "open_rows"]
 
 SUFFIXES = (".csv", ".txt", ".npy")
 _FORMATS = "a .csv, .txt or .npy file"
@@ -254,11 +254,6 @@ def all_rows(rows: Rows) -> np.ndarray:
     check_memory(8.0 * rows.n * rows.d, f"n={rows.n}, d={rows.d}",
                  "lower --clients or --dim, or use --program local, which streams")
     return np.ascontiguousarray(rows.read(0, rows.n))
-
-
-def synthetic_matrix(n: int, d: int, eta: float, seed: int | None) -> np.ndarray:
-    """Uniform entries in [-eta, eta]: bounded by eta as the mechanism requires."""
-    return np.random.default_rng(seed).uniform(-eta, eta, size=(n, d))
 
 
 # Every this many rows a CSV's byte offset is kept: n / 4096 offsets find any row.

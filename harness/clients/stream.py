@@ -41,7 +41,7 @@ from harness.clients.sketch import Sketch
 from harness.errors import InputError
 from harness.fileio import open_private
 
-__all__ = ["ChannelBuffer", "SketchGroups", "StreamBroken", "StreamPlan", "chunk_counts",
+__all__ = ["ChannelBuffer", "SketchGroups", "StreamBroken", "StreamPlan",
            "chunk_groups", "group_slots", "produce", "run_starts"]
 
 # Noisy values per chunk: 4 MB float64 buffers, in cache-friendly reach, and few
@@ -104,17 +104,6 @@ class StreamPlan:
         return [k for k in range(self.chunks) if (k // g) % w == worker]
 
 
-def _small(acc: np.ndarray, m: int) -> np.ndarray:
-    # numpy's stable sort of a 16-bit type is a radix sort: O(slots), not O(slots log slots).
-    return acc.astype(np.int16) if 2 * m < 2**15 else acc
-
-
-def chunk_counts(sketch: Sketch, start: int, stop: int) -> np.ndarray:
-    """Slots of each of the 2m accumulators among clients [start, stop) (what a server
-    needs of the public grouping)."""
-    return np.bincount(sketch.accumulators(start, stop), minlength=2 * sketch.m)
-
-
 def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """The chunk's slots grouped by accumulator: the client of each grouped slot, and
     the slot counts per accumulator."""
@@ -123,7 +112,8 @@ def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.
 
 def group_slots(acc: np.ndarray, m: int, clients: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`chunk_groups` of a chunk's accumulators (slot order, ``clients`` clients)."""
-    small = _small(acc, m)
+    # numpy's stable sort of a 16-bit type is a radix sort: O(slots), not O(slots log slots).
+    small = acc.astype(np.int16) if 2 * m < 2**15 else acc
     order = np.argsort(small, kind="stable")
     if acc.size > clients:  # s > 1: slot i * k + j is client j's i-th
         order %= clients
