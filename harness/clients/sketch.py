@@ -3,8 +3,8 @@
 Every S_i in {-1, 0, 1}^{m x n} has exactly one non-zero per column, so the
 sketch is stored as two (s, n) arrays: ``rows[i, j]`` is the bucket and
 ``signs[i, j]`` the sign that component i gives client j. The s non-zeros of a
-column sit in distinct rows, assigned to the components in uniformly random
-order. The sketch is public: a sparse sketch is a function of (seed, client),
+column sit in distinct rows, a uniformly random s-subset, and each component's
+bucket is uniform. The sketch is public: a sparse sketch is a function of (seed, client),
 computed per chunk of clients from a counter-based generator (AES-CTR), so runs
 can be reproduced, any client's column recomputed, and a billion clients
 sketched without ever holding the (s, n) arrays.
@@ -41,10 +41,10 @@ def check_dimensions(n: int, m: int, s: int, *, dense: bool = False) -> None:
                          f"got n={n}, m={m}; choose --clients as a multiple of --rows")
 
 
-# Public words per client: one for s = 1 (bucket and sign); else s for the distinct
-# buckets (Floyd's algorithm) and their signs, and s keys that order them.
+# Public words per client: one for s = 1 (bucket and sign), else one per non-zero
+# (its bucket's draw and its sign; the first also carries the column's shift).
 def _words_per_client(s: int) -> int:
-    return 1 if s == 1 else 2 * s
+    return 1 if s == 1 else s
 
 
 # Below this many clients a run saves sketch.npz beside its output unless told not
@@ -169,7 +169,8 @@ class Sketch:
             rows = below(words[:, 0], self.m)[None, :]
             signs = _sign_bits(words[:, 0])[None, :]
             return rows, signs
-        return _distinct_columns(words, self.m, s)
+        picks = _distinct_picks(words, self.m, s)
+        return picks.astype(np.int32), _sign_bits(words.T)
 
     def accumulators(self, start: int, stop: int) -> np.ndarray:
         """Each slot's accumulator among clients [start, stop), in slot order (component
@@ -178,11 +179,15 @@ class Sketch:
         What servers recompute for every chunk they sum, so s = 1 takes a short path
         straight from the public words (the same bucket and sign :meth:`columns` gives).
         """
-        if self._rows is not None or self.s != 1:
+        if self._rows is not None:
             rows, signs = self.columns(start, stop)
             return (rows.astype(np.int64) + self.m * (signs < 0)).ravel()
         assert self.seed is not None
-        words = public_words(self.seed, SKETCH_STREAM, start, stop - start)
+        s, k = self.s, stop - start
+        words = public_words(self.seed, SKETCH_STREAM, start * _words_per_client(s),
+                             k * _words_per_client(s))
+        if s > 1:
+            return _distinct_picks(words.reshape(k, s), self.m, s, accumulators=True).ravel()
         acc = words >> np.uint64(63)  # a top bit of 0 is sign -1 (see _sign_bits)
         acc ^= np.uint64(1)
         acc *= np.uint64(self.m)
@@ -297,41 +302,63 @@ def _signs(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 
 def _sign_bits(words: np.ndarray) -> np.ndarray:
     """+1 or -1 from each word's top bit (the bucket used its low half)."""
-    return ((words >> np.uint64(63)).astype(np.int8) * 2 - 1).astype(np.int8)
+    signs = (words >> np.uint64(63)).astype(np.int8)
+    signs *= 2
+    signs -= 1
+    return signs
 
 
 # Columns per pass of Floyd's algorithm: its "taken" table is (columns, m) booleans.
 _FLOYD_CELLS = 1 << 24
 
 
-def _distinct_columns(words: np.ndarray, m: int, s: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each row of ``words`` (k, 2s): s distinct buckets of [m] in uniform order.
+def _distinct_picks(words: np.ndarray, m: int, s: int, accumulators: bool = False
+                    ) -> np.ndarray:
+    """For each row of ``words`` (k, s): s distinct buckets of [m], as an (s, k) int64
+    (with ``accumulators``, each plus m where its sign is -1).
 
-    Floyd's algorithm, vectorised over columns: step t draws from [0, m-s+t] and
-    takes the top value on a clash, which yields a uniform s-subset from exactly
-    s words; the other s words are random keys whose ranks order the subset (64-bit
-    keys: a tie, which would fall back to position, has probability below 2^-50).
+    Floyd's algorithm, vectorised over columns: step t draws from [0, m-s+t] (the
+    low half of word t) and takes the top value on a clash, which yields a uniform
+    s-subset from exactly s words. Floyd's steps are not exchangeable (the last
+    step's clash value m - 1 comes last too often), so the subset is then shifted
+    cyclically by a uniform amount from bits 32-62 of word 0: a bijection of
+    s-subsets, so still uniform, and it makes every component's bucket uniform.
+    Which component holds which of a column's buckets does not matter beyond that:
+    the s noisy copies a client sends are identically distributed.
     """
     k = words.shape[0]
-    rows = np.empty((s, k), dtype=np.int32)
-    signs = np.empty((s, k), dtype=np.int8)
+    picks = np.empty((s, k), dtype=np.int64)
+    tops = np.arange(m - s + 1, m + 1, dtype=np.uint64)[:, None]
     per_pass = max(1, _FLOYD_CELLS // m)
     for first in range(0, k, per_pass):
-        part = words[first:first + per_pass]
-        count = part.shape[0]
-        base = np.arange(count, dtype=np.intp) * m  # row starts in a flat "taken" table
+        part = np.ascontiguousarray(words[first:first + per_pass].T)  # (s, count)
+        count = part.shape[1]
+        draws = part & np.uint64(0xFFFFFFFF)
+        draws *= tops
+        draws >>= np.uint64(32)
+        chosen = draws.view(np.int64)
+        base = np.arange(0, count * m, m, dtype=np.int64)  # row starts of a flat "taken" table
         taken = np.zeros(count * m, dtype=bool)
-        chosen = np.empty((s, count), dtype=np.int32)
-        low = np.ascontiguousarray((part[:, :s] & np.uint64(0xFFFFFFFF)).T)
-        for step, top in enumerate(range(m - s, m)):
-            pick = ((low[step] * np.uint64(top + 1)) >> np.uint64(32)).astype(np.intp)
-            cell = base + pick
-            clash = taken[cell]
-            pick[clash] = top
-            cell[clash] = base[clash] + top
+        cell = np.empty(count, dtype=np.int64)
+        clash = np.empty(count, dtype=bool)
+        for step in range(s):
+            pick = chosen[step]
+            np.add(base, pick, out=cell)
+            np.take(taken, cell, out=clash)
+            np.putmask(pick, clash, m - s + step)
+            np.add(base, pick, out=cell)
             taken[cell] = True
-            chosen[step] = pick
-        order = np.argsort(np.ascontiguousarray(part[:, s:]), axis=1)
-        rows[:, first:first + count] = np.take_along_axis(chosen.T, order, axis=1).T
-        signs[:, first:first + count] = _sign_bits(part[:, :s]).T
-    return rows, signs
+        shift = (part[0] >> np.uint64(32)) & np.uint64(0x7FFFFFFF)
+        shift *= np.uint64(m)
+        shift >>= np.uint64(31)
+        chosen += shift.view(np.int64)
+        chosen -= (chosen >= m) * m
+        if accumulators:
+            part >>= np.uint64(63)  # a top bit of 0 is sign -1 (see _sign_bits)
+            part ^= np.uint64(1)
+            part *= np.uint64(m)
+            chosen += part.view(np.int64)
+        if count == k:
+            return chosen
+        picks[:, first:first + count] = chosen
+    return picks

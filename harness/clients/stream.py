@@ -6,8 +6,10 @@ from the data source (:class:`~harness.clients.matrices.Rows`), its noise from
 a fresh CSPRNG. Within a chunk the slots are grouped by accumulator (bucket,
 plus m for sign -1; a radix sort), so a server sums a chunk with one
 ``reduceat`` over contiguous runs. The grouping is public: it depends on the
-sketch alone, and each server recomputes it from the seed instead of trusting
-the clients' order, so a client-side grouping error shows as a mismatch.
+sketch alone. Each chunk arrives with its slot count per accumulator, and one
+server per group of chunks, in turn, recomputes those counts from the seed and
+refuses the stream if they differ, so every chunk is checked against the public
+sketch at the cost of one sketch draw in all, not one per server.
 
 A chunk's values are laid out column by column, (d, slots): each column's
 accumulator runs are then contiguous. Each server's shares of a chunk are
@@ -219,8 +221,8 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
             fp: FixedPoint, buffers: list[ChannelBuffer], conns: list[Any]) -> ProducerTotals:
     """Worker ``worker``'s chunks: noisy rows, encoded, shared into each server's buffer.
 
-    ``conns[i]`` carries ("chunk", k, slot, words) to server i and its ("free", slot)
-    back; a server that is gone shows as EOF here and is named.
+    ``conns[i]`` carries ("chunk", k, slot, words, counts) to server i and its
+    ("free", slot) back; a server that is gone shows as EOF here and is named.
     """
     rng = noise_rng()
     masks = _Masks()
@@ -305,7 +307,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         slot = sent % 2  # the two slots in turn
         _share(ring.ravel(), fmt, S, buffers, slot, words, masks, scratch)
         for i in range(S):
-            _tell(conns[i], i, ("chunk", k, slot, words))
+            _tell(conns[i], i, ("chunk", k, slot, words, counts))
             busy_by[i] += 1
     for i in range(S):
         while busy_by[i]:

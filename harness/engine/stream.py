@@ -287,6 +287,23 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
             b.close()
 
 
+def _check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,
+                  counts: np.ndarray) -> None:
+    """Refuse chunk k's announced slot counts per accumulator unless they sum to its
+    slots and, for the groups of chunks this server checks, equal the seed's."""
+    start, stop = plan.span(k)
+    if (counts.shape != (2 * plan.m,) or counts.dtype.kind not in "iu"
+            or int(counts.min()) < 0 or int(counts.sum()) != (stop - start) * plan.s):
+        raise _Refused(f"got chunk {k} from client worker {w} with slot counts that do not "
+                       f"add up to its {(stop - start) * plan.s} slots")
+    # Every group is checked by one server in turn: one sketch draw in all, not S.
+    if (k // plan.group) % plan.parties == party:
+        drawn = np.bincount(columns.chunk(k), minlength=2 * plan.m)
+        if not np.array_equal(drawn, counts):
+            raise _Refused(f"got chunk {k} from client worker {w} grouped unlike the public "
+                           "sketch: its slot counts per accumulator differ from the seed's")
+
+
 class _Refused(LtmError):
     """A server refuses its stream (it is not what the plan announced)."""
 
@@ -324,7 +341,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                                    f"{message[1]} announced")
                 open_streams.remove(conn)
                 continue
-            _, k, slot, words = message
+            _, k, slot, words, counts = message
             if received[w] >= len(mine) or k != mine[received[w]]:
                 due = (f"chunk {mine[received[w]]}" if received[w] < len(mine)
                        else "nothing more")
@@ -333,7 +350,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
             if words != plan.chunk_words(k):
                 raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
                                f"not the {plan.chunk_words(k)} the plan announces")
-            counts = np.bincount(columns[w].chunk(k), minlength=2 * plan.m)
+            _check_counts(party, plan, columns[w], k, w, counts)
             live, offsets = run_starts(counts)
             # (d, slots, words): each column's accumulator runs are contiguous.
             shares = buffers[w].slot(slot, words).reshape(plan.d, -1, plan.fmt.words)

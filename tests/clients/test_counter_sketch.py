@@ -36,13 +36,27 @@ def test_a_sketch_without_a_seed_draws_and_keeps_one():
     assert np.array_equal(again.rows, a.rows)
 
 
-def test_the_buckets_of_distinct_columns_are_in_uniform_order():
+def test_every_component_holds_a_uniform_bucket_and_every_subset_is_equally_likely():
     # Floyd's algorithm alone puts the last step's clash value (m - 1) last too often;
-    # the random keys must make every component equally likely to hold each bucket.
+    # the column's random shift must make every component equally likely to hold each
+    # bucket, and leave the s-subsets uniform.
     sk = Sketch.sparse(60_000, 5, 4, seed=2)
     for i in range(4):
         share = np.bincount(sk.rows[i], minlength=5) / sk.n
         assert np.abs(share - 0.2).max() < 0.01
+    pairs = Sketch.sparse(60_000, 5, 2, seed=3).rows
+    low, high = np.minimum(pairs[0], pairs[1]), np.maximum(pairs[0], pairs[1])
+    share = np.bincount(low * 5 + high, minlength=25) / 60_000
+    assert np.count_nonzero(share) == 10  # the 10 subsets of two distinct buckets
+    assert np.abs(share[share > 0] - 0.1).max() < 0.01
+
+
+def test_accumulators_are_the_buckets_shifted_by_m_for_negative_signs():
+    for s in (1, 4):
+        sk = Sketch.sparse(3000, 9, s, seed=4)
+        rows, signs = sk.columns(100, 2100)
+        expected = (rows.astype(np.int64) + 9 * (signs < 0)).ravel()
+        assert np.array_equal(sk.accumulators(100, 2100), expected)
 
 
 def test_chunk_groups_put_each_accumulator_s_slots_together():

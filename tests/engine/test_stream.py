@@ -148,12 +148,35 @@ class _FakeWorker:
         self.buffer = ChannelBuffer(tmp_path / "w0-P0", plan.slot_bytes, create=True)
 
 
+def _counts(k: int, n: int = 250, m: int = 4, seed: int = 2) -> np.ndarray:
+    """Chunk k's true slot counts per accumulator (97 clients per chunk, s = 1)."""
+    start, stop = 97 * k, min(n, 97 * (k + 1))
+    return np.bincount(Sketch.sparse(n, m, 1, seed=seed).accumulators(start, stop),
+                       minlength=2 * m)
+
+
+def _moved(counts: np.ndarray) -> np.ndarray:
+    """The same total with one slot moved from the first live accumulator to the next."""
+    first, second = np.flatnonzero(counts)[:2]
+    moved = counts.copy()
+    moved[first] -= 1
+    moved[second] += 1
+    return moved
+
+
 @pytest.mark.parametrize(("messages", "said"), [
-    ([("chunk", 0, 0, 97 * 2), ("end", 1)], "got a stream from client worker 0 that ended "
-                                            "early: 1 of 3 chunks arrived, 1 announced"),
-    ([("chunk", 0, 0, 97 * 2), ("chunk", 0, 1, 97 * 2)], "got chunk 0 from client worker 0, "
-                                                        "which owes chunk 1"),
-    ([("chunk", 0, 0, 50)], "got 50 words for chunk 0 from client worker 0, not the 194"),
+    ([("chunk", 0, 0, 97 * 2, _counts(0)), ("end", 1)],
+     "got a stream from client worker 0 that ended early: 1 of 3 chunks arrived, 1 announced"),
+    ([("chunk", 0, 0, 97 * 2, _counts(0)), ("chunk", 0, 1, 97 * 2, _counts(0))],
+     "got chunk 0 from client worker 0, which owes chunk 1"),
+    ([("chunk", 0, 0, 50, _counts(0))],
+     "got 50 words for chunk 0 from client worker 0, not the 194"),
+    ([("chunk", 0, 0, 97 * 2, _counts(0) + np.eye(8, dtype=np.int64)[0])],
+     "with slot counts that do not add up to its 97 slots"),
+    # Chunk 0 is this server's to check (chunk k goes to server k mod 2): one slot moved
+    # from the first live accumulator to the next keeps the total but not the sketch.
+    ([("chunk", 0, 0, 97 * 2, _moved(_counts(0)))],
+     "got chunk 0 from client worker 0 grouped unlike the public sketch"),
 ])
 def test_a_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messages, said):
     n, d, m = 250, 2, 4
@@ -167,10 +190,31 @@ def test_a_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messa
     assert not (tmp_path / "agg").exists()
 
 
+def test_each_chunk_s_grouping_is_checked_by_one_server_in_turn(tmp_path):
+    # A wrong grouping of chunk 1 passes server P0 (P1 checks it) and is refused by P1.
+    n, d, m = 250, 2, 4
+    plan = _plan(n, d, m, 1, 2, workers=1)
+    sketch = Sketch.sparse(n, m, 1, seed=2)
+    wrong = _counts(1)[::-1].copy()
+    assert not np.array_equal(wrong, _counts(1))
+    verdicts = []
+    for party in (0, 1):
+        (tmp_path / f"P{party}").mkdir()
+        fake = _FakeWorker(tmp_path / f"P{party}", plan)
+        fake.mine.send(("chunk", 0, 0, 97 * 2, _counts(0)))
+        fake.mine.send(("chunk", 1, 1, 97 * 2, wrong))
+        fake.mine.send(("end", 2))
+        with pytest.raises(_Refused) as refused:
+            _serve(party, plan, sketch, [fake.theirs], [fake.buffer], tmp_path / "agg", False)
+        verdicts.append(str(refused.value))
+    assert "ended early: 2 of 3 chunks arrived" in verdicts[0]
+    assert "got chunk 1 from client worker 0 grouped unlike the public sketch" in verdicts[1]
+
+
 def test_a_server_names_a_client_worker_that_vanished(tmp_path):
     plan = _plan(250, 2, 4, 1, 2, workers=1)
     fake = _FakeWorker(tmp_path, plan)
-    fake.mine.send(("chunk", 0, 0, 97 * 2))
+    fake.mine.send(("chunk", 0, 0, 97 * 2, _counts(0)))
     fake.mine.close()
     with pytest.raises(_Refused, match="lost client worker 0's stream after 1 of 3 chunks"):
         _serve(0, plan, Sketch.sparse(250, 4, 1, seed=2), [fake.theirs], [fake.buffer],
@@ -182,9 +226,9 @@ def test_a_server_refuses_more_chunks_than_announced(tmp_path):
     plan = _plan(n, d, m, 1, 2, workers=1)
     sketch = Sketch.sparse(n, m, 1, seed=2)
     fake = _FakeWorker(tmp_path, plan)
-    fake.mine.send(("chunk", 0, 0, 97 * 2))
-    fake.mine.send(("chunk", 1, 1, 53 * 2))
-    fake.mine.send(("chunk", 2, 0, 97 * 2))
+    fake.mine.send(("chunk", 0, 0, 97 * 2, _counts(0, n=150)))
+    fake.mine.send(("chunk", 1, 1, 53 * 2, _counts(1, n=150)))
+    fake.mine.send(("chunk", 2, 0, 97 * 2, _counts(0, n=150)))
     with pytest.raises(_Refused, match="got chunk 2 from client worker 0, which owes nothing "
                                        r"more \(more than announced"):
         _serve(0, plan, sketch, [fake.theirs], [fake.buffer], tmp_path / "agg", False)
