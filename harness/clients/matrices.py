@@ -262,18 +262,22 @@ _SCAN_BYTES = 1 << 24
 
 
 class CsvRows:
-    """A ``.csv`` read a range of rows at a time: one pass finds every 4096th row's byte
-    offset, then a chunk is a seek and a parse of its own rows (checked as it is read).
+    """A ``.csv`` or ``.txt`` read a range of rows at a time: one pass finds every 4096th
+    row's byte offset, then a chunk is a seek and a parse of its own rows (checked as it
+    is read).
 
-    Comma-separated numbers, with an optional header line (a first line that is not
-    all numbers); a blank line is refused, naming it, since it would shift the rows.
+    Numbers separated by commas (a ``.txt`` whose first line has no comma: by white
+    space), with an optional header line (a first line that is not all numbers); a
+    blank line is refused, naming it, since it would shift the rows.
     """
 
     def __init__(self, path: Path, eta: float) -> None:
         self.path, self.eta = path, eta
         with open(path, "rb") as fh:
             first = fh.readline()
-            fields = first.decode("utf-8", "replace").strip().split(",")
+            line = first.decode("utf-8", "replace").strip()
+            self.sep = "," if path.suffix.lower() == ".csv" or "," in line else r"\s+"
+            fields = line.split(",") if self.sep == "," else line.split()
             self.header = not all(_is_number(f) for f in fields)
             self.d = len(fields)
             data_start = len(first) if self.header else 0
@@ -292,7 +296,7 @@ class CsvRows:
             for _ in range(start % _CSV_STRIDE):
                 fh.readline()
             try:
-                frame = pd.read_csv(fh, header=None, nrows=stop - start, sep=",",
+                frame = pd.read_csv(fh, header=None, nrows=stop - start, sep=self.sep,
                                     skip_blank_lines=False)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise InputError(f"cannot read data file {self.path} from row {start}: "
@@ -305,7 +309,8 @@ class CsvRows:
         try:
             view[:] = frame.to_numpy(dtype=np.float64)
         except (ValueError, TypeError) as exc:
-            raise InputError(f"data file {self.path} is not a numeric CSV matrix in rows "
+            kind = "CSV" if self.sep == "," else "text"
+            raise InputError(f"data file {self.path} is not a numeric {kind} matrix in rows "
                              f"{start}..{stop - 1}: {exc}") from exc
         check_matrix(view, self.eta, first_row=start)
         return view
@@ -338,8 +343,8 @@ def _index_lines(fh, path: Path, offset: int) -> tuple[np.ndarray, int]:
 
 
 def open_rows(path: str | os.PathLike, eta: float) -> Rows:
-    """``--data FILE`` as rows to stream: a ``.npy`` is mapped and a ``.csv`` indexed, and
-    both are read in chunks (any size); ``.txt`` is parsed whole (memory checked first)."""
+    """``--data FILE`` as rows to stream: a ``.npy`` is mapped and a ``.csv`` or ``.txt``
+    indexed, and all are read in chunks (any size)."""
     path = Path(path)
     if path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size:
         rows = NpyRows(path, eta)
@@ -347,7 +352,7 @@ def open_rows(path: str | os.PathLike, eta: float) -> Rows:
             raise InputError(f"data file {path} has shape {rows.mapped.shape}; it must be an "
                              "n x d matrix with at least one row and one column")
         return rows
-    if path.suffix.lower() == ".csv" and path.is_file() and path.stat().st_size:
+    if path.suffix.lower() in (".csv", ".txt") and path.is_file() and path.stat().st_size:
         return CsvRows(path, eta)
     return ArrayRows(load_matrix(path)[0], eta)
 

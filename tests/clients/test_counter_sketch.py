@@ -130,3 +130,18 @@ def test_a_csv_is_indexed_once_and_read_a_range_at_a_time(tmp_path, monkeypatch)
     path.write_text("1,2\n3,x\n")
     with pytest.raises(InputError, match=r"not a numeric CSV matrix in rows 0\.\.1"):
         open_rows(path, eta=9.0).read(0, 2)
+
+
+def test_a_txt_is_read_in_chunks_whitespace_or_comma_separated(tmp_path):
+    table = np.random.default_rng(3).uniform(-1, 1, size=(50, 4))
+    spaced, commas = tmp_path / "a.txt", tmp_path / "b.txt"
+    spaced.write_text("".join("  ".join(repr(float(v)) for v in row) + "\n" for row in table))
+    commas.write_text("a,b,c,d\n" + "".join(",".join(repr(float(v)) for v in row) + "\n"
+                                          for row in table))
+    for path in (spaced, commas):
+        rows = open_rows(path, eta=1.0)
+        assert (rows.n, rows.d) == (50, 4)
+        assert np.array_equal(rows.read(17, 33), table[17:33])
+    spaced.write_text("1 2\n3 x\n")
+    with pytest.raises(InputError, match=r"not a numeric text matrix in rows 0\.\.1"):
+        open_rows(spaced, eta=9.0).read(0, 2)
