@@ -27,7 +27,7 @@ import shutil
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 from harness.clients import Prepared, StreamPlan, expand_party
@@ -40,7 +40,9 @@ from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
-from harness.engine.stream import stream_inputs, worker_count
+from harness.engine.stream import stream_inputs, warm_up, worker_count
+from harness.engine.tls_stream import TlsRoute
+from harness.engine.transport import ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
 from harness.fileio import private_dir
 
@@ -107,6 +109,7 @@ class LocalCluster(PartyStaging):
         self.binary = mp.binary(spec.binary)
         self._count_args = spec.party_count_args(parties)
         self._net: NetworkEmulation | None = None
+        self._held: ExitStack | None = None  # a network opened before its session
         self._streamed_s: list[float] = []
         super().__init__(parties, workdir)
 
@@ -123,9 +126,17 @@ class LocalCluster(PartyStaging):
                           job.share_format.name, workers=worker_count())
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
-        streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
-                                 as_input=job.as_input, workdir=self.workdir,
-                                 timeout=job.timeout)
+        transport: TransportFactory = ShmTransport
+        if self.network is not None:  # each chunk crosses its server's shaped link over TLS
+            warm_up()  # the processes' fork server starts while the network is made
+            transport = self._tls_route(self._hold_network(), job.timeout)
+        try:
+            streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
+                                     as_input=job.as_input, workdir=self.workdir,
+                                     timeout=job.timeout, transport=transport)
+        except BaseException:
+            self._release_network()
+            raise
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         self._streamed_s = streamed.aggregate_s
         streamed.prepared.stages.update(streamed.stages)
@@ -186,7 +197,19 @@ class LocalCluster(PartyStaging):
 
     @contextmanager
     def network_session(self) -> Iterator[None]:
-        """The emulated network (with the clients' namespace) for everything inside."""
+        """The emulated network (with the clients' namespace) for everything inside.
+
+        A streamed run opens it for its clients (:meth:`prepare`); the session that
+        follows then keeps it, and closes it at its end.
+        """
+        if self._held is not None:
+            held, self._held = self._held, None
+            try:
+                with held:
+                    yield
+            finally:
+                self._net = None
+            return
         if self.network is None or self._net is not None:
             yield
             return
@@ -196,6 +219,34 @@ class LocalCluster(PartyStaging):
                 yield
             finally:
                 self._net = None
+
+    def _hold_network(self) -> NetworkEmulation:
+        """The emulated network, opened now and kept up until the session that follows
+        (the MPC's) ends: the profile's credits spent by the upload stay spent."""
+        assert self.network is not None
+        if self._net is None:
+            stack = ExitStack()
+            self._net = stack.enter_context(
+                NetworkEmulation(self.network, self.parties, client=True))
+            self._held = stack
+        return self._net
+
+    def _release_network(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._net = None
+            held.close()
+
+    def _tls_route(self, net: NetworkEmulation, timeout: float) -> TlsRoute:
+        """Where each server takes its stream: its namespace, address and certificate."""
+        client_dir = private_dir(self.workdir / "client")
+        [(key, cert, _)] = make_certificates(1, client_dir / "cert")
+        parties = range(self.parties)
+        return TlsRoute(tuple(net.namespace(i) for i in parties),
+                        tuple(net.address(i) for i in parties), _UPLOAD_PORT,
+                        tuple(self._cert(i) for i in parties),
+                        tuple(self._key(i) for i in parties), net.client_namespace,
+                        cert, key, timeout)
 
     def upload(self, timeout: float) -> dict[int, dict] | None:
         """Send every party its files from the outbox through the emulated network.

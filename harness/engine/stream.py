@@ -17,6 +17,7 @@ server (or client worker) and nothing is left behind but the run's workdir.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import secrets
 import shutil
@@ -44,10 +45,11 @@ from harness.clients import (
     run_starts,
     write_share_file,
 )
+from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
 from harness.errors import InputError, LtmError, PartyError
 from harness.fileio import open_private, private_dir
 
-__all__ = ["StreamError", "Streamed", "stream_inputs", "worker_count"]
+__all__ = ["StreamError", "Streamed", "stream_inputs", "warm_up", "worker_count"]
 
 # Seconds a failed process's peers get to report their own error before all are stopped:
 # a server's "ended early" says more than a worker's "server closed its stream".
@@ -81,8 +83,15 @@ def _context() -> Any:
     once per process and serves every later run.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([__name__, "harness.engine.tls_stream"])
     return ctx
+
+
+def warm_up() -> None:
+    """Start the fork server now: its imports (a second or so) then overlap what the
+    caller does before :func:`stream_inputs`, such as creating an emulated network."""
+    _context()
+    multiprocessing.forkserver.ensure_running()
 
 
 def _channel_root(workdir: Path) -> Path:
@@ -95,11 +104,13 @@ def _channel_root(workdir: Path) -> Path:
 
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
-                  timeout: float) -> Streamed:
+                  timeout: float, transport: TransportFactory = ShmTransport) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
-    else as share files in the protocol's format.
+    else as share files in the protocol's format. ``transport`` carries the chunks
+    (:mod:`harness.engine.transport`): shared memory here, or TLS through an
+    emulated network.
 
     The processes start through :mod:`multiprocessing`, so a Python script that
     calls this (or a streamed :func:`harness.experiments.run`) needs the usual
@@ -110,17 +121,10 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     procs: list[tuple[str, Any, Connection]] = []
     started = time.perf_counter()
     try:
-        paths = [[root / f"w{w}-P{i}" for i in range(plan.parties)]
-                 for w in range(plan.workers)]
-        for row in paths:
-            for path in row:
-                ChannelBuffer(path, plan.slot_bytes, create=True).close()
-        links = [[ctx.Pipe(duplex=True) for _ in range(plan.parties)]
-                 for _ in range(plan.workers)]
+        carrier = transport(plan, root, ctx)
         for i in range(plan.parties):
             got, sent = ctx.Pipe(duplex=False)
-            serve_args = (i, plan, sketch, [links[w][i][1] for w in range(plan.workers)],
-                          [paths[w][i] for w in range(plan.workers)], dests[i], as_input, sent)
+            serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], as_input, sent)
             proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
                                daemon=True)
             procs.append((f"server P{i}", proc, got))  # before start: a signal may come
@@ -128,18 +132,13 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
             sent.close()
         for w in range(plan.workers):
             got, sent = ctx.Pipe(duplex=False)
-            work_args = (w, plan, sketch, rows, noise, fp, paths[w],
-                         [links[w][i][0] for i in range(plan.parties)], sent)
+            work_args = (w, plan, sketch, rows, noise, fp, carrier.client_end(w), sent)
             proc = ctx.Process(target=_worker_main, args=work_args, name=f"client worker {w}",
                                daemon=True)
             procs.append((f"client worker {w}", proc, got))
             proc.start()
             sent.close()
-        # Only the children hold the channel ends now: a dead peer shows as EOF.
-        for pair_row in links:
-            for a, b in pair_row:
-                a.close()
-                b.close()
+        carrier.started()
         results = _collect(procs, started + timeout)
     finally:
         for _, proc, got in procs:
@@ -226,9 +225,16 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
               # CPU time summed over the processes: the work itself, whatever the sharing
               # of the cores made of the clocks above.
               "stream_clients_cpu_s": sum(t.cpu_s for t in workers),
-              "stream_servers_cpu_s": sum(s["cpu_s"] for s in servers),
-              # Above 1: clients and servers worked at the same time.
-              "stream_overlap": (clients_s + servers_s) / wall if wall else 0.0}
+              "stream_servers_cpu_s": sum(s["cpu_s"] for s in servers)}
+    # A transport that crosses a network times its upload: each server's first byte to
+    # its last, and the bytes on the wire (framing included), the slowest server's.
+    uploads = [s["upload_s"] for s in servers if "upload_s" in s]
+    upload_s = max(uploads, default=0.0)
+    if uploads:
+        stages["stream_upload_s"] = upload_s
+        stages["stream_upload_bytes"] = float(max(s["upload_bytes"] for s in servers))
+    # Above 1: the stages ran at the same time (their sum over the wall time they took).
+    stages["stream_overlap"] = (clients_s + upload_s + servers_s) / wall if wall else 0.0
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
                         [per_server] * plan.parties, wall,
                         {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
@@ -249,12 +255,10 @@ def _tell(report: Connection, kind: str, payload: object) -> None:
 
 
 def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
-                 fp: FixedPoint, paths: list[Path], conns: list[Connection],
-                 report: Connection) -> None:
+                 fp: FixedPoint, end: ClientEnd, report: Connection) -> None:
     _quiet()
-    buffers: list[ChannelBuffer] = []
     try:
-        buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
+        buffers, conns = end.open(plan)
         _tell(report, "ok", produce(w, plan, sketch, rows, noise, fp, buffers, conns))
     except InputError as exc:
         _tell(report, "input", str(exc))
@@ -263,19 +267,18 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     except Exception as exc:  # reported to the parent, which names this worker
         _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
     finally:
-        for b in buffers:
-            b.close()
+        end.close()
 
 
-def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
-                 paths: list[Path], dest: Path, as_input: bool, report: Connection) -> None:
+def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
+                 as_input: bool, report: Connection) -> None:
     _quiet()
-    buffers: list[ChannelBuffer] = []
     try:
-        buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
         cpu = time.process_time()
+        buffers, conns = end.open(plan)
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
-        _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu})
+        _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu,
+                             **end.stats()})
     except _Lost as exc:
         _tell(report, "lost", str(exc))
     except _Refused as exc:
@@ -283,8 +286,7 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
     except Exception as exc:
         _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
     finally:
-        for b in buffers:
-            b.close()
+        end.close()
 
 
 def _check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,

@@ -150,10 +150,11 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         t_mpc_s=t_mpc,
         # T_end_to_end = prepare + upload + expand + T_MPC, each as measured. The upload
         # is measured only where it crosses a network; else the share files are written
-        # in place and it counts 0 s, which upload_measured says.
+        # in place and it counts 0 s, which upload_measured says. A streamed run's upload
+        # (under --network) is measured too, inside its stream like its servers' sums.
         t_end_to_end_s=(timings["prepare_s"] + (measured or 0.0)
                         + timings.get("expand_s", 0.0) + after_stream),
-        upload_measured=measured is not None,
+        upload_measured=measured is not None or "stream_upload_s" in timings,
         inputs_reused=inputs is not None,
         global_data_sent_mb=global_mb,
         client_upload_bytes=upload,

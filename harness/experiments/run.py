@@ -97,8 +97,14 @@ def end_to_end_parts(result: RunResult) -> str:
     t = result.timings
     if "stream_wall_s" in t:  # clients and servers side by side, then the MPC's opening
         after = (result.t_end_to_end_s or 0.0) - t["prepare_s"]
-        return (f"stream {t['prepare_s']:.3f} (clients {t['stream_clients_s']:.3f} and "
-                f"servers {t['stream_servers_s']:.3f} side by side) + MPC {after:.3f}")
+        stages = [f"clients {t['stream_clients_s']:.3f}"]
+        if "stream_upload_s" in t:  # through an emulated network
+            stages.append(f"upload {t['stream_upload_s']:.3f} "
+                          f"({t['stream_upload_bytes'] / 1e6:.1f} MB per server)")
+        stages.append(f"servers {t['stream_servers_s']:.3f}")
+        overlap = f", overlap {t['stream_overlap']:.2f}x" if "stream_overlap" in t else ""
+        return (f"stream {t['prepare_s']:.3f} ({', '.join(stages[:-1])} and {stages[-1]} "
+                f"side by side{overlap}) + MPC {after:.3f}")
     upload = (f"upload {t['client_upload_s']:.3f}" if result.upload_measured
               else "upload 0 (files written in place)")
     parts = [f"prepare {t['prepare_s']:.3f}", upload]

@@ -1,0 +1,299 @@
+"""A streamed run through the emulated network: each chunk crosses a TLS link as it is made.
+
+The transport of :mod:`harness.engine.transport` for ``--network``. Each server
+process enters its party's network namespace, listens on the party's address
+and accepts one TLS connection per client worker; each client worker enters the
+clients' namespace and connects to every server. So a worker's shares cross
+the emulated link of the server they are for, shaped as the profile says, while
+the worker prepares its next chunk and the server sums the last: preparation,
+upload and aggregation overlap. Both sides pin the other's per-run certificate,
+as the files' upload does (:mod:`harness.engine.upload`): the servers' are
+MP-SPDZ's ``P<i>.pem``, the clients' is made for the run.
+
+On the wire a connection carries a hello (the worker's index), then frames:
+``(CHUNK, k, words)`` followed by the chunk's words, and one ``(END, count, 0)``,
+which the server acknowledges once it has read it. Behind each socket a thread
+turns the frames into the stream's usual messages over a pipe in its own
+process, with a two-slot buffer on each side, so the worker and the server's
+summing see what they see over shared memory, checks included: a chunk out of
+order or of the wrong size, an end too early or more than announced is refused
+by the server; a cut connection is a lost stream, named.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import queue
+import socket
+import ssl
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.clients import ChannelBuffer, StreamPlan
+from harness.engine.transport import ClientEnd, Link, ServerEnd
+from harness.engine.upload import read_exactly, tls_context
+from harness.retry import retry
+
+__all__ = ["TlsRoute", "TlsTransport", "enter_namespace"]
+
+_CLONE_NEWNET = 0x40000000  # <sched.h>; os.setns is 3.12+
+_HELLO = struct.Struct("!4sI")
+_MAGIC = b"LTMs"
+_FRAME = struct.Struct("!BQQ")  # kind, chunk index (or count at the end), words
+_CHUNK, _END = 1, 2
+_ACK = b"ok"
+_CONNECT_RETRY_S = 30.0  # a server still starting refuses connections for a moment
+
+
+def enter_namespace(name: str) -> None:
+    """Move this process (its only thread) into the named network namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"cannot enter network namespace {name}: "
+                          f"{os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class TlsRoute:
+    """Where the servers listen and how each side proves who it is; makes the transport.
+
+    Party i listens in namespace ``namespaces[i]`` at ``addresses[i]:port`` with its
+    ``certs[i]``/``keys[i]``; the clients connect from ``client_namespace`` with
+    ``client_cert``/``client_key``.
+    """
+
+    namespaces: tuple[str, ...]
+    addresses: tuple[str, ...]
+    port: int
+    certs: tuple[Path, ...]
+    keys: tuple[Path, ...]
+    client_namespace: str
+    client_cert: Path
+    client_key: Path
+    timeout: float
+
+    def __call__(self, plan: StreamPlan, root: Path, ctx: Any) -> TlsTransport:
+        return TlsTransport(self, root)
+
+
+class TlsTransport:
+    """Nothing shared between the processes: each end opens its own sockets and buffers."""
+
+    def __init__(self, route: TlsRoute, root: Path) -> None:
+        self.route, self.root = route, root
+
+    def client_end(self, worker: int) -> ClientEnd:
+        return _ClientEnd(self.route, self.root, worker)
+
+    def server_end(self, party: int) -> ServerEnd:
+        return _ServerEnd(self.route, self.root, party)
+
+    def started(self) -> None:
+        pass  # the parent holds no end
+
+
+def _close_all(sockets: list[Any], buffers: list[ChannelBuffer]) -> None:
+    for sock in sockets:
+        try:
+            sock.close()
+        except OSError:
+            pass
+    for b in buffers:
+        try:
+            b.close()
+        except BufferError:
+            pass  # a thread still blocked on it; the process is ending anyway
+
+
+class _Sender:
+    """One worker's link to one server: a thread sends each chunk from its slot, and
+    the slot is free again once its bytes are handed to the socket."""
+
+    def __init__(self, tls: ssl.SSLSocket, buffer: ChannelBuffer, timeout: float) -> None:
+        self.tls, self.buffer, self.timeout = tls, buffer, timeout
+        self.todo: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        self.freed: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self.error = ""
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def send(self, message: tuple) -> None:
+        if self.error:
+            raise OSError(self.error)
+        self.todo.put(message)
+        if message[0] == "end":  # the stream is delivered only once the server says so
+            self.thread.join(self.timeout)
+            if self.error or self.thread.is_alive():
+                raise OSError(self.error or "sent no acknowledgement of the stream's end")
+
+    def recv(self) -> tuple:
+        message = self.freed.get()
+        if message is None:
+            raise EOFError(self.error)
+        return message
+
+    def _run(self) -> None:
+        try:
+            while True:
+                message = self.todo.get()
+                if message[0] == "end":
+                    self.tls.sendall(_FRAME.pack(_END, message[1], 0))
+                    if read_exactly(self.tls, len(_ACK)) != _ACK:
+                        raise ConnectionError("the server did not acknowledge the stream")
+                    return
+                _, k, slot, words = message
+                self.tls.sendall(_FRAME.pack(_CHUNK, k, words))
+                with self.buffer.raw(slot, 8 * words) as view:
+                    self.tls.sendall(view[: 8 * words])
+                self.freed.put(("free", slot))
+        except Exception as exc:  # the worker names the server when it next calls
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.freed.put(None)
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    deadline = time.monotonic() + min(timeout, _CONNECT_RETRY_S)
+    return retry(lambda: socket.create_connection((host, port), timeout=timeout),
+                 when=(ConnectionRefusedError, TimeoutError), delay=0.01, factor=2,
+                 max_delay=0.2, give_up=lambda: time.monotonic() + 0.01 > deadline)
+
+
+class _ClientEnd:
+    def __init__(self, route: TlsRoute, root: Path, worker: int) -> None:
+        self.route, self.root, self.worker = route, root, worker
+        self.sockets: list[Any] = []
+        self.buffers: list[ChannelBuffer] = []
+
+    def open(self, plan: StreamPlan) -> tuple[list[ChannelBuffer], list[Link]]:
+        r = self.route
+        enter_namespace(r.client_namespace)
+        links: list[Link] = []
+        for i, address in enumerate(r.addresses):
+            raw = _connect(address, r.port, r.timeout)
+            self.sockets.append(raw)
+            tls = tls_context(False, r.client_cert, r.client_key, r.certs[i]).wrap_socket(raw)
+            self.sockets.append(tls)
+            tls.sendall(_HELLO.pack(_MAGIC, self.worker))
+            buffer = ChannelBuffer(self.root / f"w{self.worker}-P{i}", plan.slot_bytes,
+                                   create=True)
+            self.buffers.append(buffer)
+            links.append(_Sender(tls, buffer, r.timeout))
+        return self.buffers, links
+
+    def close(self) -> None:
+        _close_all(self.sockets, self.buffers)
+
+
+class _Receiver:
+    """One worker's stream into one server: frames read into the two slots in turn,
+    each announced over a pipe to the summing thread, which frees it when summed."""
+
+    def __init__(self, tls: ssl.SSLSocket, buffer: ChannelBuffer, pipe: Any,
+                 slot_bytes: int) -> None:
+        self.tls, self.buffer, self.pipe, self.slot_bytes = tls, buffer, pipe, slot_bytes
+        self.first = self.last = 0.0
+        self.bytes = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        held = arrived = 0
+        try:
+            while True:
+                kind, k, words = _FRAME.unpack(read_exactly(self.tls, _FRAME.size))
+                self.first = self.first or time.perf_counter()
+                self.bytes += _FRAME.size
+                if kind == _END:
+                    self.last = time.perf_counter()
+                    self.pipe.send(("end", k))
+                    self.tls.sendall(_ACK)
+                    return  # the pipe stays open: the summing thread may still free slots
+                if kind != _CHUNK:
+                    raise ConnectionError(f"unknown frame kind {kind}")
+                slot = arrived % 2
+                if held == 2:
+                    self.pipe.recv()  # ("free", slot): this worker's chunks are summed in order
+                    held -= 1
+                nbytes = 8 * words
+                if nbytes > self.slot_bytes:  # refused by the server, naming the chunk
+                    self.pipe.send(("chunk", k, slot, words))
+                    return
+                self._read_into(slot, nbytes)
+                self.bytes += nbytes
+                self.pipe.send(("chunk", k, slot, words))
+                held += 1
+                arrived += 1
+        except Exception:
+            # A cut stream: the summing thread sees EOF and names the worker it lost.
+            self.pipe.close()
+
+    def _read_into(self, slot: int, nbytes: int) -> None:
+        with self.buffer.raw(slot, nbytes) as view:
+            got = 0
+            while got < nbytes:
+                k = self.tls.recv_into(view[got:nbytes])
+                if not k:
+                    raise ConnectionError(f"the stream ended inside a chunk ({got} of "
+                                          f"{nbytes} bytes)")
+                got += k
+
+
+class _ServerEnd:
+    def __init__(self, route: TlsRoute, root: Path, party: int) -> None:
+        self.route, self.root, self.party = route, root, party
+        self.sockets: list[Any] = []
+        self.buffers: list[ChannelBuffer] = []
+        self.receivers: list[_Receiver] = []
+
+    def open(self, plan: StreamPlan) -> tuple[list[ChannelBuffer], list[Any]]:
+        r, i = self.route, self.party
+        enter_namespace(r.namespaces[i])
+        ctx = tls_context(True, r.certs[i], r.keys[i], r.client_cert)
+        streams: list[ssl.SSLSocket | None] = [None] * plan.workers
+        with socket.create_server((r.addresses[i], r.port)) as listener:
+            listener.settimeout(r.timeout)
+            while None in streams:
+                conn, _ = listener.accept()
+                self.sockets.append(conn)
+                conn.settimeout(r.timeout)
+                tls = ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False)
+                self.sockets.append(tls)
+                magic, w = _HELLO.unpack(read_exactly(tls, _HELLO.size))
+                if magic != _MAGIC or not 0 <= w < plan.workers or streams[w] is not None:
+                    raise ConnectionError(f"refused a connection that is not a client "
+                                          f"worker's stream (hello {magic!r}, worker {w})")
+                streams[w] = tls
+        ends = []
+        for w, stream in enumerate(streams):
+            assert stream is not None
+            buffer = ChannelBuffer(self.root / f"r{w}-P{i}", plan.slot_bytes, create=True)
+            self.buffers.append(buffer)
+            mine, theirs = multiprocessing.Pipe(duplex=True)
+            self.sockets += [mine, theirs]
+            ends.append(mine)
+            self.receivers.append(_Receiver(stream, buffer, theirs, plan.slot_bytes))
+        return self.buffers, ends
+
+    def stats(self) -> dict[str, float]:
+        """The upload as this server saw it: its first chunk's arrival to its last
+        stream's end, and the bytes of every stream (frames included)."""
+        if not self.receivers:
+            return {}
+        first = min(r.first for r in self.receivers)
+        last = max(r.last for r in self.receivers)
+        return {"upload_s": max(0.0, last - first),
+                "upload_bytes": float(sum(r.bytes for r in self.receivers))}
+
+    def close(self) -> None:
+        _close_all(self.sockets, self.buffers)
