@@ -111,6 +111,7 @@ class LocalCluster(PartyStaging):
         self._net: NetworkEmulation | None = None
         self._held: ExitStack | None = None  # a network opened before its session
         self._streamed_s: list[float] = []
+        self._streamed_upload: dict[int, dict] | None = None
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -139,6 +140,7 @@ class LocalCluster(PartyStaging):
             raise
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         self._streamed_s = streamed.aggregate_s
+        self._streamed_upload = streamed.upload
         streamed.prepared.stages.update(streamed.stages)
         return streamed.prepared
 
@@ -149,8 +151,8 @@ class LocalCluster(PartyStaging):
         """The clients' upload through the emulated network (if any), then each
         server's expansion of its seeds, timed here (on separate machines the servers
         would expand at the same time, each its own)."""
-        if job.streamed:  # the servers took their shares as they were made
-            return Delivery()
+        if job.streamed:  # the servers took their shares as they were made (and timed it)
+            return Delivery(upload=self._streamed_upload)
         upload = self.upload(job.timeout) if job.input_mode == "shares" else None
         expand_s = None
         if job.sharing == "seeded":

@@ -67,6 +67,8 @@ class Streamed:
     prepared: Prepared
     aggregate_s: list[float]  # each server's busy time, inside the stream's wall time
     stages: dict[str, float] = field(default_factory=dict)
+    # Per server {"upload_s", "upload_bytes_sent"} when the transport crossed a network.
+    upload: dict[int, dict] | None = None
 
 
 def worker_count() -> int:
@@ -228,17 +230,20 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
               "stream_servers_cpu_s": sum(s["cpu_s"] for s in servers)}
     # A transport that crosses a network times its upload: each server's first byte to
     # its last, and the bytes on the wire (framing included), the slowest server's.
-    uploads = [s["upload_s"] for s in servers if "upload_s" in s]
-    upload_s = max(uploads, default=0.0)
-    if uploads:
+    upload = ({i: {"upload_s": s["upload_s"], "upload_bytes_sent": int(s["upload_bytes"])}
+               for i, s in enumerate(servers)} if "upload_s" in servers[0] else None)
+    upload_s = 0.0
+    if upload is not None:
+        upload_s = max(u["upload_s"] for u in upload.values())
         stages["stream_upload_s"] = upload_s
-        stages["stream_upload_bytes"] = float(max(s["upload_bytes"] for s in servers))
+        stages["stream_upload_bytes"] = float(max(u["upload_bytes_sent"]
+                                                  for u in upload.values()))
     # Above 1: the stages ran at the same time (their sum over the wall time they took).
     stages["stream_overlap"] = (clients_s + upload_s + servers_s) / wall if wall else 0.0
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
                         [per_server] * plan.parties, wall,
                         {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
-    return Streamed(prepared, [s["busy_s"] for s in servers], stages)
+    return Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
 
 
 def _quiet() -> None:

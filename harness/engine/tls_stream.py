@@ -216,8 +216,10 @@ class _Receiver:
                 self.bytes += _FRAME.size
                 if kind == _END:
                     self.last = time.perf_counter()
-                    self.pipe.send(("end", k))
+                    # Acknowledged first: once the summing thread has every end, the
+                    # server may finish and close this socket.
                     self.tls.sendall(_ACK)
+                    self.pipe.send(("end", k))
                     return  # the pipe stays open: the summing thread may still free slots
                 if kind != _CHUNK:
                     raise ConnectionError(f"unknown frame kind {kind}")

@@ -142,6 +142,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                     else t_mpc)
     global_mb = max(p.global_data_sent_mb for p in parties)
     measured = timings.get("client_upload_s")
+    streamed = "stream_wall_s" in timings
     result = RunResult(
         metadata=metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
                           parties=cfg.party_count),
@@ -151,10 +152,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         # T_end_to_end = prepare + upload + expand + T_MPC, each as measured. The upload
         # is measured only where it crosses a network; else the share files are written
         # in place and it counts 0 s, which upload_measured says. A streamed run's upload
-        # (under --network) is measured too, inside its stream like its servers' sums.
-        t_end_to_end_s=(timings["prepare_s"] + (measured or 0.0)
+        # (under --network) ran inside its stream (prepare_s), as its servers' sums did.
+        t_end_to_end_s=(timings["prepare_s"] + (0.0 if streamed else measured or 0.0)
                         + timings.get("expand_s", 0.0) + after_stream),
-        upload_measured=measured is not None or "stream_upload_s" in timings,
+        upload_measured=measured is not None,
         inputs_reused=inputs is not None,
         global_data_sent_mb=global_mb,
         client_upload_bytes=upload,

@@ -1,0 +1,253 @@
+"""Streamed runs through the emulated network: real namespaces, shaped links, TLS, processes.
+
+The servers run in their parties' namespaces and take their chunks over TLS
+from the clients' namespace; their aggregates are checked against numpy (no
+MP-SPDZ here), then a whole ``ltm run --network`` with real MP-SPDZ parties.
+Faults: a server killed mid-stream, a stream over TLS that ends early or
+carries more than announced, and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.clients import (
+    ADDITIVE,
+    FixedPoint,
+    NoiseSpec,
+    Sketch,
+    StreamPlan,
+    SyntheticRows,
+    read_share_file,
+)
+from harness.engine import StreamError, make_certificates, stream_inputs
+from harness.engine.netns import NetworkEmulation
+from harness.engine.tls_stream import _FRAME, _HELLO, _MAGIC, TlsRoute, enter_namespace
+from harness.engine.upload import tls_context
+from harness.experiments import RunConfig, run
+from harness.experiments.run import summary
+
+IS_ROOT = os.geteuid() == 0
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(not IS_ROOT, reason="network namespaces need root")]
+
+
+def _route(net: NetworkEmulation, tmp_path: Path, parties: int) -> TlsRoute:
+    servers = make_certificates(parties, tmp_path / "certs")
+    [(key, cert, _)] = make_certificates(1, tmp_path / "client-cert")
+    return TlsRoute(tuple(net.namespace(i) for i in range(parties)),
+                    tuple(net.address(i) for i in range(parties)), 4999,
+                    tuple(c for _, c, _ in servers), tuple(k for k, _, _ in servers),
+                    net.client_namespace, cert, key, 60.0)
+
+
+def _dests(tmp_path: Path, parties: int) -> list[Path]:
+    for i in range(parties):
+        (tmp_path / f"P{i}").mkdir(mode=0o700)
+    return [tmp_path / f"P{i}" / "aggregate" for i in range(parties)]
+
+
+def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
+    enc = fp.encode(data)
+    out = np.zeros((sketch.m, data.shape[1]), dtype=np.uint64)
+    plus = sketch.signs[0] > 0
+    np.add.at(out, sketch.rows[0][plus], enc[plus])
+    np.subtract.at(out, sketch.rows[0][~plus], enc[~plus])
+    return out
+
+
+@pytest.mark.parametrize("profile", ["t3.large", "none"])
+def test_servers_sum_what_crossed_their_links(tmp_path, profile):
+    n, d, m, parties = 30_000, 3, 7, 3
+    sketch = Sketch.sparse(n, m, 1, seed=6)
+    rows = SyntheticRows(n, d, 1.0, seed=6)
+    fp = FixedPoint(16)
+    plan = StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2, chunk=997)
+    dests = _dests(tmp_path, parties)
+    with NetworkEmulation(profile, parties, client=True) as net:
+        done = stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), fp,
+                             dests, as_input=False, workdir=tmp_path, timeout=120,
+                             transport=_route(net, tmp_path, parties))
+    reference = _reference(sketch, rows.read(0, n), fp)
+    assert np.array_equal(done.prepared.expected, reference)
+    shares = [read_share_file(p).reshape(m, d) for p in dests]
+    assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64), reference)
+    assert not any(np.array_equal(x, reference) for x in shares)
+    stages = done.stages
+    # Every server received its words and a frame per chunk and per stream's end.
+    frames = (plan.chunks + plan.workers) * _FRAME.size
+    assert stages["stream_upload_bytes"] == n * d * 8 + frames
+    assert 0 < stages["stream_upload_s"] <= stages["stream_wall_s"]
+    parts = stages["stream_clients_s"] + stages["stream_upload_s"] + stages["stream_servers_s"]
+    assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
+
+
+def test_a_server_killed_mid_stream_is_named(tmp_path):
+    n, d, m, parties = 4_000_000, 4, 10, 3
+    sketch = Sketch.sparse(n, m, 1, seed=1)
+    rows = SyntheticRows(n, d, 1.0, seed=1)
+    dests = _dests(tmp_path, parties)
+    killed: list[int] = []
+    root = Path("/dev/shm")
+
+    def kill_server() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            # P1 has taken every worker's connection: its receive buffers exist.
+            if list(root.glob(f"ltm-stream-{os.getpid()}-*/r1-P1")):
+                victim = next(c for c in multiprocessing.active_children()
+                              if c.name == "server P1")
+                time.sleep(0.3)  # mid-stream: chunks are crossing the links
+                assert victim.pid is not None
+                os.kill(victim.pid, signal.SIGKILL)
+                killed.append(victim.pid)
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_server)
+    with NetworkEmulation("t3.large-baseline", parties, client=True) as net:
+        route = _route(net, tmp_path, parties)
+        killer.start()
+        with pytest.raises(StreamError, match=r"server P1 exited with status -9 mid-stream"):
+            stream_inputs(StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2,
+                                     chunk=4096),
+                          sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
+                          FixedPoint(16), dests, as_input=False, workdir=tmp_path,
+                          timeout=120, transport=route)
+        killer.join()
+    assert killed
+    assert not any(p.exists() for p in dests)
+    assert not multiprocessing.active_children()
+    assert not list(root.glob(f"ltm-stream-{os.getpid()}-*"))
+
+
+def _fake_worker(route: TlsRoute, frames: list[tuple[int, int, int]], words: int) -> None:
+    """A client worker that speaks the protocol but sends ``frames`` (zeros as words)."""
+    enter_namespace(route.client_namespace)
+    ctx = tls_context(False, route.client_cert, route.client_key, route.certs[0])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            raw = socket.create_connection((route.addresses[0], route.port), timeout=30)
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    with ctx.wrap_socket(raw) as tls:
+        tls.sendall(_HELLO.pack(_MAGIC, 0))
+        for kind, k, count in frames:
+            tls.sendall(_FRAME.pack(kind, k, count))
+            if kind == 1:
+                tls.sendall(bytes(8 * count))
+        tls.recv(2)
+
+
+@pytest.mark.parametrize(("frames", "said"), [
+    ([(1, 0, 97 * 2), (2, 1, 0)], "got a stream from client worker 0 that ended early: "
+                                  "1 of 3 chunks arrived, 1 announced"),
+    ([(1, 0, 97 * 2), (1, 1, 97 * 2), (1, 2, 56 * 2), (1, 3, 97 * 2)],
+     r"got chunk 3 from client worker 0, which owes nothing more \(more than announced"),
+])
+def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, frames, said):
+    from harness.engine.stream import _server_main
+
+    n, d, m = 250, 2, 4
+    plan = StreamPlan(n, d, m, 1, 2, ADDITIVE.name, workers=1, chunk=97)
+    sketch = Sketch.sparse(n, m, 1, seed=2)
+    ctx = multiprocessing.get_context("fork")
+    with NetworkEmulation("none", 2, client=True) as net:
+        route = _route(net, tmp_path, 2)
+        end = route(plan, tmp_path, ctx).server_end(0)
+        got, sent = ctx.Pipe(duplex=False)
+        server = ctx.Process(target=_server_main,
+                             args=(0, plan, sketch, end, tmp_path / "agg", False, sent))
+        client = ctx.Process(target=_fake_worker, args=(route, frames, 97 * 2))
+        server.start()
+        client.start()
+        assert got.poll(60)
+        kind, message = got.recv()
+        server.join(10)
+        client.kill()
+        client.join()
+    assert kind == "error" and re.search(said, message), message
+    assert not (tmp_path / "agg").exists()
+
+
+@pytest.mark.mpspdz
+def test_a_streamed_network_run_verifies_and_reports_its_stages(tmp_path, mp_spdz,
+                                                                program_cache):
+    out = tmp_path / "out"
+    cfg = RunConfig(out=out, cache_dir=program_cache, timeout=120, program="local",
+                    parties=3, clients=200_000, dim=3, rows=20, seed=7,
+                    network="t3.large-baseline", keep_work=True)
+    result = run(cfg)
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    assert result["parameters"]["layout"]["kind"] == "streamed"
+    t = result["timings"]
+    assert t["stream_upload_bytes"] >= 200_000 * 3 * 8  # each server's words crossed its link
+    assert 0 < t["stream_upload_s"] <= t["stream_wall_s"] == t["prepare_s"]
+    parts = t["stream_clients_s"] + t["stream_upload_s"] + t["stream_servers_s"]
+    assert t["stream_overlap"] == pytest.approx(parts / t["stream_wall_s"])
+    assert result["upload_measured"]
+    # Each server timed its own upload; the slowest is the stage, inside the stream.
+    uploads = [p["upload_s"] for p in result["parties"]]
+    assert t["client_upload_s"] == t["stream_upload_s"] == max(uploads) > 0
+    assert [p["upload_bytes_sent"] for p in result["parties"]] == \
+        [int(t["stream_upload_bytes"])] * 3
+    mpc = max(p["mpc_time_s"] for p in result["parties"])
+    assert result["t_end_to_end_s"] == pytest.approx(t["prepare_s"] + mpc)
+    line = next(x for x in summary(result, out).splitlines()
+                if "T_end_to_end" in x)
+    assert f"upload {t['stream_upload_s']:.3f} (4.8 MB per server)" in line
+    assert f"overlap {t['stream_overlap']:.2f}x" in line
+    # No server wrote a share file of the clients' rows: each holds its aggregate only.
+    for i in range(3):
+        files = [p for p in (out / "work" / f"P{i}").rglob("*") if p.is_file()
+                 and ("Persistence" in p.parts or p.name.startswith("Input-P"))]
+        assert files and all(p.stat().st_size < 20 * 3 * 8 * 30 for p in files)
+    assert not (out / "work" / "client" / "outbox").exists()
+
+
+def _ours(pid: int) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return [line.split()[0] for line in out.stdout.splitlines()
+            if line.startswith(f"ltm-{pid}-")]
+
+
+@pytest.mark.mpspdz
+def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp_spdz):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--program", "local", "--parties", "3",
+         "--clients", "20000000", "--rows", "10", "--dim", "10", "--noise", "none",
+         "--seed", "1", "--network", "t3.large-baseline", "--out", str(out)],
+        cwd=ROOT, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    shm = Path("/dev/shm")
+    deadline = time.monotonic() + 120
+    # Streaming: server P2 has taken worker 1's connection.
+    while not list(shm.glob(f"ltm-stream-{proc.pid}-*/r1-P2")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the stream never started"
+        time.sleep(0.01)
+    assert _ours(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err
+    assert not out.exists()
+    assert not list(shm.glob(f"ltm-stream-{proc.pid}-*"))
+    assert _ours(proc.pid) == []
