@@ -8,8 +8,10 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`) and the clients' TLS upload through it (:mod:`.upload`), parsing
-what parties print (:mod:`.parse`) and the servers' local aggregation
-(:mod:`.aggregate`).
+what parties print (:mod:`.parse`), the servers' local aggregation
+(:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
+(:mod:`.stream`, carried by a :mod:`.transport`: shared memory, or TLS through the
+emulated network, :mod:`.tls_stream`).
 
 May import: the top-level shared modules and :mod:`harness.clients` (for the
 share-file format and layout the programs read).

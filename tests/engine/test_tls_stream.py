@@ -25,6 +25,7 @@ import pytest
 
 from harness.clients import (
     ADDITIVE,
+    REPLICATED,
     FixedPoint,
     NoiseSpec,
     Sketch,
@@ -69,13 +70,13 @@ def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("profile", ["t3.large", "none"])
-def test_servers_sum_what_crossed_their_links(tmp_path, profile):
+@pytest.mark.parametrize(("profile", "fmt"), [("t3.large", ADDITIVE), ("none", REPLICATED)])
+def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     n, d, m, parties = 30_000, 3, 7, 3
     sketch = Sketch.sparse(n, m, 1, seed=6)
     rows = SyntheticRows(n, d, 1.0, seed=6)
     fp = FixedPoint(16)
-    plan = StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2, chunk=997)
+    plan = StreamPlan(n, d, m, 1, parties, fmt.name, workers=2, chunk=997)
     dests = _dests(tmp_path, parties)
     with NetworkEmulation(profile, parties, client=True) as net:
         done = stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), fp,
@@ -83,13 +84,14 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile):
                              transport=_route(net, tmp_path, parties))
     reference = _reference(sketch, rows.read(0, n), fp)
     assert np.array_equal(done.prepared.expected, reference)
-    shares = [read_share_file(p).reshape(m, d) for p in dests]
+    # Replicated: party i holds (a_i, a_{i-1}); the first components add up.
+    shares = [read_share_file(p, fmt).reshape(m, d, fmt.words)[..., 0] for p in dests]
     assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64), reference)
     assert not any(np.array_equal(x, reference) for x in shares)
     stages = done.stages
     # Every server received its words and a frame per chunk and per stream's end.
     frames = (plan.chunks + plan.workers) * _FRAME.size
-    assert stages["stream_upload_bytes"] == n * d * 8 + frames
+    assert stages["stream_upload_bytes"] == n * d * 8 * fmt.words + frames
     assert 0 < stages["stream_upload_s"] <= stages["stream_wall_s"]
     parts = stages["stream_clients_s"] + stages["stream_upload_s"] + stages["stream_servers_s"]
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
