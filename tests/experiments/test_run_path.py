@@ -78,6 +78,9 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     # The local program on loopback streams: its servers read no share file, so no layout.
     if program == "local":
         assert cfg.streams and work.layout is None
+        # through an emulated network too (over TLS), not to SSH hosts
+        assert dataclasses.replace(cfg, network="t3.large").streams
+        assert not dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
         cfg = dataclasses.replace(cfg, sharing="seeded")
         assert not cfg.streams
         work = build_workload(cfg)
