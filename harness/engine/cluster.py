@@ -130,17 +130,17 @@ class LocalCluster(PartyStaging):
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
         transport: TransportFactory = ShmTransport
-        if self.network is not None:  # each chunk crosses its server's shaped link over TLS
-            warm_up()  # the processes' fork server starts while the network is made
-            transport = self._tls_route(self._hold_network(), job.timeout)
         try:
+            if self.network is not None:  # each chunk crosses its server's link over TLS
+                warm_up()  # the processes' fork server starts while the network is made
+                transport = self._tls_route(self._hold_network(), job.timeout)
             streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
                                      as_input=job.as_input, workdir=self.workdir,
                                      timeout=job.timeout, transport=transport)
-        except BaseException:
+            job.fp.check_bucket_bound(streamed.prepared.abs_sums)
+        except BaseException:  # no session will follow to close the network
             self._release_network()
             raise
-        job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         self._streamed_s = streamed.aggregate_s
         self._streamed_upload = streamed.upload
         streamed.prepared.stages.update(streamed.stages)

@@ -97,7 +97,8 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
 
 
-def test_a_server_killed_mid_stream_is_named(tmp_path):
+@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
+def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
     n, d, m, parties = 4_000_000, 4, 10, 3
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
@@ -105,25 +106,24 @@ def test_a_server_killed_mid_stream_is_named(tmp_path):
     killed: list[int] = []
     root = Path("/dev/shm")
 
-    def kill_server() -> None:
+    def kill_victim() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             # P1 has taken every worker's connection: its receive buffers exist.
             if list(root.glob(f"ltm-stream-{os.getpid()}-*/r1-P1")):
-                victim = next(c for c in multiprocessing.active_children()
-                              if c.name == "server P1")
+                proc = next(c for c in multiprocessing.active_children() if c.name == victim)
                 time.sleep(0.3)  # mid-stream: chunks are crossing the links
-                assert victim.pid is not None
-                os.kill(victim.pid, signal.SIGKILL)
-                killed.append(victim.pid)
+                assert proc.pid is not None
+                os.kill(proc.pid, signal.SIGKILL)
+                killed.append(proc.pid)
                 return
             time.sleep(0.01)
 
-    killer = threading.Thread(target=kill_server)
+    killer = threading.Thread(target=kill_victim)
     with NetworkEmulation("t3.large-baseline", parties, client=True) as net:
         route = _route(net, tmp_path, parties)
         killer.start()
-        with pytest.raises(StreamError, match=r"server P1 exited with status -9 mid-stream"):
+        with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
             stream_inputs(StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2,
                                      chunk=4096),
                           sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
@@ -253,3 +253,22 @@ def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp
     assert not out.exists()
     assert not list(shm.glob(f"ltm-stream-{proc.pid}-*"))
     assert _ours(proc.pid) == []
+
+
+@pytest.mark.mpspdz
+def test_bad_input_found_while_streaming_is_one_line_and_removes_the_network(tmp_path, mp_spdz,
+                                                                       program_cache):
+    from harness.errors import InputError
+
+    data = tmp_path / "rows.csv"
+    lines = ["0.5,-0.25"] * 3000
+    lines[2500] = "0.5,abc"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    cfg = RunConfig(out=out, cache_dir=program_cache, timeout=120, program="local",
+                    parties=3, rows=10, seed=3, data=data, noise="none", network="none")
+    with pytest.raises(InputError) as caught:
+        run(cfg)
+    assert "abc" in str(caught.value) and "\n" not in str(caught.value)
+    assert not out.exists()
+    assert _ours(os.getpid()) == []
