@@ -11,8 +11,11 @@ as the files' upload does (:mod:`harness.engine.upload`): the servers' are
 MP-SPDZ's ``P<i>.pem``, the clients' is made for the run.
 
 On the wire a connection carries a hello (the worker's index), then frames:
-``(CHUNK, k, words)`` followed by the chunk's words, and one ``(END, count, 0)``,
-which the server acknowledges once it has read it. Behind each socket a thread
+``(CHUNK, k, words, fields)`` followed by the message's further fields (integers
+or numeric arrays, e.g. a chunk's slot counts) and the chunk's words, and one
+``(END, count, 0, fields)``, which the server acknowledges once it has read it.
+The fields are decoded as plain numbers, never unpickled: a client cannot make a
+server run anything. Behind each socket a thread
 turns the frames into the stream's usual messages over a pipe in its own
 process, with a two-slot buffer on each side, so the worker and the server's
 summing see what they see over shared memory, checks included: a chunk out of
@@ -23,6 +26,7 @@ by the server; a cut connection is a lost stream, named.
 from __future__ import annotations
 
 import ctypes
+import json
 import multiprocessing
 import os
 import queue
@@ -35,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.clients import ChannelBuffer, StreamPlan
 from harness.engine.transport import ClientEnd, Link, ServerEnd
 from harness.engine.upload import read_exactly, tls_context
@@ -45,8 +51,11 @@ __all__ = ["TlsRoute", "TlsTransport", "enter_namespace"]
 _CLONE_NEWNET = 0x40000000  # <sched.h>; os.setns is 3.12+
 _HELLO = struct.Struct("!4sI")
 _MAGIC = b"LTMs"
-_FRAME = struct.Struct("!BQQ")  # kind, chunk index (or count at the end), words
+_FRAME = struct.Struct("!BQQB")  # kind, chunk index (or count at the end), words, fields
 _CHUNK, _END = 1, 2
+_INT, _ARRAY = b"i", b"a"
+_LEN = struct.Struct("!Q")
+_MAX_FIELD_BYTES = 1 << 26  # far above any per-chunk field (2m counts), far below memory
 _ACK = b"ok"
 _CONNECT_RETRY_S = 30.0  # a server still starting refuses connections for a moment
 
@@ -148,18 +157,65 @@ class _Sender:
             while True:
                 message = self.todo.get()
                 if message[0] == "end":
-                    self.tls.sendall(_FRAME.pack(_END, message[1], 0))
+                    extra = message[2:]
+                    self.tls.sendall(_FRAME.pack(_END, message[1], 0, len(extra))
+                                     + _pack_fields(extra))
                     if read_exactly(self.tls, len(_ACK)) != _ACK:
                         raise ConnectionError("the server did not acknowledge the stream")
                     return
-                _, k, slot, words = message
-                self.tls.sendall(_FRAME.pack(_CHUNK, k, words))
+                _, k, slot, words, *fields = message
+                self.tls.sendall(_FRAME.pack(_CHUNK, k, words, len(fields))
+                                 + _pack_fields(fields))
                 with self.buffer.raw(slot, 8 * words) as view:
                     self.tls.sendall(view[: 8 * words])
                 self.freed.put(("free", slot))
         except Exception as exc:  # the worker names the server when it next calls
             self.error = f"{type(exc).__name__}: {exc}"
             self.freed.put(None)
+
+
+def _pack_fields(fields: Any) -> bytes:
+    """A message's fields past its fixed ones: integers, or numeric arrays."""
+    out = []
+    for field in fields:
+        if isinstance(field, np.ndarray):
+            array = np.ascontiguousarray(field)
+            header = json.dumps([array.dtype.str, list(array.shape)]).encode()
+            out += [_ARRAY, _LEN.pack(len(header)), header, _LEN.pack(array.nbytes),
+                    array.tobytes()]
+        else:
+            out += [_INT, struct.pack("!q", int(field))]
+    return b"".join(out)
+
+
+def _read_fields(tls: ssl.SSLSocket, count: int) -> tuple[list[Any], int]:
+    """The fields :func:`_pack_fields` wrote, checked as plain numbers; and their bytes."""
+    fields: list[Any] = []
+    size = 0
+    for _ in range(count):
+        tag = read_exactly(tls, 1)
+        if tag == _INT:
+            fields.append(struct.unpack("!q", read_exactly(tls, 8))[0])
+            size += 9
+            continue
+        if tag != _ARRAY:
+            raise ConnectionError(f"unknown field tag {tag!r}")
+        (length,) = _LEN.unpack(read_exactly(tls, _LEN.size))
+        if length > 4096:
+            raise ConnectionError("refused an array field with an oversized header")
+        try:
+            kind, dims = json.loads(read_exactly(tls, length))
+            dtype = np.dtype(str(kind))
+            shape = tuple(int(x) for x in dims)
+        except (ValueError, TypeError) as exc:
+            raise ConnectionError(f"refused a malformed array field: {exc}") from None
+        (nbytes,) = _LEN.unpack(read_exactly(tls, _LEN.size))
+        if (dtype.kind not in "biuf" or nbytes > _MAX_FIELD_BYTES or min(shape, default=0) < 0
+                or nbytes != dtype.itemsize * int(np.prod(shape))):
+            raise ConnectionError(f"refused an array field of {dtype} {shape}, {nbytes} bytes")
+        fields.append(np.frombuffer(read_exactly(tls, nbytes), dtype=dtype).reshape(shape))
+        size += 1 + 2 * _LEN.size + length + nbytes
+    return fields, size
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
@@ -211,15 +267,16 @@ class _Receiver:
         held = arrived = 0
         try:
             while True:
-                kind, k, words = _FRAME.unpack(read_exactly(self.tls, _FRAME.size))
+                kind, k, words, count = _FRAME.unpack(read_exactly(self.tls, _FRAME.size))
                 self.first = self.first or time.perf_counter()
-                self.bytes += _FRAME.size
+                fields, size = _read_fields(self.tls, count)
+                self.bytes += _FRAME.size + size
                 if kind == _END:
                     self.last = time.perf_counter()
                     # Acknowledged first: once the summing thread has every end, the
                     # server may finish and close this socket.
                     self.tls.sendall(_ACK)
-                    self.pipe.send(("end", k))
+                    self.pipe.send(("end", k, *fields))
                     return  # the pipe stays open: the summing thread may still free slots
                 if kind != _CHUNK:
                     raise ConnectionError(f"unknown frame kind {kind}")
@@ -229,11 +286,11 @@ class _Receiver:
                     held -= 1
                 nbytes = 8 * words
                 if nbytes > self.slot_bytes:  # refused by the server, naming the chunk
-                    self.pipe.send(("chunk", k, slot, words))
+                    self.pipe.send(("chunk", k, slot, words, *fields))
                     return
                 self._read_into(slot, nbytes)
                 self.bytes += nbytes
-                self.pipe.send(("chunk", k, slot, words))
+                self.pipe.send(("chunk", k, slot, words, *fields))
                 held += 1
                 arrived += 1
         except Exception:

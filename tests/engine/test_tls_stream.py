@@ -9,6 +9,7 @@ carries more than announced, and Ctrl-C.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import re
@@ -26,17 +27,18 @@ import pytest
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
+    ChannelBuffer,
     FixedPoint,
     NoiseSpec,
     Sketch,
     StreamPlan,
     SyntheticRows,
+    produce,
     read_share_file,
 )
 from harness.engine import StreamError, make_certificates, stream_inputs
 from harness.engine.netns import NetworkEmulation
-from harness.engine.tls_stream import _FRAME, _HELLO, _MAGIC, TlsRoute, enter_namespace
-from harness.engine.upload import tls_context
+from harness.engine.tls_stream import _FRAME, TlsRoute
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
 
@@ -89,9 +91,11 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64), reference)
     assert not any(np.array_equal(x, reference) for x in shares)
     stages = done.stages
-    # Every server received its words and a frame per chunk and per stream's end.
+    # Every server received its words, a frame per chunk and per stream's end, and the
+    # messages' small fields (a chunk's slot counts at most): nothing more.
     frames = (plan.chunks + plan.workers) * _FRAME.size
-    assert stages["stream_upload_bytes"] == n * d * 8 * fmt.words + frames
+    extra = stages["stream_upload_bytes"] - (n * d * 8 * fmt.words + frames)
+    assert 0 <= extra <= plan.chunks * (128 + 2 * m * 8)
     assert 0 < stages["stream_upload_s"] <= stages["stream_wall_s"]
     parts = stages["stream_clients_s"] + stages["stream_upload_s"] + stages["stream_servers_s"]
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
@@ -136,54 +140,80 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
     assert not list(root.glob(f"ltm-stream-{os.getpid()}-*"))
 
 
-def _fake_worker(route: TlsRoute, frames: list[tuple[int, int, int]], words: int) -> None:
-    """A client worker that speaks the protocol but sends ``frames`` (zeros as words)."""
-    enter_namespace(route.client_namespace)
-    ctx = tls_context(False, route.client_cert, route.client_key, route.certs[0])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            raw = socket.create_connection((route.addresses[0], route.port), timeout=30)
-            break
-        except ConnectionRefusedError:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    with ctx.wrap_socket(raw) as tls:
-        tls.sendall(_HELLO.pack(_MAGIC, 0))
-        for kind, k, count in frames:
-            tls.sendall(_FRAME.pack(kind, k, count))
-            if kind == 1:
-                tls.sendall(bytes(8 * count))
-        tls.recv(2)
+class _Recorder:
+    """Stands for a server's link: keeps what a real worker sends it, frees every slot."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, message: tuple) -> None:
+        self.sent.append(message)
+
+    def recv(self) -> tuple:
+        return ("free", 0)
 
 
-@pytest.mark.parametrize(("frames", "said"), [
-    ([(1, 0, 97 * 2), (2, 1, 0)], "got a stream from client worker 0 that ended early: "
-                                  "1 of 3 chunks arrived, 1 announced"),
-    ([(1, 0, 97 * 2), (1, 1, 97 * 2), (1, 2, 56 * 2), (1, 3, 97 * 2)],
+def _recorded(tmp_path: Path, plan: StreamPlan, sketch: Sketch) -> list[tuple]:
+    """The messages a real client worker sends server 0 for ``plan``, whatever they hold."""
+    rows = SyntheticRows(plan.n, plan.d, 1.0, seed=2)
+    buffers = [ChannelBuffer(tmp_path / f"rec-P{i}", plan.slot_bytes, create=True)
+               for i in range(plan.parties)]
+    links = [_Recorder() for _ in range(plan.parties)]
+    produce(0, plan, sketch, rows, NoiseSpec("none", n=plan.n, m=plan.m, d=plan.d, s=1),
+            FixedPoint(16), buffers, links)
+    return links[0].sent
+
+
+def _replaying_worker(route: TlsRoute, plan: StreamPlan, root: Path,
+                      messages: list[tuple]) -> None:
+    """A client worker whose link to server 0 (the real TLS one) carries ``messages``."""
+    end = route(plan, root, None).client_end(0)
+    _, links = end.open(plan)
+    try:
+        for message in messages:
+            links[0].send(message)
+            if message[0] == "chunk":
+                links[0].recv()  # sent: the slot is free again
+    except (OSError, EOFError):
+        pass  # the server refused the stream and closed it
+    finally:
+        end.close()
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda sent: [sent[0], ("end", 1, *sent[-1][2:])],
+     "got a stream from client worker 0 that ended early: 1 of 3 chunks arrived, "
+     "1 announced"),
+    (lambda sent: [*sent[:-1], ("chunk", 3, 1, *sent[0][3:]), sent[-1]],
      r"got chunk 3 from client worker 0, which owes nothing more \(more than announced"),
-])
-def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, frames, said):
+], ids=["ends early", "carries more"])
+def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, edit, said):
     from harness.engine.stream import _server_main
 
     n, d, m = 250, 2, 4
     plan = StreamPlan(n, d, m, 1, 2, ADDITIVE.name, workers=1, chunk=97)
     sketch = Sketch.sparse(n, m, 1, seed=2)
+    sent = _recorded(tmp_path, plan, sketch)
+    assert [x[0] for x in sent] == ["chunk"] * 3 + ["end"]
     ctx = multiprocessing.get_context("fork")
     with NetworkEmulation("none", 2, client=True) as net:
         route = _route(net, tmp_path, 2)
         end = route(plan, tmp_path, ctx).server_end(0)
-        got, sent = ctx.Pipe(duplex=False)
+        only_p0 = dataclasses.replace(route, namespaces=route.namespaces[:1],
+                                      addresses=route.addresses[:1], certs=route.certs[:1],
+                                      keys=route.keys[:1])
+        got, report = ctx.Pipe(duplex=False)
         server = ctx.Process(target=_server_main,
-                             args=(0, plan, sketch, end, tmp_path / "agg", False, sent))
-        client = ctx.Process(target=_fake_worker, args=(route, frames, 97 * 2))
+                             args=(0, plan, sketch, end, tmp_path / "agg", False, report))
+        client = ctx.Process(target=_replaying_worker,
+                             args=(only_p0, plan, tmp_path, edit(sent)))
         server.start()
         client.start()
         assert got.poll(60)
         kind, message = got.recv()
         server.join(10)
+        client.join(10)
         client.kill()
-        client.join()
     assert kind == "error" and re.search(said, message), message
     assert not (tmp_path / "agg").exists()
 
@@ -272,3 +302,24 @@ def test_bad_input_found_while_streaming_is_one_line_and_removes_the_network(tmp
     assert "abc" in str(caught.value) and "\n" not in str(caught.value)
     assert not out.exists()
     assert _ours(os.getpid()) == []
+
+
+def test_message_fields_cross_as_numbers_and_nothing_else():
+    from harness.engine.tls_stream import _pack_fields, _read_fields
+
+    counts = np.arange(8, dtype=np.int64).reshape(2, 4)
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(_pack_fields([7, counts]))
+        fields, size = _read_fields(b, 2)
+        assert fields[0] == 7 and np.array_equal(fields[1], counts)
+        assert fields[1].dtype == counts.dtype and size > counts.nbytes
+        # An object array would be unpickled: refused, as is a size that lies.
+        header = b'["|O", [1]]'
+        a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
+        with pytest.raises(ConnectionError, match="refused an array field of object"):
+            _read_fields(b, 1)
+        header = b'["<i8", [4]]'
+        a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
+        with pytest.raises(ConnectionError, match="refused an array field of int64"):
+            _read_fields(b, 1)
