@@ -15,12 +15,12 @@ On the wire a connection carries a hello (the worker's index), then frames:
 or numeric arrays, e.g. a chunk's slot counts) and the chunk's words, and one
 ``(END, count, 0, fields)``, which the server acknowledges once it has read it.
 The fields are decoded as plain numbers, never unpickled: a client cannot make a
-server run anything. Behind each socket a thread
-turns the frames into the stream's usual messages over a pipe in its own
-process, with a two-slot buffer on each side, so the worker and the server's
-summing see what they see over shared memory, checks included: a chunk out of
-order or of the wrong size, an end too early or more than announced is refused
-by the server; a cut connection is a lost stream, named.
+server run anything. Behind each socket a thread turns the frames into the
+stream's usual messages over a pipe in its own process, with a two-slot buffer on
+each side, so the worker and the server's summing see what they see over shared
+memory, checks included: a chunk out of order or of the wrong size, an end too
+early or more than announced is refused by the server; a cut connection is a
+lost stream, named.
 """
 
 from __future__ import annotations
