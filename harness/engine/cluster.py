@@ -108,6 +108,7 @@ class LocalCluster(PartyStaging):
         self._count_args = spec.party_count_args(parties)
         self._net: NetworkEmulation | None = None
         self._streamed_s: list[float] = []
+        self._schedule: Path | None = None  # a streamed fast run's public input
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -118,17 +119,21 @@ class LocalCluster(PartyStaging):
         return self.prepare_here(job)
 
     def _stream(self, job: ClientJob) -> Prepared:
-        """Clients and servers side by side; each server leaves only its aggregate."""
+        """Clients and servers side by side; each server leaves only its aggregate, or
+        (``job.blocks``, the fast program) its blocked share file."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
                           job.share_format.name, workers=worker_count())
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
+        schedule = self.workdir / "public-input" if job.blocks is not None else None
         streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
                                  as_input=job.as_input, workdir=self.workdir,
-                                 timeout=job.timeout)
+                                 timeout=job.timeout, blocks=job.blocks, schedule=schedule)
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         self._streamed_s = streamed.aggregate_s
+        self._schedule = schedule
         streamed.prepared.stages.update(streamed.stages)
+        streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
 
     def session(self) -> AbstractContextManager[None]:
@@ -266,7 +271,7 @@ class LocalCluster(PartyStaging):
             check_ports_free(port, self.parties)
         commands = []
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input)
+            link_program(program, self.party_dir(i), public_input, self._schedule)
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
@@ -281,7 +286,7 @@ class LocalCluster(PartyStaging):
             raise InputError(f"--port {port} is out of range; pick a base in "
                              f"[1024, {65535 - self.parties}]")
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input)
+            link_program(program, self.party_dir(i), public_input, self._schedule)
         with self.network_session():
             net = self._net
             assert net is not None

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from harness.clients import (
+    BlockShape,
     ChannelBuffer,
     FixedPoint,
     NoiseSpec,
@@ -44,7 +45,10 @@ from harness.clients import (
     run_starts,
     write_share_file,
 )
-from harness.errors import InputError, LtmError, PartyError
+from harness.engine.stream_file import Lost as _Lost
+from harness.engine.stream_file import Refused as _Refused
+from harness.engine.stream_file import partial, serve_file
+from harness.errors import InputError, PartyError
 from harness.fileio import open_private, private_dir
 
 __all__ = ["StreamError", "Streamed", "stream_inputs", "worker_count"]
@@ -65,6 +69,8 @@ class Streamed:
     prepared: Prepared
     aggregate_s: list[float]  # each server's busy time, inside the stream's wall time
     stages: dict[str, float] = field(default_factory=dict)
+    # The share files' shape when the servers wrote the clients' shares (``blocks``).
+    layout: dict = field(default_factory=dict)
 
 
 def worker_count() -> int:
@@ -95,11 +101,16 @@ def _channel_root(workdir: Path) -> Path:
 
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
-                  timeout: float) -> Streamed:
+                  timeout: float, blocks: BlockShape | None = None,
+                  schedule: Path | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
     else as share files in the protocol's format.
+
+    ``blocks``: the servers do not sum, they write the clients' shares into blocked
+    share files of this shape (the ``fast`` program's, :mod:`.stream_file`), and
+    server 0 the public ``schedule`` the program reads beside them.
 
     The processes start through :mod:`multiprocessing`, so a Python script that
     calls this (or a streamed :func:`harness.experiments.run`) needs the usual
@@ -109,6 +120,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     root = _channel_root(workdir)
     procs: list[tuple[str, Any, Connection]] = []
     started = time.perf_counter()
+    complete = False
     try:
         paths = [[root / f"w{w}-P{i}" for i in range(plan.parties)]
                  for w in range(plan.workers)]
@@ -119,9 +131,16 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                  for _ in range(plan.workers)]
         for i in range(plan.parties):
             got, sent = ctx.Pipe(duplex=False)
-            serve_args = (i, plan, sketch, [links[w][i][1] for w in range(plan.workers)],
-                          [paths[w][i] for w in range(plan.workers)], dests[i], as_input, sent)
-            proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
+            ends = [links[w][i][1] for w in range(plan.workers)]
+            mine = [paths[w][i] for w in range(plan.workers)]
+            if blocks is None:
+                target: Any = _server_main
+                serve_args: tuple = (i, plan, sketch, ends, mine, dests[i], as_input, sent)
+            else:
+                target = _file_server_main
+                serve_args = (i, plan, sketch, ends, mine, dests[i], blocks,
+                              schedule if i == 0 else None, sent)
+            proc = ctx.Process(target=target, args=serve_args, name=f"server P{i}",
                                daemon=True)
             procs.append((f"server P{i}", proc, got))  # before start: a signal may come
             proc.start()
@@ -141,6 +160,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                 a.close()
                 b.close()
         results = _collect(procs, started + timeout)
+        complete = True
     finally:
         for _, proc, got in procs:
             if proc.pid is not None:
@@ -148,8 +168,19 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                 proc.join()
             got.close()
         shutil.rmtree(root, ignore_errors=True)
+        if blocks is not None and not complete:  # nothing half-written stays
+            for path in [*dests, *([schedule] if schedule else [])]:
+                for leftover in (path, partial(path)):
+                    leftover.unlink(missing_ok=True)
     wall = time.perf_counter() - started
-    return _assemble(plan, results, wall)
+    streamed = _assemble(plan, results, wall)
+    if blocks is not None:
+        first = results["server P0"]
+        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
+                           "chunk_blocks": blocks.chunk_blocks,
+                           "clients_per_chunk": plan.clients_per_chunk,
+                           **{key: first[key] for key in ("file_rows", "padding_rows")}}
+    return streamed
 
 
 def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
@@ -267,6 +298,28 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
             b.close()
 
 
+def _file_server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+                      paths: list[Path], dest: Path, blocks: BlockShape,
+                      schedule: Path | None, report: Connection) -> None:
+    """:func:`_server_main` for a server that writes its share file (:func:`serve_file`)."""
+    _quiet()
+    buffers: list[ChannelBuffer] = []
+    try:
+        buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
+        cpu = time.process_time()
+        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule)
+        _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu})
+    except _Lost as exc:
+        _tell(report, "lost", str(exc))
+    except _Refused as exc:
+        _tell(report, "error", str(exc))
+    except Exception as exc:
+        _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
+    finally:
+        for b in buffers:
+            b.close()
+
+
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                  paths: list[Path], dest: Path, as_input: bool, report: Connection) -> None:
     _quiet()
@@ -285,14 +338,6 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
     finally:
         for b in buffers:
             b.close()
-
-
-class _Refused(LtmError):
-    """A server refuses its stream (it is not what the plan announced)."""
-
-
-class _Lost(_Refused):
-    """A server's client worker went away: a consequence, named after its cause."""
 
 
 def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
