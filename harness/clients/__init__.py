@@ -13,7 +13,7 @@ May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothin
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 """
 
-from harness.clients.blocks import BlockShape, BlockWriter, ScheduleWriter, chunk_blocks
+from harness.clients.blocks import BlockShape, BlockWriter, RunBlocks, ScheduleWriter
 from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
@@ -86,8 +86,8 @@ __all__ = [
     "ADDITIVE",
     "BlockShape",
     "BlockWriter",
+    "RunBlocks",
     "ScheduleWriter",
-    "chunk_blocks",
     "ArrayRows",
     "ChannelBuffer",
     "SketchGroups",

@@ -4,16 +4,17 @@
 holds an O(n) array. Here the same file shape (chunks of R row-slabs of K
 blocks x d shares, what ``fast.mpc.j2`` reads) is made per chunk of clients:
 within a chunk the slots are grouped by accumulator (the grouping the stream
-already uses), each accumulator's run is padded with zero rows to whole blocks
-of R rows, and the chunk's blocks are appended to the file's. Every K blocks
-make an engine chunk, written transposed as (R, K, d); the last is completed
-with padding blocks (accumulator 2m). Memory is one engine chunk plus one
-client chunk's blocks, whatever n is.
+already uses) and cut into blocks of R rows. An accumulator's rows that do not
+fill a block are carried to the next chunk (:class:`RunBlocks`, at most R - 1
+rows per accumulator), so blocks are padded only once, at the end: padding is
+what the global layout pays (R/2 rows per accumulator on average), not that
+per chunk. Every K blocks make an engine chunk, written transposed as
+(R, K, d); the last is completed with padding blocks (accumulator 2m). Memory
+is the carry, one engine chunk and one client chunk's blocks, whatever n is.
 
-R comes from the client chunk's size, not n: a client chunk of c clients fills
-an accumulator with about c * s / (2m) rows, and padding costs R/2 rows per
-accumulator and chunk, so R near 1/16 of that keeps padding near 3%. The
-public schedule (each block's accumulator) is written as a stream beside it.
+R follows the global rule (:func:`~harness.clients.layout.choose_block_rows`,
+from n, m and s alone), capped so the carry stays small. The public schedule
+(each block's accumulator) is written as a stream beside the file.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import numpy as np
 
 from harness.clients.layout import CHUNK_SHARES, choose_block_rows
 
-__all__ = ["BlockShape", "BlockWriter", "ScheduleWriter", "chunk_blocks"]
+__all__ = ["BlockShape", "BlockWriter", "RunBlocks", "ScheduleWriter"]
 
 # The schedule's first line, the number of engine chunks, is known only at the end:
 # it is written as this many spaces first and filled in (C++ streams skip the blanks).
 _COUNT_WIDTH = 20
+# Bytes of rows carried between chunks, at most: 2m accumulators x (R - 1) rows.
+_CARRY_BYTES = 1 << 25
 
 
 @dataclass(frozen=True)
@@ -40,31 +43,67 @@ class BlockShape:
     chunk_blocks: int
 
     @classmethod
-    def choose(cls, clients_per_chunk: int, m: int, s: int, d: int,
-               share_words: int) -> BlockShape:
-        """From the client chunk's size alone (no global information)."""
-        R = choose_block_rows(clients_per_chunk, m, s)
-        # A client chunk's blocks, at most: a bound, so a tiny run is not mostly padding.
-        most = -(-clients_per_chunk * s // R) + 2 * m
+    def choose(cls, n: int, m: int, s: int, d: int, share_words: int) -> BlockShape:
+        """From n, m, s and the share's size alone: nothing drawn is needed."""
+        R = choose_block_rows(n, m, s)
+        while R > 1 and 2 * m * R * d * share_words * 8 > _CARRY_BYTES:
+            R //= 2
+        # At most every block of the run: a tiny run is not mostly padding.
+        most = -(-n * s // R) + 2 * m
         K = max(1, min(CHUNK_SHARES // (R * d * share_words), most))
         return cls(R, K)
 
 
-def chunk_blocks(counts: np.ndarray, R: int) -> tuple[np.ndarray, np.ndarray]:
-    """A client chunk's blocks: each block's accumulator, and each grouped slot's row.
+class RunBlocks:
+    """Grouped rows in, whole blocks of one accumulator each out; the rest carried.
 
-    ``counts`` are the chunk's slots per accumulator (in grouped order, as
-    :func:`~harness.clients.stream.group_slots` gives them). Grouped slot t of
-    accumulator a goes to row ``t + (padded start of a) - (start of a)`` of the
-    chunk's blocks, laid end to end as (blocks * R) rows.
+    ``add`` takes a chunk's rows grouped by accumulator (``counts`` per
+    accumulator, as :func:`~harness.clients.stream.group_slots` gives them) and
+    returns the blocks they complete, each after the carried rows of its
+    accumulator; ``finish`` pads what is carried to one last block per accumulator.
     """
-    blocks = -(-counts // R)
-    block_acc = np.repeat(np.arange(counts.size, dtype=np.int64), blocks)
-    start = np.cumsum(counts) - counts
-    padded_start = (np.cumsum(blocks) - blocks) * R
-    rows = np.arange(int(counts.sum()), dtype=np.int64)
-    rows += np.repeat(padded_start - start, counts)
-    return block_acc, rows
+
+    def __init__(self, accumulators: int, block_rows: int, width: int) -> None:
+        self.R = block_rows
+        self.carry = np.zeros((accumulators, block_rows, width), dtype=np.uint64)
+        self.held = np.zeros(accumulators, dtype=np.int64)
+
+    def add(self, counts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(each block's accumulator, blocks (count, R, width)) completed by ``rows``."""
+        R, held = self.R, self.held
+        total = held + counts
+        full = total // R
+        block_acc = np.repeat(np.arange(counts.size, dtype=np.int64), full)
+        out = np.zeros((block_acc.size * R, self.carry.shape[2]), dtype=np.uint64)
+        out_start = (np.cumsum(full) - full) * R
+        # Carried rows first: an accumulator that completes a block sends them out.
+        going = full > 0
+        acc = np.repeat(np.flatnonzero(going), held[going])
+        rank = _ranks(held[going])
+        out[out_start[acc] + rank] = self.carry[acc, rank]
+        # Then the new rows, at their place after the carried ones.
+        acc = np.repeat(np.arange(counts.size), counts)
+        place = held[acc] + _ranks(counts)
+        kept = place >= full[acc] * R
+        out[out_start[acc[~kept]] + place[~kept]] = rows[~kept]
+        self.carry[acc[kept], place[kept] - full[acc[kept]] * R] = rows[kept]
+        self.held = total % R
+        return block_acc, out.reshape(block_acc.size, R, out.shape[1])
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """The carried rows as one block per accumulator, padded with zero rows."""
+        live = np.flatnonzero(self.held)
+        rows = np.arange(self.R)
+        blocks = np.where(rows[None, :, None] < self.held[live, None, None],
+                          self.carry[live], np.uint64(0))
+        self.held[:] = 0
+        return live.astype(np.int64), blocks
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """0, 1, ..., c - 1 for each c in ``counts``, concatenated."""
+    ends = np.cumsum(counts)
+    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - counts, counts)
 
 
 class BlockWriter:

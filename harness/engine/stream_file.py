@@ -3,7 +3,8 @@
 MP-SPDZ reads the ``fast`` program's shares from each party's
 ``Persistence/Transactions-P<i>.data``, so there a server does not sum its
 stream: it lays each chunk out in the blocked file (:mod:`harness.clients.blocks`)
-and appends it. Every party's file must hold the same slots in the same rows,
+and appends it (an accumulator's rows short of a block wait for the next chunk).
+Every party's file must hold the same slots in the same rows,
 so chunks are taken in the plan's order, not as they come: chunk k from its
 worker's stream, then k + 1. Each worker sends its chunks in increasing order
 and each server frees a slot once it is written, so no worker waits on a chunk
@@ -26,11 +27,11 @@ from harness.clients import (
     BlockShape,
     BlockWriter,
     ChannelBuffer,
+    RunBlocks,
     ScheduleWriter,
     Sketch,
     SketchGroups,
     StreamPlan,
-    chunk_blocks,
 )
 from harness.errors import LtmError
 from harness.fileio import open_private
@@ -60,7 +61,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
     """
     fmt = plan.fmt
     width = plan.d * fmt.words
-    R = shape.block_rows
+    runs = RunBlocks(2 * plan.m, shape.block_rows, width)
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
@@ -82,14 +83,10 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
                 raise Refused(f"got {words} words for chunk {k} from client worker {w}, "
                               f"not the {plan.chunk_words(k)} the plan announces")
             counts = np.bincount(columns.chunk(k), minlength=2 * plan.m)
-            block_acc, rows = chunk_blocks(counts, R)
             # (d, slots, words) as sent; a file row is one slot's d shares of words each.
             shares = buffers[w].slot(slot, words).reshape(plan.d, -1, fmt.words)
-            laid = np.zeros((block_acc.size * R, plan.d, fmt.words), dtype=np.uint64)
-            laid[rows] = shares.transpose(1, 0, 2)
-            blocks_out.add(laid.reshape(block_acc.size, R, width))
-            if schedule_out is not None:
-                schedule_out.add(block_acc)
+            _emit(runs.add(counts, shares.transpose(1, 0, 2).reshape(-1, width)),
+                  blocks_out, schedule_out)
             try:
                 conns[w].send(("free", slot))
             except OSError:
@@ -103,15 +100,24 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
                 raise Refused(f"got more than announced from client worker {w}: "
                               f"{message[0]} after its {received[w]} chunks")
         began = time.perf_counter()
+        _emit(runs.finish(), blocks_out, schedule_out)
         chunks = blocks_out.finish()
         if schedule_out is not None and schedule_out.finish() != chunks:
             raise RuntimeError("layout bug: the schedule and the share file disagree")
     os.replace(partial(dest), dest)
     if schedule is not None:
         os.replace(partial(schedule), schedule)
-    file_rows = chunks * R * shape.chunk_blocks
+    file_rows = chunks * shape.block_rows * shape.chunk_blocks
     return {"busy_s": busy + time.perf_counter() - began, "engine_chunks": chunks,
             "file_rows": file_rows, "padding_rows": file_rows - plan.n * plan.s}
+
+
+def _emit(made: tuple[np.ndarray, np.ndarray], blocks_out: BlockWriter,
+          schedule_out: ScheduleWriter | None) -> None:
+    block_acc, blocks = made
+    blocks_out.add(blocks)
+    if schedule_out is not None:
+        schedule_out.add(block_acc)
 
 
 def _receive(conn: Connection, w: int, got: int, owed: int) -> tuple:

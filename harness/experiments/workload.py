@@ -24,7 +24,6 @@ from harness.clients import (
     Prepared,
     Rows,
     Sketch,
-    StreamPlan,
     SyntheticRows,
     all_rows,
     certify,
@@ -204,11 +203,8 @@ def build_workload(cfg: RunConfig) -> Workload:
     if not cfg.streams:
         layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
                   if program.blocked else Layout.plain(sketch, d))
-    elif program.blocked and not program.aggregates:
-        # The blocks are made per chunk of clients, so their shape follows the chunk's size.
-        plan = StreamPlan(n, d, cfg.rows, s, cfg.party_count, cfg.share_format.name, workers=1)
-        blocks = BlockShape.choose(min(n, plan.clients_per_chunk), cfg.rows, s, d,
-                                   cfg.share_format.words)
+    elif program.blocked and not program.aggregates:  # laid out per chunk of clients
+        blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
     return Workload(rows, sketch, noise, fp, layout, seed, blocks)
 
 

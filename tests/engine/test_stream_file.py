@@ -24,12 +24,12 @@ from harness.clients import (
     BlockWriter,
     FixedPoint,
     NoiseSpec,
+    RunBlocks,
     ScheduleWriter,
     Sketch,
     SketchGroups,
     StreamPlan,
     SyntheticRows,
-    chunk_blocks,
     read_share_file,
 )
 from harness.clients.stream import group_slots
@@ -49,7 +49,8 @@ def _block_sums(rows: np.ndarray, shape: BlockShape, chunks: int) -> np.ndarray:
 
 @pytest.mark.parametrize(("s", "chunk", "shape"), [(1, 97, BlockShape(4, 7)),
                                                    (3, 50, BlockShape(2, 5)),
-                                                   (2, 400, BlockShape(8, 64))])
+                                                   (2, 400, BlockShape(8, 64)),
+                                                   (1, 30, BlockShape(16, 3))])
 def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape):
     n, m = 1000, 6
     sketch = Sketch.sparse(n, m, s, seed=3)
@@ -57,18 +58,20 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
     columns = SketchGroups(sketch, plan)
     out, text = io.BytesIO(), io.BytesIO()
     blocks, schedule = BlockWriter(out, shape, 1), ScheduleWriter(text, shape, m)
+    runs = RunBlocks(2 * m, shape.block_rows, 1)
     for k in range(plan.chunks):
         start, stop = plan.span(k)
         acc = columns.chunk(k)
         clients, counts = group_slots(acc, m, stop - start)
         # Each slot's value is its global id + 1 (slot i*n + j), so padding (0) shows.
-        order = np.argsort(acc.astype(np.int16), kind="stable")
-        ids = (order // (stop - start)) * n + start + clients + 1
-        block_acc, rows = chunk_blocks(counts, shape.block_rows)
-        laid = np.zeros(block_acc.size * shape.block_rows, dtype=np.uint64)
-        laid[rows] = ids
-        blocks.add(laid.reshape(block_acc.size, shape.block_rows, 1))
+        component = np.argsort(acc.astype(np.int16), kind="stable") // (stop - start)
+        ids = component * n + start + clients + 1
+        block_acc, made = runs.add(counts, ids.astype(np.uint64)[:, None])
+        blocks.add(made)
         schedule.add(block_acc)
+    block_acc, made = runs.finish()
+    blocks.add(made)
+    schedule.add(block_acc)
     chunks = blocks.finish()
     assert schedule.finish() == chunks
     numbers = np.array(text.getvalue().split(), dtype=np.int64)  # as the program reads it
@@ -85,22 +88,23 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
     expected_acc = sketch.accumulators(0, n)  # slot i*n + j's accumulator
     owner = np.repeat(block_acc, R).reshape(-1, R)[real]
     assert np.array_equal(owner, expected_acc[ids])
-    # Padding is zero and small: at most R - 1 rows per accumulator and chunk of clients,
-    # plus the last engine chunk's padding blocks (accumulator 2m, all zero).
+    # Padding is zero and only at the end: at most one block per accumulator is not
+    # full, plus the last engine chunk's padding blocks (accumulator 2m, all zero).
     assert np.all(by_block[block_acc == 2 * m] == 0)
-    assert np.all(block_acc[block_acc < 2 * m] < 2 * m)
-    live_blocks = int(np.count_nonzero(block_acc < 2 * m))
-    assert live_blocks * R - s * n <= plan.chunks * 2 * m * (R - 1)
-    assert block_acc.size - live_blocks < K
+    live = block_acc < 2 * m
+    assert np.count_nonzero(~real[live]) <= 2 * m * (R - 1)
+    assert np.count_nonzero(~live) < K
+    assert np.all(real[live][:, 0])  # a block's first row is always a real one
 
 
-def test_the_block_shape_follows_the_chunk_of_clients_not_n():
-    small = BlockShape.choose(52_428, 100, 1, 10, 1)
-    assert small == BlockShape.choose(52_428, 100, 1, 10, 1)
-    assert small.block_rows == 16
-    # A chunk's padding, R/2 rows per accumulator on average, stays near 3% of its rows.
-    assert 2 * 100 * small.block_rows / 2 / 52_428 < 0.04
-    assert small.block_rows * small.chunk_blocks * 10 <= 1 << 16
+def test_the_block_shape_is_the_global_rule_and_its_carry_stays_small():
+    shape = BlockShape.choose(10**6, 100, 1, 10, 1)
+    assert shape == BlockShape.choose(10**6, 100, 1, 10, 1)
+    assert shape.block_rows == 256  # what the layout over all slots picks
+    assert shape.block_rows * shape.chunk_blocks * 10 <= 1 << 16
+    # Many accumulators: R shrinks until 2m blocks' carry fits in 32 MB.
+    wide = BlockShape.choose(10**9, 100_000, 1, 10, 2)
+    assert 2 * 100_000 * wide.block_rows * 10 * 2 * 8 <= 1 << 25
     tiny = BlockShape.choose(300, 100, 1, 10, 1)
     assert tiny.chunk_blocks <= 300 + 200
 
