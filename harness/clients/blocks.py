@@ -63,47 +63,47 @@ class RunBlocks:
     accumulator; ``finish`` pads what is carried to one last block per accumulator.
     """
 
-    def __init__(self, accumulators: int, block_rows: int, width: int) -> None:
+    def __init__(self, accumulators: int, block_rows: int, row: tuple[int, ...]) -> None:
         self.R = block_rows
-        self.carry = np.zeros((accumulators, block_rows, width), dtype=np.uint64)
+        self.carry = np.zeros((accumulators, block_rows, *row), dtype=np.uint64)
         self.held = np.zeros(accumulators, dtype=np.int64)
 
     def add(self, counts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(each block's accumulator, blocks (count, R, width)) completed by ``rows``."""
-        R, held = self.R, self.held
+        """(each block's accumulator, blocks (count, R, *row)) completed by ``rows``.
+
+        ``rows`` may be a strided view (a transpose): each accumulator's run is
+        copied as one slice, no row is gathered one by one.
+        """
+        R, held, carry = self.R, self.held, self.carry
         total = held + counts
         full = total // R
         block_acc = np.repeat(np.arange(counts.size, dtype=np.int64), full)
-        out = np.zeros((block_acc.size * R, self.carry.shape[2]), dtype=np.uint64)
-        out_start = (np.cumsum(full) - full) * R
-        # Carried rows first: an accumulator that completes a block sends them out.
-        going = full > 0
-        acc = np.repeat(np.flatnonzero(going), held[going])
-        rank = _ranks(held[going])
-        out[out_start[acc] + rank] = self.carry[acc, rank]
-        # Then the new rows, at their place after the carried ones.
-        acc = np.repeat(np.arange(counts.size), counts)
-        place = held[acc] + _ranks(counts)
-        kept = place >= full[acc] * R
-        out[out_start[acc[~kept]] + place[~kept]] = rows[~kept]
-        self.carry[acc[kept], place[kept] - full[acc[kept]] * R] = rows[kept]
+        # Every row of a full block is written below: carried rows, then new ones.
+        out = np.empty((block_acc.size * R, *carry.shape[2:]), dtype=np.uint64)
+        starts = (np.cumsum(counts) - counts).tolist()
+        out_starts = ((np.cumsum(full) - full) * R).tolist()
+        h_all, c_all, f_all = held.tolist(), counts.tolist(), full.tolist()
+        for a in np.flatnonzero(counts).tolist():  # at most 2m short slices
+            h, c, f, first = h_all[a], c_all[a], f_all[a], starts[a]
+            if not f:
+                carry[a, h:h + c] = rows[first:first + c]
+                continue
+            o = out_starts[a]
+            out[o:o + h] = carry[a, :h]
+            take = f * R - h
+            out[o + h:o + f * R] = rows[first:first + take]
+            carry[a, :c - take] = rows[first + take:first + c]
         self.held = total % R
-        return block_acc, out.reshape(block_acc.size, R, out.shape[1])
+        return block_acc, out.reshape(block_acc.size, R, *carry.shape[2:])
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """The carried rows as one block per accumulator, padded with zero rows."""
         live = np.flatnonzero(self.held)
-        rows = np.arange(self.R)
-        blocks = np.where(rows[None, :, None] < self.held[live, None, None],
-                          self.carry[live], np.uint64(0))
+        blocks = self.carry[live]
+        for k, h in enumerate(self.held[live].tolist()):
+            blocks[k, h:] = 0
         self.held[:] = 0
         return live.astype(np.int64), blocks
-
-
-def _ranks(counts: np.ndarray) -> np.ndarray:
-    """0, 1, ..., c - 1 for each c in ``counts``, concatenated."""
-    ends = np.cumsum(counts)
-    return np.arange(int(ends[-1]) if ends.size else 0) - np.repeat(ends - counts, counts)
 
 
 class BlockWriter:

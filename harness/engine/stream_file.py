@@ -61,7 +61,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
     """
     fmt = plan.fmt
     width = plan.d * fmt.words
-    runs = RunBlocks(2 * plan.m, shape.block_rows, width)
+    runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, fmt.words))
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
@@ -85,8 +85,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
             counts = np.bincount(columns.chunk(k), minlength=2 * plan.m)
             # (d, slots, words) as sent; a file row is one slot's d shares of words each.
             shares = buffers[w].slot(slot, words).reshape(plan.d, -1, fmt.words)
-            _emit(runs.add(counts, shares.transpose(1, 0, 2).reshape(-1, width)),
-                  blocks_out, schedule_out)
+            _emit(runs.add(counts, shares.transpose(1, 0, 2)), blocks_out, schedule_out)
             try:
                 conns[w].send(("free", slot))
             except OSError:
@@ -115,7 +114,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
 def _emit(made: tuple[np.ndarray, np.ndarray], blocks_out: BlockWriter,
           schedule_out: ScheduleWriter | None) -> None:
     block_acc, blocks = made
-    blocks_out.add(blocks)
+    blocks_out.add(blocks.reshape(blocks.shape[0], blocks.shape[1], -1))
     if schedule_out is not None:
         schedule_out.add(block_acc)
 

@@ -58,7 +58,7 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
     columns = SketchGroups(sketch, plan)
     out, text = io.BytesIO(), io.BytesIO()
     blocks, schedule = BlockWriter(out, shape, 1), ScheduleWriter(text, shape, m)
-    runs = RunBlocks(2 * m, shape.block_rows, 1)
+    runs = RunBlocks(2 * m, shape.block_rows, (1,))
     for k in range(plan.chunks):
         start, stop = plan.span(k)
         acc = columns.chunk(k)
