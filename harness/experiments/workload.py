@@ -152,7 +152,7 @@ def check_workload_size(n: int, d: int, m: int, s: int) -> None:
     """
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
                  "lower --clients, --dim or --sparsity (or --scale), or use --program "
-                 "local, which streams")
+                 "local or fast on this machine, which stream")
 
 
 def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> None:
