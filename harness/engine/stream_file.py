@@ -58,7 +58,20 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
     """Write every chunk into ``dest`` in the blocked layout, in the plan's order.
 
     Returns the busy seconds and the file's shape (engine chunks, rows, padding rows).
+    A stream refused or lost leaves neither file, whole or in part.
     """
+    try:
+        return _write(plan, sketch, conns, buffers, dest, shape, schedule)
+    except BaseException:
+        for path in (dest, schedule):
+            if path is not None:
+                partial(path).unlink(missing_ok=True)
+        raise
+
+
+def _write(plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+           buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
+           schedule: Path | None) -> dict:
     fmt = plan.fmt
     width = plan.d * fmt.words
     runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, fmt.words))

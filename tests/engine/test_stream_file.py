@@ -178,3 +178,27 @@ def test_a_server_killed_mid_stream_leaves_no_share_file(tmp_path):
     assert killed
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no file, whole or partial
     assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize(("messages", "said"), [
+    ([("chunk", 1, 0, 97 * 2)], "got chunk 1 from client worker 0, which owes chunk 0"),
+    ([("chunk", 0, 0, 97 * 2), ("end", 1)], "got end 1 from client worker 0, which owes "
+                                            "chunk 1 \\(an early end"),
+    ([("chunk", 0, 0, 50)], "got 50 words for chunk 0 from client worker 0, not the 194"),
+])
+def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messages,
+                                                                      said):
+    from harness.clients import ChannelBuffer
+    from harness.engine.stream_file import Refused, serve_file
+
+    plan = StreamPlan(250, 2, 4, 1, 2, ADDITIVE.name, workers=1, chunk=97)
+    mine, theirs = multiprocessing.Pipe()
+    buffer = ChannelBuffer(tmp_path / "w0-P0", plan.slot_bytes, create=True)
+    for message in messages:
+        mine.send(message)
+    dest = tmp_path / "Transactions-P0.data"
+    with pytest.raises(Refused, match=said):
+        serve_file(0, plan, Sketch.sparse(250, 4, 1, seed=2), [theirs], [buffer], dest,
+                   BlockShape(2, 3), tmp_path / "public-input")
+    buffer.close()
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "w0-P0"]  # not even a part
