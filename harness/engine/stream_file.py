@@ -127,7 +127,7 @@ def _write(plan: StreamPlan, sketch: Sketch, conns: list[Connection],
 def _emit(made: tuple[np.ndarray, np.ndarray], blocks_out: BlockWriter,
           schedule_out: ScheduleWriter | None) -> None:
     block_acc, blocks = made
-    blocks_out.add(blocks.reshape(blocks.shape[0], blocks.shape[1], -1))
+    blocks_out.add(blocks.reshape(*blocks.shape[:2], int(np.prod(blocks.shape[2:]))))
     if schedule_out is not None:
         schedule_out.add(block_acc)
 

@@ -115,14 +115,17 @@ def _dests(tmp_path: Path, parties: int) -> list[Path]:
     return [tmp_path / f"P{i}" / "Transactions.data" for i in range(parties)]
 
 
-@pytest.mark.parametrize(("fmt", "parties", "s"), [(ADDITIVE, 3, 1), (ADDITIVE, 2, 3),
-                                                   (REPLICATED, 3, 2)])
-def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, parties, s):
+# Blocks of 4 rows fill within a chunk; blocks of 64 mostly span several chunks, and
+# many chunks complete none.
+@pytest.mark.parametrize(("fmt", "parties", "s", "shape"), [
+    (ADDITIVE, 3, 1, BlockShape(4, 5)), (ADDITIVE, 2, 3, BlockShape(4, 5)),
+    (REPLICATED, 3, 2, BlockShape(4, 5)), (ADDITIVE, 3, 1, BlockShape(64, 2)),
+    (REPLICATED, 3, 1, BlockShape(64, 3))])
+def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, parties, s, shape):
     n, d, m = 3000, 3, 8
     sketch = Sketch.sparse(n, m, s, seed=7)
     rows = SyntheticRows(n, d, 1.0, seed=7)
     plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=2, chunk=97)
-    shape = BlockShape(4, 5)  # blocks of several rows: runs are padded within each chunk
     dests = _dests(tmp_path, parties)
     schedule = tmp_path / "public-input"
     done = stream_inputs(plan, sketch, rows, NoiseSpec("gaussian", n=n, m=m, d=d, s=s),
