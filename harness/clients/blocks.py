@@ -113,30 +113,37 @@ class BlockWriter:
         self.fh = fh
         self.R, self.K, self.width = shape.block_rows, shape.chunk_blocks, width
         self._pending = np.zeros((self.K, self.R, width), dtype=np.uint64)
+        self._out = np.empty((self.R, self.K, width), dtype=np.uint64)
         self._held = 0
         self.chunks = 0  # engine chunks written
 
     def add(self, blocks: np.ndarray) -> None:
         """Append blocks (count, R, width); written whenever K are held."""
-        taken = 0
-        while taken < blocks.shape[0]:
-            step = min(self.K - self._held, blocks.shape[0] - taken)
+        taken, count = 0, blocks.shape[0]
+        while taken < count:
+            if not self._held and count - taken >= self.K:  # a whole chunk: no staging
+                self._write(blocks[taken: taken + self.K])
+                taken += self.K
+                continue
+            step = min(self.K - self._held, count - taken)
             self._pending[self._held: self._held + step] = blocks[taken: taken + step]
             self._held += step
             taken += step
             if self._held == self.K:
-                self._flush()
+                self._write(self._pending)
+                self._held = 0
 
-    def _flush(self) -> None:
-        self.fh.write(np.ascontiguousarray(self._pending.transpose(1, 0, 2)).data.cast("B"))
-        self._pending[:] = 0
-        self._held = 0
+    def _write(self, group: np.ndarray) -> None:
+        np.copyto(self._out, group.transpose(1, 0, 2))
+        self.fh.write(self._out.data.cast("B"))
         self.chunks += 1
 
     def finish(self) -> int:
         """Write the last engine chunk, padded with zero blocks; the number of chunks."""
         if self._held or not self.chunks:
-            self._flush()
+            self._pending[self._held:] = 0
+            self._write(self._pending)
+            self._held = 0
         return self.chunks
 
 
