@@ -307,7 +307,7 @@ def _file_server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[
     try:
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
         cpu = time.process_time()
-        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule)
+        done = serve_file(plan, sketch, conns, buffers, dest, blocks, schedule)
         _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu})
     except _Lost as exc:
         _tell(report, "lost", str(exc))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def partial(path: Path) -> Path:
     return path.with_name(path.name + ".part")
 
 
-def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+def serve_file(plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
                schedule: Path | None) -> dict:
     """Write every chunk into ``dest`` in the blocked layout, in the plan's order.
@@ -80,10 +81,10 @@ def _write(plan: StreamPlan, sketch: Sketch, conns: list[Connection],
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
     busy = 0.0
     with open_private(partial(dest)) as fh, \
-            (open_private(partial(schedule)) if schedule else open(os.devnull, "wb")) as sh:
+            (open_private(partial(schedule)) if schedule else nullcontext()) as sh:
         fh.write(fmt.header)
         blocks_out = BlockWriter(fh, shape, width)
-        schedule_out = ScheduleWriter(sh, shape, plan.m) if schedule else None
+        schedule_out = ScheduleWriter(sh, shape, plan.m) if sh is not None else None
         for k in range(plan.chunks):
             w = (k // plan.group) % plan.workers
             message = _receive(conns[w], w, received[w], len(owed[w]))

@@ -201,7 +201,7 @@ def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, 
         mine.send(message)
     dest = tmp_path / "Transactions-P0.data"
     with pytest.raises(Refused, match=said):
-        serve_file(0, plan, Sketch.sparse(250, 4, 1, seed=2), [theirs], [buffer], dest,
+        serve_file(plan, Sketch.sparse(250, 4, 1, seed=2), [theirs], [buffer], dest,
                    BlockShape(2, 3), tmp_path / "public-input")
     buffer.close()
     assert not [p.name for p in tmp_path.iterdir() if p.name != "w0-P0"]  # not even a part
