@@ -4,7 +4,8 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
-(:mod:`.layout`), the streaming preparation of all parties' inputs
+(:mod:`.layout`; per chunk of clients, :mod:`.blocks`), the streaming
+preparation of all parties' inputs
 (:mod:`.prepare`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
@@ -12,6 +13,7 @@ May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothin
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 """
 
+from harness.clients.blocks import BlockShape, BlockWriter, RunBlocks, ScheduleWriter
 from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
@@ -82,6 +84,10 @@ from harness.clients.stream import (
 
 __all__ = [
     "ADDITIVE",
+    "BlockShape",
+    "BlockWriter",
+    "RunBlocks",
+    "ScheduleWriter",
     "ArrayRows",
     "ChannelBuffer",
     "SketchGroups",

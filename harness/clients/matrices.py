@@ -252,7 +252,7 @@ class SyntheticRows:
 def all_rows(rows: Rows) -> np.ndarray:
     """Every row in memory at once, for the paths and analyses that need the matrix."""
     check_memory(8.0 * rows.n * rows.d, f"n={rows.n}, d={rows.d}",
-                 "lower --clients or --dim, or use --program local, which streams")
+                 "lower --clients or --dim, or use --program local or fast, which stream")
     return np.ascontiguousarray(rows.read(0, rows.n))
 
 

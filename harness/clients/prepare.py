@@ -241,6 +241,8 @@ class Prepared:
     stats: dict = field(default_factory=dict)
     # A streamed run's stages (clients, servers, overlap), reported beside the timings.
     stages: dict = field(default_factory=dict)
+    # A streamed run's share-file shape, when its servers wrote blocked files.
+    layout: dict = field(default_factory=dict)
 
 
 def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: NoiseSpec,

@@ -114,6 +114,7 @@ class LocalCluster(PartyStaging):
         self._held: ExitStack | None = None  # a network opened before its session
         self._streamed_s: list[float] = []
         self._streamed_upload: dict[int, dict] | None = None
+        self._schedule: Path | None = None  # a streamed fast run's public input
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -124,11 +125,13 @@ class LocalCluster(PartyStaging):
         return self.prepare_here(job)
 
     def _stream(self, job: ClientJob) -> Prepared:
-        """Clients and servers side by side; each server leaves only its aggregate."""
+        """Clients and servers side by side; each server leaves only its aggregate, or
+        (``job.blocks``, the fast program) its blocked share file."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
                           job.share_format.name, workers=worker_count())
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
+        schedule = self.workdir / "public-input" if job.blocks is not None else None
         transport: TransportFactory = ShmTransport
         try:
             if self.network is not None:  # each chunk crosses its server's link over TLS
@@ -136,14 +139,17 @@ class LocalCluster(PartyStaging):
                 transport = self._tls_route(self._hold_network(), job.timeout)
             streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
                                      as_input=job.as_input, workdir=self.workdir,
-                                     timeout=job.timeout, transport=transport)
+                                     timeout=job.timeout, transport=transport,
+                                     blocks=job.blocks, schedule=schedule)
             job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         except BaseException:  # no session will follow to close the network
             self._release_network()
             raise
         self._streamed_s = streamed.aggregate_s
         self._streamed_upload = streamed.upload
+        self._schedule = schedule
         streamed.prepared.stages.update(streamed.stages)
+        streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
 
     def session(self) -> AbstractContextManager[None]:
@@ -321,7 +327,7 @@ class LocalCluster(PartyStaging):
             check_ports_free(port, self.parties)
         commands = []
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input)
+            link_program(program, self.party_dir(i), public_input, self._schedule)
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
@@ -336,7 +342,7 @@ class LocalCluster(PartyStaging):
             raise InputError(f"--port {port} is out of range; pick a base in "
                              f"[1024, {65535 - self.parties}]")
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input)
+            link_program(program, self.party_dir(i), public_input, self._schedule)
         with self.network_session():
             net = self._net
             assert net is not None

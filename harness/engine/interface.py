@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from harness.clients import (
+        BlockShape,
         FixedPoint,
         Layout,
         NoiseSpec,
@@ -68,6 +69,9 @@ class ClientJob:
     ``layout`` is None for a streamed job: the ``local`` program's servers sum the
     shares as they arrive, grouped per chunk (:mod:`harness.clients.stream`), and
     ``as_input`` says whether they hand their aggregates to the MPC as input text.
+    A streamed job with ``blocks`` is the ``fast`` program's: its servers write the
+    shares into blocked share files of that shape, laid out per chunk of clients
+    (:mod:`harness.clients.blocks`), and the program's public input beside them.
     """
 
     rows: Rows
@@ -80,6 +84,7 @@ class ClientJob:
     sharing: str = "full"
     timeout: float = 900.0
     as_input: bool = False
+    blocks: BlockShape | None = None
 
     @property
     def streamed(self) -> bool:
@@ -160,7 +165,10 @@ class Cluster(Protocol):
 
     def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
-        """Start every party on the compiled program; one failing party stops all."""
+        """Start every party on the compiled program; one failing party stops all.
+
+        A streamed job whose servers wrote the program's public input themselves
+        (``ClientJob.blocks``) runs on that file; ``public_input`` is then empty."""
         ...
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:

@@ -119,8 +119,10 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def link_program(program: CompiledProgram, party_dir: Path, public_input: str) -> None:
-    """Make a compiled program runnable from ``party_dir`` with its public input."""
+def link_program(program: CompiledProgram, party_dir: Path, public_input: str,
+                 public_file: Path | None = None) -> None:
+    """Make a compiled program runnable from ``party_dir`` with its public input
+    (``public_file``, hard-linked, when it was written as a stream; else the text)."""
     programs = party_dir / "Programs"
     for sub in ("Bytecode", "Schedules"):
         (programs / sub).mkdir(parents=True, exist_ok=True)
@@ -131,4 +133,9 @@ def link_program(program: CompiledProgram, party_dir: Path, public_input: str) -
                 link.unlink()
             link.symlink_to(compiled)
     (programs / "Public-Input").mkdir(exist_ok=True)
-    (programs / "Public-Input" / program.name).write_text(public_input)
+    target = programs / "Public-Input" / program.name
+    if public_file is None:
+        target.write_text(public_input)
+        return
+    target.unlink(missing_ok=True)
+    os.link(public_file, target)  # not a symlink: the work directory may be moved after

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from harness.clients import (
+    BlockShape,
     ChannelBuffer,
     FixedPoint,
     NoiseSpec,
@@ -45,8 +46,11 @@ from harness.clients import (
     run_starts,
     write_share_file,
 )
+from harness.engine.stream_file import Lost as _Lost
+from harness.engine.stream_file import Refused as _Refused
+from harness.engine.stream_file import check_counts, partial, serve_file
 from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
-from harness.errors import InputError, LtmError, PartyError
+from harness.errors import InputError, PartyError
 from harness.fileio import open_private, private_dir
 
 __all__ = ["StreamError", "Streamed", "stream_inputs", "warm_up", "worker_count"]
@@ -69,6 +73,8 @@ class Streamed:
     stages: dict[str, float] = field(default_factory=dict)
     # Per server {"upload_s", "upload_bytes_sent"} when the transport crossed a network.
     upload: dict[int, dict] | None = None
+    # The share files' shape when the servers wrote the clients' shares (``blocks``).
+    layout: dict = field(default_factory=dict)
 
 
 def worker_count() -> int:
@@ -106,13 +112,18 @@ def _channel_root(workdir: Path) -> Path:
 
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
-                  timeout: float, transport: TransportFactory = ShmTransport) -> Streamed:
+                  timeout: float, transport: TransportFactory = ShmTransport,
+                  blocks: BlockShape | None = None, schedule: Path | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
     else as share files in the protocol's format. ``transport`` carries the chunks
     (:mod:`harness.engine.transport`): shared memory here, or TLS through an
     emulated network.
+
+    ``blocks``: the servers do not sum, they write the clients' shares into blocked
+    share files of this shape (the ``fast`` program's, :mod:`.stream_file`), and
+    server 0 the public ``schedule`` the program reads beside them.
 
     The processes start through :mod:`multiprocessing`, so a Python script that
     calls this (or a streamed :func:`harness.experiments.run`) needs the usual
@@ -122,12 +133,20 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     root = _channel_root(workdir)
     procs: list[tuple[str, Any, Connection]] = []
     started = time.perf_counter()
+    complete = False
     try:
         carrier = transport(plan, root, ctx)
         for i in range(plan.parties):
             got, sent = ctx.Pipe(duplex=False)
-            serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], as_input, sent)
-            proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
+            if blocks is None:
+                target: Any = _server_main
+                serve_args: tuple = (i, plan, sketch, carrier.server_end(i), dests[i],
+                                     as_input, sent)
+            else:
+                target = _file_server_main
+                serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], blocks,
+                              schedule if i == 0 else None, sent)
+            proc = ctx.Process(target=target, args=serve_args, name=f"server P{i}",
                                daemon=True)
             procs.append((f"server P{i}", proc, got))  # before start: a signal may come
             proc.start()
@@ -142,6 +161,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
             sent.close()
         carrier.started()
         results = _collect(procs, started + timeout)
+        complete = True
     finally:
         for _, proc, got in procs:
             if proc.pid is not None:
@@ -149,8 +169,19 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                 proc.join()
             got.close()
         shutil.rmtree(root, ignore_errors=True)
+        if blocks is not None and not complete:  # nothing half-written stays
+            for path in [*dests, *([schedule] if schedule else [])]:
+                for leftover in (path, partial(path)):
+                    leftover.unlink(missing_ok=True)
     wall = time.perf_counter() - started
-    return _assemble(plan, results, wall)
+    streamed = _assemble(plan, results, wall)
+    if blocks is not None:
+        first = results["server P0"]
+        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
+                           "chunk_blocks": blocks.chunk_blocks,
+                           "clients_per_chunk": plan.clients_per_chunk,
+                           **{key: first[key] for key in ("file_rows", "padding_rows")}}
+    return streamed
 
 
 def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
@@ -275,6 +306,26 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         end.close()
 
 
+def _file_server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd,
+                      dest: Path, blocks: BlockShape, schedule: Path | None,
+                      report: Connection) -> None:
+    """:func:`_server_main` for a server that writes its share file (:func:`serve_file`)."""
+    _quiet()
+    try:
+        cpu = time.process_time()
+        buffers, conns = end.open(plan)
+        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule)
+        _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu, **end.stats()})
+    except _Lost as exc:
+        _tell(report, "lost", str(exc))
+    except _Refused as exc:
+        _tell(report, "error", str(exc))
+    except Exception as exc:
+        _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
+    finally:
+        end.close()
+
+
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
                  as_input: bool, report: Connection) -> None:
     _quiet()
@@ -292,31 +343,6 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
         _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
     finally:
         end.close()
-
-
-def _check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,
-                  counts: np.ndarray) -> None:
-    """Refuse chunk k's announced slot counts per accumulator unless they sum to its
-    slots and, for the groups of chunks this server checks, equal the seed's."""
-    start, stop = plan.span(k)
-    if (counts.shape != (2 * plan.m,) or counts.dtype.kind not in "iu"
-            or int(counts.min()) < 0 or int(counts.sum()) != (stop - start) * plan.s):
-        raise _Refused(f"got chunk {k} from client worker {w} with slot counts that do not "
-                       f"add up to its {(stop - start) * plan.s} slots")
-    # Every group is checked by one server in turn: one sketch draw in all, not S.
-    if (k // plan.group) % plan.parties == party:
-        drawn = np.bincount(columns.chunk(k), minlength=2 * plan.m)
-        if not np.array_equal(drawn, counts):
-            raise _Refused(f"got chunk {k} from client worker {w} grouped unlike the public "
-                           "sketch: its slot counts per accumulator differ from the seed's")
-
-
-class _Refused(LtmError):
-    """A server refuses its stream (it is not what the plan announced)."""
-
-
-class _Lost(_Refused):
-    """A server's client worker went away: a consequence, named after its cause."""
 
 
 def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
@@ -357,7 +383,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
             if words != plan.chunk_words(k):
                 raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
                                f"not the {plan.chunk_words(k)} the plan announces")
-            _check_counts(party, plan, columns[w], k, w, counts)
+            check_counts(party, plan, columns[w], k, w, counts)
             live, offsets = run_starts(counts)
             # (d, slots, words): each column's accumulator runs are contiguous.
             shares = buffers[w].slot(slot, words).reshape(plan.d, -1, plan.fmt.words)

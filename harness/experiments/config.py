@@ -78,12 +78,15 @@ class RunConfig:
     @property
     def streams(self) -> bool:
         """Whether the run streams: the ``local`` program on this machine (its loopback,
-        or ``--network``'s emulated links, over TLS), full sharing of the clients'
-        shares. Its clients and servers then hold nothing proportional to n and write
-        no share file (:mod:`harness.engine.stream`); every other run writes whole
-        share files and must fit in memory."""
-        return (self.server_program.aggregates and self.hosts is None
-                and self.sharing == "full" and self.input_mode == "shares")
+        or ``--network``'s emulated links, over TLS) or ``fast`` on its loopback, full
+        sharing of the clients' shares. Its clients and servers then hold nothing
+        proportional to n (:mod:`harness.engine.stream`): ``local``'s servers write no
+        share file, ``fast``'s write theirs as the shares arrive, laid out per chunk of
+        clients. Every other run writes whole share files and must fit in memory."""
+        program = self.server_program
+        return ((program.aggregates or (program.blocked and self.network is None))
+                and self.hosts is None and self.sharing == "full"
+                and self.input_mode == "shares")
 
     @property
     def spec(self) -> Protocol:

@@ -146,7 +146,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     result = RunResult(
         metadata=metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
                           parties=cfg.party_count),
-        parameters=_parameters(cfg, work),
+        parameters=_parameters(cfg, work, prepared),
         parties=parties,
         t_mpc_s=t_mpc,
         # T_end_to_end = prepare + upload + expand + T_MPC, each as measured. The upload
@@ -214,10 +214,10 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
     return parties
 
 
-def _parameters(cfg: RunConfig, work: Workload) -> RunParameters:
+def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParameters:
     lay = work.layout
-    if lay is None:  # streamed: grouped per chunk of clients, no file and no padding
-        layout: dict = {"kind": "streamed"}
+    if lay is None:  # streamed: grouped per chunk of clients; fast's servers wrote files
+        layout: dict = {"kind": "streamed", **prepared.layout}
     else:
         layout = {"kind": lay.kind, "block_rows": lay.block_rows,
                   "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
@@ -268,8 +268,10 @@ def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:
         return
     fmt = cfg.share_format
     program = cfg.server_program
-    row = 0  # an aggregated file holds the m x d accumulators; a plain one no padding
-    if program.blocked and not program.aggregates:
+    # An aggregated file holds the m x d accumulators, a plain one no padding, and a file
+    # laid out per chunk of clients starts with a real row (a block's first always is).
+    row = 0
+    if program.blocked and not program.aggregates and work.blocks is None:
         assert work.layout is not None  # a program that reads client share files has one
         row = int(np.flatnonzero(work.layout.file_slot >= 0)[0])
     tamper_share_file(cluster.share_file(party), fmt, row * work.d * fmt.words)

@@ -17,6 +17,7 @@ import numpy as np
 from harness.clients import (
     CALIBRATIONS,
     ArrayRows,
+    BlockShape,
     FixedPoint,
     Layout,
     NoiseSpec,
@@ -44,7 +45,9 @@ class Workload:
     """Everything public and private that one run computes on.
 
     ``rows`` are read a chunk at a time; ``layout`` is None for a streamed run,
-    whose servers take the shares grouped per chunk instead of from a file.
+    whose servers take the shares grouped per chunk instead of from a file;
+    ``blocks`` is a streamed ``fast`` run's block shape (its files are laid out
+    per chunk of clients as they arrive).
     """
 
     rows: Rows
@@ -53,6 +56,7 @@ class Workload:
     fp: FixedPoint
     layout: Layout | None
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
+    blocks: BlockShape | None = None
 
     @property
     def n(self) -> int:
@@ -148,7 +152,7 @@ def check_workload_size(n: int, d: int, m: int, s: int) -> None:
     """
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
                  "lower --clients, --dim or --sparsity (or --scale), or use --program "
-                 "local, which streams")
+                 "local or fast on this machine, which stream")
 
 
 def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> None:
@@ -194,26 +198,33 @@ def build_workload(cfg: RunConfig) -> Workload:
         # now, before anything is drawn (a streamed run checks each chunk as it reads).
         rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
-    layout = None
+    layout = blocks = None
+    program = cfg.server_program
     if not cfg.streams:
         layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
-                  if cfg.server_program.blocked else Layout.plain(sketch, d))
-    return Workload(rows, sketch, noise, fp, layout, seed)
+                  if program.blocked else Layout.plain(sketch, d))
+    elif program.blocked and not program.aggregates:  # laid out per chunk of clients
+        blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     """The server program compiled for this workload (cached)."""
     program = cfg.server_program
+    shape = work.layout or work.blocks
     values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
-              "block_rows": work.layout.block_rows if work.layout else 1,
-              "chunk_blocks": work.layout.chunk_blocks if work.layout else 1}
+              "block_rows": shape.block_rows if shape else 1,
+              "chunk_blocks": shape.chunk_blocks if shape else 1}
     return compile_program(mp, program.template, program.template_params(values),
                            cache_dir=cfg.cache_dir)
 
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:
-    """The public schedule the program reads (it depends only on the sketch)."""
+    """The public schedule the program reads (it depends only on the sketch); empty for
+    a streamed ``fast`` run, whose servers write it as the shares arrive."""
+    if work.blocks is not None:
+        return ""
     return cfg.server_program.public_input(work.sketch, work.layout)
 
 
@@ -221,7 +232,8 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     """What the clients compute on and how they hand it to the servers."""
     return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
-                     timeout=cfg.timeout, as_input=cfg.inputs_aggregates)
+                     timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
+                     blocks=work.blocks)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

@@ -75,11 +75,13 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     cfg = RunConfig(out=Path("o"), program=program, clients=200, rows=10, dim=2,
                     noise="none", seed=1).validate()
     work = build_workload(cfg)
-    # The local program on loopback streams: its servers read no share file, so no layout.
-    if program == "local":
+    # local and fast on loopback stream: no global layout. local's servers read no share
+    # file; fast's write theirs, laid out per chunk of clients in blocks of this shape.
+    if blocked:
         assert cfg.streams and work.layout is None
-        # through an emulated network too (over TLS), not to SSH hosts
-        assert dataclasses.replace(cfg, network="t3.large").streams
+        assert (work.blocks is not None) != aggregates
+        # local streams through an emulated network too (over TLS); neither to SSH hosts
+        assert dataclasses.replace(cfg, network="t3.large").streams == aggregates
         assert not dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
         cfg = dataclasses.replace(cfg, sharing="seeded")
         assert not cfg.streams

@@ -7,6 +7,7 @@ like a local one: the revealed sketch must equal the plaintext computation.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -114,8 +115,8 @@ def small_config(tmp_path: Path, cache: Path, **kw) -> RunConfig:
 
 def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
     """An SshCluster with the clients' inputs prepared, through harness.experiments' public
-    functions, as a run prepares them."""
-    cfg = cfg.validate()
+    functions, as a run prepares them (on these hosts: a loopback config would stream)."""
+    cfg = dataclasses.replace(cfg, hosts=inventory).validate()
     work = build_workload(cfg)
     program = program_for(mp_spdz, cfg, work)
     cluster = SshCluster(mp_spdz, load_inventory(inventory), workdir, inventory_path=inventory,
