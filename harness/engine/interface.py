@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from harness.clients import (
+        ClientSplit,
         FixedPoint,
         Layout,
         NoiseSpec,
@@ -68,6 +69,9 @@ class ClientJob:
     ``layout`` is None for a streamed job: the ``local`` program's servers sum the
     shares as they arrive, grouped per chunk (:mod:`harness.clients.stream`), and
     ``as_input`` says whether they hand their aggregates to the MPC as input text.
+
+    ``split`` is set when several client hosts share the clients: each prepares its
+    own range, and ``layout`` is then the hosts' layouts joined end to end.
     """
 
     rows: Rows
@@ -80,6 +84,7 @@ class ClientJob:
     sharing: str = "full"
     timeout: float = 900.0
     as_input: bool = False
+    split: ClientSplit | None = None
 
     @property
     def streamed(self) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from harness.clients import (
     CALIBRATIONS,
     ArrayRows,
+    ClientSplit,
     FixedPoint,
     Layout,
     NoiseSpec,
@@ -29,6 +30,7 @@ from harness.clients import (
     check_dimensions,
     open_rows,
     smallest_n,
+    split_clients,
 )
 from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
 from harness.errors import InputError, check_memory
@@ -53,6 +55,7 @@ class Workload:
     fp: FixedPoint
     layout: Layout | None
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
+    split: ClientSplit | None = None  # the clients' ranges, with several client hosts
 
     @property
     def n(self) -> int:
@@ -194,11 +197,15 @@ def build_workload(cfg: RunConfig) -> Workload:
         # now, before anything is drawn (a streamed run checks each chunk as it reads).
         rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
-    layout = None
-    if not cfg.streams:
+    layout, split = None, None
+    if not cfg.streams and cfg.client_hosts > 1:
+        # Each client host lays out its own range; the servers join them in host order.
+        split = split_clients(sketch, d, cfg.client_hosts, cfg.share_format.words)
+        layout = split.joined
+    elif not cfg.streams:
         layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
                   if cfg.server_program.blocked else Layout.plain(sketch, d))
-    return Workload(rows, sketch, noise, fp, layout, seed)
+    return Workload(rows, sketch, noise, fp, layout, seed, split)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -221,7 +228,7 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     """What the clients compute on and how they hand it to the servers."""
     return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
-                     timeout=cfg.timeout, as_input=cfg.inputs_aggregates)
+                     timeout=cfg.timeout, as_input=cfg.inputs_aggregates, split=work.split)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:
