@@ -1,6 +1,7 @@
 """Several [[client]] hosts on real sshd servers: each prepares its own range of clients
 and sends every server its part; the servers join the parts, and the run verifies bit for
-bit. A client host killed mid-upload stops the run, is named, and nothing is left."""
+bit. A client host killed while it prepares or uploads stops the run, is named, and
+nothing is left."""
 
 from __future__ import annotations
 
@@ -88,8 +89,9 @@ def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
     assert no_processes_left(farm.root) == []
 
 
-def test_a_client_host_killed_mid_upload_stops_the_run_and_is_named(
-        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch):
+@pytest.mark.parametrize("step", ["prepare", "send"])
+def test_a_client_host_killed_while_it_works_stops_the_run_and_is_named(
+        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch, step):
     import harness.engine.programs as programs
 
     monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
@@ -99,14 +101,14 @@ def test_a_client_host_killed_mid_upload_stops_the_run_and_is_named(
     stop = threading.Event()
 
     def kill_its_sender() -> None:
-        # The agent's `send` step on client1, as soon as it starts: a host that dies then.
+        # The agent's step on client1, as soon as it starts: a host that dies then.
         while not stop.is_set() and not killed:
             for pid, _ in processes_under(victim.workdir):
                 try:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if b"harness.remote.agent" in cmdline and b"send" in cmdline:
+                if b"harness.remote.agent" in cmdline and step.encode() in cmdline:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                     break
@@ -124,8 +126,10 @@ def test_a_client_host_killed_mid_upload_stops_the_run_and_is_named(
     err = capsys.readouterr().err
     assert killed, "the client host's sender was never seen"
     assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
-    assert f"the client host client1 (root@127.0.0.1:{victim.port})" in err
+    assert f"the client host client1 (root@127.0.0.1:{victim.port}): `agent {step}` failed" \
+        in err
     assert "client0" not in err and "(no party was started)" in err
     assert not (out / "result.json").exists()  # no partial output
-    assert remote_dirs(fakes) == []  # the servers' receivers were stopped and removed
+    # every host's directory is gone (after a send, the servers' receivers were stopped)
+    assert remote_dirs(fakes) == []
     assert no_processes_left(farm.root) == []
