@@ -139,3 +139,24 @@ def test_joining_refuses_a_part_of_another_format(tmp_path: Path):
         join(ADDITIVE.name, tmp_path / "out", [a, b])
     assert a.exists() and b.exists() and not (tmp_path / "out").exists()
 
+
+
+def test_reference_shares_with_several_client_hosts_is_refused_in_one_line(tmp_path: Path):
+    from harness.experiments import RunConfig
+
+    party = ('\n[[party]]\nname = "{0}"\nssh_host = "{0}"\nuser = "u"\nmpc_host = "{0}"\n'
+             'mp_spdz = "/d"\n')
+    client = '\n[[client]]\nssh_host = "{0}"\nuser = "u"\nmpc_host = "{0}"\n'
+    inv = tmp_path / "hosts.toml"
+    inv.write_text('known_hosts = "kh"\n' + party.format("a") + party.format("b")
+                   + client.format("c") + client.format("d"))
+    cfg = RunConfig(out=tmp_path / "out", clients=100, rows=10, program="reference",
+                    input_mode="shares", hosts=inv)
+    with pytest.raises(InputError) as info:
+        cfg.validate()
+    message = str(info.value)
+    assert "--program reference reads every slot in sketch order" in message
+    assert "2 [[client]] hosts" in message and "\n" not in message
+    # its own default input, the data owner's, does not use the client hosts: it runs
+    assert RunConfig(out=tmp_path / "out", clients=100, rows=10, program="reference",
+                     hosts=inv).validate().client_hosts == 0
