@@ -52,7 +52,7 @@ class PartyGroup:
                  client_files: list[list[list[tuple[str, str]]]] | None = None,
                  extra_bytes: list[int] | None = None) -> None:
         self.parties = parties
-        self.steps = steps or HostSteps()
+        self.steps = steps if steps is not None else HostSteps()
         self.timeout = timeout
         self.base_port = base_port
         self.client_hosts = client_hosts or []

@@ -35,7 +35,7 @@ class HostSteps:
     fmt: str = "additive"  # the share files' format, for joining them
 
     def __bool__(self) -> bool:
-        return self.expand or self.aggregate
+        return self.expand or self.aggregate or self.joins
 
     @staticmethod
     def share_file(party: int) -> str:

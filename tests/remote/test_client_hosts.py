@@ -59,8 +59,8 @@ def no_processes_left(root: Path, seconds: float = 5.0) -> list:
 
 
 @pytest.mark.parametrize(("program", "protocol", "sharing"), [
-    ("local", "semi2k", "full"), ("fast", "semi2k", "seeded"), ("local", "ps-rep-ring", "full"),
-    ("local", "ps-rep-ring", "seeded")])
+    ("local", "semi2k", "full"), ("fast", "semi2k", "full"), ("fast", "semi2k", "seeded"),
+    ("local", "ps-rep-ring", "full"), ("local", "ps-rep-ring", "seeded")])
 def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing):
     path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=2)
