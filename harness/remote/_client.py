@@ -26,6 +26,7 @@ import dataclasses
 import io
 import json
 import shlex
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from harness.engine import ClientJob
 
 __all__ = ["ClientHost"]
+
+_SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 class ClientHost:
@@ -125,6 +128,10 @@ class ClientHost:
             reply = read_steps(out).get(step)
         except ValueError as exc:
             reply, err = None, f"{err}\n{exc}"
+        if rc > 128 and rc - 128 in _SIGNALS:
+            # The shell's own "Killed" line says less than the signal's name.
+            raise LtmError(f"{self.label}: `agent {step}` was killed by "
+                           f"{_SIGNALS[rc - 128]} there (status {rc})")
         if rc != 0 or reply is None:
             tail = " | ".join(err.strip().splitlines()[-3:])
             raise LtmError(f"{self.label}: `agent {step}` failed (status {rc}): "
