@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+from pathlib import Path
 
 
 class LtmError(Exception):
@@ -101,6 +103,17 @@ def available_memory() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_disk(needed: float, where: Path, what: str, fix: str) -> None:
+    """Refuse, before writing, files that cannot fit on the disk holding ``where``."""
+    place = where
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    free = shutil.disk_usage(place).free
+    if needed > free:
+        raise InputError(f"{what} needs about {needed / 1e9:.3g} GB of disk, but only "
+                         f"{free / 1e9:.3g} GB are free at {place}; {fix}")
 
 
 def check_memory(needed: float, what: str, fix: str) -> None:

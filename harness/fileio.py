@@ -25,7 +25,8 @@ from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
-           "output_lock", "parents_made", "private_dir", "write_atomic", "write_private"]
+           "output_lock", "parents_made", "private_dir", "short_writes_as_full_disk",
+           "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
@@ -38,6 +39,18 @@ def _default_mode() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+@contextmanager
+def short_writes_as_full_disk(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Report numpy's short write (``tofile``'s OSError has no errno) as what it is on a
+    regular file, a full disk (or quota): ENOSPC, naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is not None:
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
 
 
 def write_atomic(path: str | os.PathLike[str],
@@ -59,7 +72,8 @@ def write_atomic(path: str | os.PathLike[str],
         os.fchmod(fd, _default_mode() if mode is None else mode)
         with os.fdopen(fd, "wb") as fh:
             if callable(data):
-                data(fh)
+                with short_writes_as_full_disk(path):
+                    data(fh)
             else:
                 fh.write(data.encode() if isinstance(data, str) else data)
             fh.flush()

@@ -237,8 +237,9 @@ class SshFarm:
 
 
 def write_inventory_file(path: Path, hosts: list[Host], base_port: int,
-                         known_hosts: Path | None = None, client: Host | None = None) -> Path:
+                         known_hosts: Path | None = None, client: Host | None = None,
+                         clients: tuple[Host, ...] = ()) -> Path:
     inv = Inventory(hosts=tuple(hosts), known_hosts=known_hosts or path.parent / "known_hosts",
-                    base_port=base_port, client=client)
+                    base_port=base_port, clients=(client,) if client else clients)
     path.write_text(format_inventory(inv, base_dir=path.parent))
     return path

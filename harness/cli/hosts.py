@@ -43,7 +43,7 @@ def add_commands(subparsers: Any) -> None:
 
     setup = commands.add_parser(
         "setup", help="install the harness and MP-SPDZ on every host (in parallel)",
-        description="Prepare every host of the inventory (and its [client] host) over SSH "
+        description="Prepare every host of the inventory (and its client hosts) over SSH "
                     "with the pinned keys: a wheel of this harness, installed into a venv in "
                     "the login user's home, and MP-SPDZ. A second run skips what is there "
                     "already and says so.")
@@ -88,7 +88,7 @@ def _setup(args: argparse.Namespace) -> int:
 
     if not args.yes:
         inventory = load_inventory(args.inventory)
-        count = len(inventory.hosts) + (inventory.client is not None)
+        count = len(inventory.hosts) + len(inventory.clients)
         if not _ask(f"Install the harness and MP-SPDZ ({args.mode}) on {count} host(s) of "
                     f"{args.inventory}?"):
             raise InputError("not confirmed; nothing was changed (pass --yes to skip the "

@@ -5,8 +5,8 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
 (:mod:`.layout`; per chunk of clients, :mod:`.blocks`), the streaming
-preparation of all parties' inputs
-(:mod:`.prepare`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
+preparation of all parties' inputs (:mod:`.prepare`), the split between several
+client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
@@ -54,6 +54,7 @@ from harness.clients.privacy import (
     skellam_mu,
     smallest_n,
 )
+from harness.clients.ranges import ClientSplit, client_ranges, range_sketch, split_clients
 from harness.clients.seeded import (
     SeededSink,
     components,
@@ -90,6 +91,7 @@ __all__ = [
     "ScheduleWriter",
     "ArrayRows",
     "ChannelBuffer",
+    "ClientSplit",
     "SketchGroups",
     "EXPORT_LIMIT",
     "NpyRows",
@@ -124,6 +126,7 @@ __all__ = [
     "certify",
     "check_dimensions",
     "check_matrix",
+    "client_ranges",
     "components",
     "concentration_failure",
     "expand_file",
@@ -136,6 +139,7 @@ __all__ = [
     "npy_error",
     "noise_rng",
     "prepare_inputs",
+    "range_sketch",
     "read_share_file",
     "release_sensitivity",
     "save_plan",
@@ -144,6 +148,7 @@ __all__ = [
     "skellam_epsilon",
     "skellam_mu",
     "smallest_n",
+    "split_clients",
     "tamper_share_file",
     "tamper_text_file",
     "upload_files",

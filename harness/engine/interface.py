@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from harness.clients import (
         BlockShape,
+        ClientSplit,
         FixedPoint,
         Layout,
         NoiseSpec,
@@ -72,6 +73,9 @@ class ClientJob:
     A streamed job with ``blocks`` is the ``fast`` program's: its servers write the
     shares into blocked share files of that shape, laid out per chunk of clients
     (:mod:`harness.clients.blocks`), and the program's public input beside them.
+
+    ``split`` is set when several client hosts share the clients: each prepares its
+    own range, and ``layout`` is then the hosts' layouts joined end to end.
     """
 
     rows: Rows
@@ -85,6 +89,7 @@ class ClientJob:
     timeout: float = 900.0
     as_input: bool = False
     blocks: BlockShape | None = None
+    split: ClientSplit | None = None
 
     @property
     def streamed(self) -> bool:

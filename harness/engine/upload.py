@@ -21,6 +21,7 @@ target its files, all targets at once, and prints the seconds each took.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -80,21 +81,62 @@ def safe_destination(root: Path, name: str) -> Path:
 def receive_files(bind: str, port: int, cert: Path, key: Path, peer: Path,
                   place: Callable[[str], Path], *, timeout: float = TIMEOUT,
                   on_listening: Callable[[], None] | None = None,
-                  before_ack: Callable[[], None] | None = None) -> tuple[int, float]:
-    """Accept one connection from the pinned peer and write every file it sends where
-    ``place(name)`` says, private from creation. Returns (bytes, seconds).
+                  before_ack: Callable[[list[str]], None] | None = None,
+                  senders: int = 1) -> tuple[int, float]:
+    """Accept ``senders`` connections from the pinned peer and write every file they send
+    where ``place(name)`` says, private from creation. Returns (bytes, seconds).
 
-    ``before_ack`` may raise to refuse an upload that is complete on the wire but
-    not what was expected: the sender then gets no acknowledgement, no success.
+    ``before_ack`` sees the names one connection sent and may raise to refuse an
+    upload that is complete on the wire but not what was expected: that sender
+    then gets no acknowledgement, no success. Several senders (client hosts)
+    upload at once, each on its own connection; the first that fails closes the
+    port, so the receiver does not wait for the others to time out.
     """
     ctx = tls_context(True, cert, key, peer)
-    with socket.create_server((bind, port), reuse_port=False) as listener:
+    errors: list[BaseException] = []
+    spans: list[tuple[float, float]] = []
+    totals: list[int] = []
+    threads = []
+    with socket.create_server((bind, port), reuse_port=False,
+                              backlog=max(1, senders)) as listener:
         listener.settimeout(timeout)
         if on_listening is not None:
             on_listening()
-        conn, _ = listener.accept()
+
+        def serve(conn: socket.socket) -> None:
+            try:
+                totals.append(_receive_one(ctx, conn, place, before_ack, timeout, spans))
+            except BaseException as exc:
+                errors.append(exc)
+                # Wakes the accept below (close alone would not): one failure ends it all.
+                with contextlib.suppress(OSError):
+                    listener.shutdown(socket.SHUT_RDWR)
+
+        for _ in range(senders):
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                if errors:
+                    break
+                raise
+            thread = threading.Thread(target=serve, args=(conn,))
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise errors[0]
+    started = min(a for a, _ in spans)
+    return sum(totals), max(b for _, b in spans) - started
+
+
+def _receive_one(ctx: ssl.SSLContext, conn: socket.socket, place: Callable[[str], Path],
+                 before_ack: Callable[[list[str]], None] | None, timeout: float,
+                 spans: list[tuple[float, float]]) -> int:
+    """One sender's files over one connection; its bytes. Its (start, end) goes to spans."""
     conn.settimeout(timeout)
     total = 0
+    names: list[str] = []
     buf = memoryview(bytearray(_CHUNK))
     with ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False) as tls:
         started = time.perf_counter()
@@ -102,7 +144,9 @@ def receive_files(bind: str, port: int, cert: Path, key: Path, peer: Path,
             (length,) = _NAME.unpack(read_exactly(tls, _NAME.size))
             if length == 0:
                 break
-            dest = place(read_exactly(tls, length).decode())
+            name = read_exactly(tls, length).decode()
+            dest = place(name)
+            names.append(name)
             (size,) = _SIZE.unpack(read_exactly(tls, _SIZE.size))
             private_dir(dest.parent)
             got = 0
@@ -122,9 +166,10 @@ def receive_files(bind: str, port: int, cert: Path, key: Path, peer: Path,
                     got += filled
             total += size
         if before_ack is not None:
-            before_ack()
+            before_ack(names)
         tls.sendall(_ACK)
-    return total, time.perf_counter() - started
+    spans.append((started, time.perf_counter()))
+    return total
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:

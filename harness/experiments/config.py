@@ -89,6 +89,14 @@ class RunConfig:
                 and self.input_mode == "shares")
 
     @property
+    def client_hosts(self) -> int:
+        """How many of the inventory's client hosts prepare the clients' shares (0: this
+        machine does)."""
+        if self.hosts is None or self.input_kind != "shares":
+            return 0
+        return len(load_inventory(self.hosts).clients)
+
+    @property
     def spec(self) -> Protocol:
         return protocol_for(self.protocol)
 
@@ -167,6 +175,12 @@ class RunConfig:
             raise InputError(f"--protocol {spec.name} --program local inputs each server's "
                              "aggregate through the protocol, which --hosts does not run "
                              "remotely yet; run it with local parties")
+        if (self.hosts is not None and input_mode == "shares" and not program.blocked
+                and resolved.client_hosts > 1):
+            raise InputError(f"--program {self.program} reads every slot in sketch order, "
+                             f"which {resolved.client_hosts} [[client]] hosts, each with its own "
+                             "range of clients, cannot give; use --program fast or local, or "
+                             "one client host")
         if self.hosts is not None and self.network is not None:
             raise InputError("--network emulates a network between parties on this machine; "
                              "with --hosts the real network is used: drop one of them")

@@ -222,6 +222,8 @@ def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParame
         layout = {"kind": lay.kind, "block_rows": lay.block_rows,
                   "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
                   "padding_rows": lay.total_rows - lay.real_rows}
+    if work.split is not None:  # public: which client host prepared which clients
+        layout["client_ranges"] = [list(r) for r in work.split.ranges]
     # The seed the sketch (and synthetic data) came from, drawn when --seed was not given.
     layout["sketch_seed"] = work.seed
     if cfg.data is None:  # uniform in [-eta, eta] from that seed: recomputable from these

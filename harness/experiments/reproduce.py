@@ -49,7 +49,7 @@ from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
 from harness.experiments.workload import (
     Workload,
     build_workload,
-    check_workload_size,
+    check_fits,
     noise_for,
     program_for,
     public_input_for,
@@ -197,8 +197,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     needed = max(t.cell.servers for t in plan)
     for cell in {t.cell for t in plan}:  # before sweep.json is written
         cell_cfg = _run_config(cfg, cell, Path(cfg.out))
-        if not cell_cfg.validate().streams:  # a streamed cell holds chunks, not the matrix
-            check_workload_size(cell.clients, cell.dim, cell.rows, cell.sparsity)
+        check_fits(cell_cfg.validate(), cell.clients, cell.dim, cell.sparsity)
         # every cell's noise certified before the first is drawn
         noise_for(cell_cfg, cell.clients, cell.dim, cell.sparsity)
     check_placement(_run_config(cfg, plan[0].cell, Path(cfg.out), parties=needed))

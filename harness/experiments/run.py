@@ -35,7 +35,12 @@ from harness.experiments.execute import execute
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.results import RunResult, output_directory
 from harness.experiments.workload import Workload, build_workload, check_noise, program_for
-from harness.fileio import copy_tree_private, open_private, output_lock
+from harness.fileio import (
+    copy_tree_private,
+    open_private,
+    output_lock,
+    short_writes_as_full_disk,
+)
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
            "default_input_mode", "summary"]
@@ -88,7 +93,8 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
         work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
     if work.n <= EXPORT_LIMIT:
-        with open_private(staging / "data.npy") as fh:  # the clients' own rows
+        with open_private(staging / "data.npy") as fh, \
+                short_writes_as_full_disk(staging / "data.npy"):  # the clients' own rows
             np.save(fh, work.data)
     return outcome.result
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from harness.clients import (
     CALIBRATIONS,
     ArrayRows,
     BlockShape,
+    ClientSplit,
     FixedPoint,
     Layout,
     NoiseSpec,
@@ -30,14 +32,15 @@ from harness.clients import (
     check_dimensions,
     open_rows,
     smallest_n,
+    split_clients,
 )
 from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
-from harness.errors import InputError, check_memory
+from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
 
-__all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_noise",
-           "check_ring", "check_workload_size", "client_job", "noise_for", "prepare_cluster",
-           "program_for", "public_input_for", "upload_model_mb"]
+__all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
+           "check_noise", "check_ring", "check_workload_size", "client_job", "noise_for",
+           "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Workload:
     layout: Layout | None
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
     blocks: BlockShape | None = None
+    split: ClientSplit | None = None  # the clients' ranges, with several client hosts
 
     @property
     def n(self) -> int:
@@ -155,6 +159,18 @@ def check_workload_size(n: int, d: int, m: int, s: int) -> None:
                  "local or fast on this machine, which stream")
 
 
+def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
+    """What a run holds must fit: in memory for runs that write whole share files; on
+    disk for a streamed ``fast`` run's share files (a streamed run holds chunks)."""
+    if not cfg.streams or cfg.dense:
+        check_workload_size(n, d, cfg.rows, s)
+    elif not cfg.server_program.aggregates:
+        check_disk(8.0 * cfg.party_count * n * s * d * cfg.share_format.words, Path(cfg.out),
+                   f"the parties' share files at n={n}, d={d}, s={s}",
+                   "lower --clients, --dim or --sparsity, or use --program local, which "
+                   "writes no share file")
+
+
 def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> None:
     """Refuse, before any draw, an n whose bucket sums could pass the ring's 2^63.
 
@@ -183,8 +199,7 @@ def build_workload(cfg: RunConfig) -> Workload:
         n, d = cfg.clients, cfg.dim
     s = cfg.rows if cfg.dense else cfg.sparsity
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
-    if not cfg.streams or cfg.dense:
-        check_workload_size(n, d, cfg.rows, s)
+    check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
     check_ring(noise, fp, n, s, cfg.eta)
@@ -198,14 +213,18 @@ def build_workload(cfg: RunConfig) -> Workload:
         # now, before anything is drawn (a streamed run checks each chunk as it reads).
         rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
-    layout = blocks = None
+    layout = blocks = split = None
     program = cfg.server_program
-    if not cfg.streams:
+    if not cfg.streams and cfg.client_hosts > 1:
+        # Each client host lays out its own range; the servers join them in host order.
+        split = split_clients(sketch, d, cfg.client_hosts, cfg.share_format.words)
+        layout = split.joined
+    elif not cfg.streams:
         layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
                   if program.blocked else Layout.plain(sketch, d))
     elif program.blocked and not program.aggregates:  # laid out per chunk of clients
         blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks)
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -233,7 +252,7 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks)
+                     blocks=work.blocks, split=work.split)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

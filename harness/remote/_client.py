@@ -1,4 +1,5 @@
-"""The inventory's ``[client]`` machine: where the clients' shares are prepared.
+"""The inventory's client machines (``[client]``, or several ``[[client]]``): where the
+clients' shares are prepared.
 
 The runner uploads the clients' data (the matrix, the public sketch and the
 noise parameters) to the client host, whose host agent prepares every
@@ -8,6 +9,14 @@ server only its own files, directly, over the servers' ``mpc_host``
 addresses, with TLS and per-run certificates pinned on both sides. What comes
 back to the runner is what verification needs (the encoded plaintext sketch)
 and the names and sizes of each server's files, never a share.
+
+With several client hosts each is given only its own contiguous range of
+clients (:mod:`harness.clients.ranges`): that range's rows of data, read here
+from ``--data`` or the synthetic generator, and its columns of the sketch, so
+no client host needs the data file or sees another range's rows. Its
+plaintext sketch comes back alone; the runner verifies against their sum. All
+client hosts of a run present one per-run certificate: they are one side, the
+clients', to the servers.
 """
 
 from __future__ import annotations
@@ -17,14 +26,14 @@ import dataclasses
 import io
 import json
 import shlex
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import paramiko
 
-from harness.clients import Prepared
-from harness.engine import make_certificates
+from harness.clients import Prepared, range_sketch
 from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
@@ -45,21 +54,29 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientHost"]
 
+_SIGNALS = {int(s): s.name for s in signal.Signals}
+
 
 class ClientHost:
     def __init__(self, host: Host, known_hosts: Path, inventory_path: Path | None,
-                 options: ConnectOptions, workdir: Path) -> None:
+                 options: ConnectOptions, certificate: tuple[Path, Path],
+                 *, several: bool = False) -> None:
         self.host, self.known_hosts, self.inventory_path = host, known_hosts, inventory_path
         self.options = options
+        self.several = several  # one of several client hosts: named apart in messages
         self.client: paramiko.SSHClient | None = None
         self.remote_dir: str | None = None
-        [(self.key, self.cert, _)] = make_certificates(1, workdir / "client-cert")
+        self.key, self.cert = certificate
         # files[i]: (path under the remote directory, bytes) of what server i receives
         self.files: list[list[tuple[str, int]]] = []
 
     @property
     def label(self) -> str:
         return f"the client host {describe(self.host)}"
+
+    @property
+    def section(self) -> str:
+        return f"[[client]] {self.host.name!r}" if self.several else "[client]"
 
     def _open(self) -> paramiko.SSHClient:
         if self.client is None:
@@ -75,7 +92,7 @@ class ClientHost:
                                "hosts setup` first")
             if rc == BAD_WORKDIR:
                 raise InputError(workdir_problem(self.host, err).replace(
-                    describe(self.host), self.label, 1).replace("this party", "[client]"))
+                    describe(self.host), self.label, 1).replace("this party", self.section))
             if rc != 0 or not out.strip():
                 raise LtmError(f"{self.label}: cannot create a working directory under "
                                f"{self.host.workdir}: {err.strip() or f'status {rc}'}")
@@ -111,19 +128,29 @@ class ClientHost:
             reply = read_steps(out).get(step)
         except ValueError as exc:
             reply, err = None, f"{err}\n{exc}"
+        if rc > 128 and rc - 128 in _SIGNALS:
+            # The shell's own "Killed" line says less than the signal's name.
+            raise LtmError(f"{self.label}: `agent {step}` was killed by "
+                           f"{_SIGNALS[rc - 128]} there (status {rc})")
         if rc != 0 or reply is None:
             tail = " | ".join(err.strip().splitlines()[-3:])
             raise LtmError(f"{self.label}: `agent {step}` failed (status {rc}): "
                            f"{tail or 'no output'}")
         return reply
 
-    def prepare(self, job: ClientJob, parties: int) -> Prepared:
-        """Every server's files, prepared on the client host (they stay there)."""
-        sketch, layout = job.sketch, job.file_layout
+    def prepare(self, job: ClientJob, parties: int,
+                clients: tuple[int, int] | None = None) -> Prepared:
+        """Every server's files, prepared on the client host (they stay there): for all
+        clients, or for the range ``clients`` = (start, stop) alone."""
+        layout = job.file_layout
+        if clients is None:
+            sketch, data = job.sketch, job.data
+        else:
+            sketch, data = range_sketch(job.sketch, *clients), job.rows.read(*clients)
         sketch_file = io.BytesIO()
         np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
         matrix = io.BytesIO()
-        np.save(matrix, np.ascontiguousarray(job.data), allow_pickle=False)
+        np.save(matrix, np.ascontiguousarray(data), allow_pickle=False)
         params = {"noise": dataclasses.asdict(job.noise), "frac_bits": job.fp.frac_bits,
                   "parties": parties, "layout": layout.kind, "block_rows": layout.block_rows,
                   "chunk_blocks": layout.chunk_blocks, "format": job.share_format.name,

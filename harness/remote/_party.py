@@ -88,6 +88,7 @@ class RemoteParty:
         self.upload_s = 0.0
         self.aggregate_s: float | None = None
         self.expand_s: float | None = None
+        self.join_s: float | None = None  # the client hosts' share files end to end
         self.received_bytes: int | None = None  # what the client host's transfer carried
         self.free_bytes: int | None = None  # under the remote working directory
         self._receiver: paramiko.Channel | None = None
@@ -221,24 +222,27 @@ class RemoteParty:
             self.expand_s = float(replies["expand"]["seconds"])
         if "aggregate" in replies:
             self.aggregate_s = float(replies["aggregate"]["seconds"])
+        if "join" in replies:
+            self.join_s = float(replies["join"]["seconds"])
 
     def _no_harness(self, why: str) -> LtmError:
         return LtmError(f"{self.label}: the harness is not installed on that host, and {why}; "
                         "run `ltm hosts setup` first")
 
-    def start_receive(self, port: int, names: list[str], steps: HostSteps,
+    def start_receive(self, port: int, names: list[list[str]], steps: HostSteps,
                       timeout: float) -> None:
-        """Listen (TLS, the client host's certificate pinned) for this server's files
-        (``names``, under its working directory); as soon as they are in, run ``steps``."""
+        """Listen (TLS, the client hosts' certificate pinned) for this server's files
+        (``names[k]`` from client host k, under its working directory); as soon as they
+        are in, run ``steps``."""
         assert self.client is not None and self.remote_dir is not None
         args = ["receive", "0.0.0.0", str(port), f"Player-Data/P{self.index}.pem",
                 f"Player-Data/P{self.index}.key", "client.pem"]
-        for name in names:
-            args += ["--file", name]
-        if steps.expand:
-            args += ["--expand", *steps.expand_args(self.index)]
-        if steps.aggregate:
-            args += ["--aggregate", *steps.aggregate_args(self.index)]
+        if len(names) == 1:
+            args += [arg for name in names[0] for arg in ("--file", name)]
+        else:  # one connection from each client host, each with its own files
+            for host_names in names:
+                args += ["--sender", *host_names]
+        args += steps.receive_args(self.index)
         command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
                    f"{harness_check()} && exec {agent_command(*args)}")
         transport = self.client.get_transport()

@@ -5,6 +5,12 @@ file; with the ``local`` program it sums its shares into its m x d aggregate.
 Both run in the server's remote working directory through the host agent
 (:mod:`harness.remote.agent`), each timed there; expansion comes first, as the
 local program aggregates the expanded share file.
+
+With several client hosts each host's files arrive apart (its full shares as
+``Persistence/Part-<k>.data``, or its seeds under ``Client-<k>/``, expanded
+there with its own plan into that part), and the server joins the parts end to
+end, in host order, into the one share file the run reads
+(:mod:`harness.clients.ranges`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ class HostSteps:
     expand: bool = False
     aggregate: bool = False
     as_input: bool = False
+    hosts: int = 1  # client hosts whose files each server joins
+    fmt: str = "additive"  # the share files' format, for joining them
 
     def __bool__(self) -> bool:
-        return self.expand or self.aggregate
+        return self.expand or self.aggregate or self.joins
 
     @staticmethod
     def share_file(party: int) -> str:
@@ -52,12 +60,55 @@ class HostSteps:
                 else self.share_file(party))
         return [self.received_file(party), AGGREGATE_PLAN, dest]
 
+    @property
+    def joins(self) -> bool:
+        return self.hosts > 1
+
+    @staticmethod
+    def part_file(k: int) -> str:
+        """Client host k's share file for this server, before joining."""
+        return f"Persistence/Part-{k}.data"
+
+    @staticmethod
+    def part_dir(k: int) -> str:
+        """Where client host k's seeds arrive, with several client hosts."""
+        return f"Client-{k}"
+
+    @staticmethod
+    def expand_plan(k: int) -> str:
+        return f"expand-plan-{k}.npz"
+
+    def received_name(self, party: int, k: int, name: str) -> str:
+        """Where a server keeps the file ``name`` client host ``k`` sends it."""
+        if self.expand:
+            return (f"{self.part_dir(k)}/Upload/{name}" if self.joins
+                    else f"Upload/{name}")
+        return self.part_file(k) if self.joins else self.arriving_file(party)
+
+    def receive_args(self, party: int) -> list[str]:
+        """The agent's options for what a receiving server does once its files are in."""
+        args: list[str] = []
+        if self.joins:
+            if self.expand:
+                for k in range(self.hosts):
+                    args += ["--expand-part", str(party), self.expand_plan(k),
+                             self.part_file(k), self.part_dir(k)]
+            args += ["--join", self.fmt, self.arriving_file(party),
+                     *(self.part_file(k) for k in range(self.hosts))]
+        elif self.expand:
+            args += ["--expand", *self.expand_args(party)]
+        if self.aggregate:
+            args += ["--aggregate", *self.aggregate_args(party)]
+        return args
+
     def names(self) -> list[str]:
         """The steps, in order, as the agent names them in its replies."""
-        return (["expand"] if self.expand else []) + (["aggregate"] if self.aggregate else [])
+        return ((["expand"] if self.expand else []) + (["join"] if self.joins else [])
+                + (["aggregate"] if self.aggregate else []))
 
     def describe(self) -> str:
         return " and ".join({"expand": "expanding its seeds",
+                             "join": "joining the client hosts' share files",
                              "aggregate": "aggregating its shares"}[n] for n in self.names())
 
     def why_harness(self, receive: bool) -> str:

@@ -61,7 +61,7 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
     known_hosts = inventory.known_hosts
     results: list[TrustResult] = []
     seen: dict[str, TrustResult] = {}
-    hosts = inventory.hosts + ((inventory.client,) if inventory.client else ())
+    hosts = inventory.hosts + inventory.clients
     try:
         for host in hosts:
             target = known_target(host.ssh_host, host.ssh_port)
@@ -140,12 +140,12 @@ def check_hosts(inventory_path: str | os.PathLike[str], *,
     inventory = load_inventory(inventory_path)
     digest = harness_digest()
     checks = []
-    hosts = list(inventory.hosts) + ([inventory.client] if inventory.client else [])
+    hosts = list(inventory.hosts) + list(inventory.clients)
     try:
         for host in hosts:
             check = _check(host, inventory.known_hosts, Path(inventory_path),
                            options or ConnectOptions(), digest,
-                           needs_mp_spdz=host is not inventory.client)
+                           needs_mp_spdz=host not in inventory.clients)
             checks.append(check)
             echo(f"{describe(check.host)}: {'ok' if check.ok else 'FAILED'}: {check.detail}")
     except KeyboardInterrupt:

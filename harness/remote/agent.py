@@ -14,7 +14,10 @@ installed there:
 * ``send TARGETS CERT KEY``: the client host sends each server its own files;
 * ``receive BIND PORT CERT KEY PEER --file NAME...``: a server accepts its
   files from the client host, then, as told (``--expand``, ``--aggregate``),
-  expands and aggregates them.
+  expands and aggregates them. With several client hosts, ``--sender NAME...``
+  once per host instead: it accepts one connection from each, expands each
+  host's seeds (``--expand-part``), joins the hosts' share files end to end
+  (``--join``) and aggregates the whole.
 
 Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
@@ -45,6 +48,24 @@ def expand(party: int, plan: Path, out: Path) -> None:
     _reply("expand", party=party, seconds=seconds, bytes=out.stat().st_size)
 
 
+def expand_parts(parts: list[list[str]]) -> None:
+    """Each client host's seeds (under its own directory) into its own share file."""
+    from harness.clients import expand_file
+
+    seconds, size = 0.0, 0
+    for party, plan, out, directory in parts:
+        seconds += expand_file(int(party), Path(plan), Path(out), Path(directory))
+        size += Path(out).stat().st_size
+    _reply("expand", party=int(parts[0][0]), seconds=seconds, bytes=size)
+
+
+def join(fmt: str, out: Path, parts: list[Path]) -> None:
+    from harness.remote.transfer import join as join_files
+
+    size, seconds = join_files(fmt, out, parts)
+    _reply("join", seconds=seconds, bytes=size)
+
+
 def aggregate(source: Path, plan: Path, dest: Path, *, remove_source: bool) -> None:
     from harness.engine import aggregate_file
 
@@ -70,9 +91,15 @@ def send(targets: Path, cert: Path, key: Path) -> None:
 def receive(args: argparse.Namespace) -> None:
     from harness.remote.transfer import receive as receive_files
 
+    senders = args.senders or [args.files]
     got, seconds = receive_files(args.bind, args.port, args.cert, args.key, args.peer,
-                                 args.files, on_listening=lambda: _reply("listening"))
+                                 senders, on_listening=lambda: _reply("listening"))
     _reply("receive", bytes=got, seconds=seconds)
+    if args.expand_part:
+        expand_parts(args.expand_part)
+    if args.join is not None:
+        fmt, out, *parts = args.join
+        join(fmt, Path(out), [Path(p) for p in parts])
     if args.expand is not None:
         party, plan, out = args.expand
         expand(int(party), Path(plan), Path(out))
@@ -107,8 +134,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("port", type=int)
     for name in ("cert", "key", "peer"):
         s.add_argument(name, type=Path)
-    s.add_argument("--file", action="append", required=True, dest="files")
+    files = s.add_mutually_exclusive_group(required=True)
+    files.add_argument("--file", action="append", dest="files")
+    files.add_argument("--sender", action="append", nargs="+", dest="senders",
+                       metavar="NAME", help="one client host's files (once per host)")
     s.add_argument("--expand", nargs=3, metavar=("PARTY", "PLAN", "OUT"))
+    s.add_argument("--expand-part", nargs=4, action="append",
+                   metavar=("PARTY", "PLAN", "OUT", "DIR"),
+                   help="expand the seeds one client host sent (under DIR) into OUT")
+    s.add_argument("--join", nargs="+", metavar="FORMAT OUT PART",
+                   help="the client hosts' share files, end to end, into OUT")
     s.add_argument("--aggregate", nargs=3, metavar=("SOURCE", "PLAN", "DEST"))
     return p
 

@@ -29,6 +29,11 @@ With a ``[client]`` machine, ``ltm run --hosts`` prepares the shares there and
 that machine sends each server its own shares over the ``mpc_host`` addresses,
 so they never pass through this machine. It must not also be a party.
 
+Several client machines are written as ``[[client]]`` sections instead (an
+array of tables, names defaulting to ``client0``, ``client1``, ...): the
+clients are then split into contiguous ranges, one per client host in
+inventory order, and each host prepares and sends its own range.
+
 Relative ``known_hosts`` and ``key`` paths are taken relative to the inventory
 file's directory, so an inventory and its files can be moved together.
 """
@@ -102,7 +107,8 @@ class Inventory:
     base_port: int = DEFAULT_BASE_PORT
     cluster: str | None = None
     region: str | None = None
-    client: Host | None = None  # the machine that prepares the clients' shares
+    # The machines that prepare the clients' shares, each a contiguous range of clients.
+    clients: tuple[Host, ...] = ()
 
     def host(self, name: str) -> Host:
         for host in self.hosts:
@@ -122,8 +128,8 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     known_hosts = _known_hosts(path, data)
     entries = _party_entries(path, data)
     hosts = tuple(_parse_host(path, i, entry) for i, entry in enumerate(entries))
-    _check_unique_names(path, hosts)
-    client = _client_entry(path, data)
+    clients = _client_entries(path, data)
+    _check_unique_names(path, hosts + clients, parties=len(hosts))
     base_port = _port(path, "base_port", data.get("base_port", DEFAULT_BASE_PORT),
                       "e.g. base_port = 14000")
     if base_port + len(hosts) - 1 > _MAX_PORT:
@@ -135,18 +141,22 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
         base_port=base_port,
         cluster=_optional_str(path, "cluster", data.get("cluster")),
         region=_optional_str(path, "region", data.get("region")),
-        client=client,
+        clients=clients,
     )
 
 
-def _client_entry(path: Path, data: dict[str, Any]) -> Host | None:
+def _client_entries(path: Path, data: dict[str, Any]) -> tuple[Host, ...]:
     entry = data.get("client")
     if entry is None:
-        return None
-    if not isinstance(entry, dict):
-        raise InputError(f"{path}: 'client' must be a table: write it as a [client] section")
-    entry = {"name": "client", "mp_spdz": CLIENT_MP_SPDZ, **entry}
-    return _parse_host(path, -1, entry)
+        return ()
+    if isinstance(entry, dict):  # [client]: the one client host
+        return (_parse_host(path, -1, {"name": "client", "mp_spdz": CLIENT_MP_SPDZ, **entry}),)
+    if not isinstance(entry, list) or not entry or not all(isinstance(e, dict) for e in entry):
+        raise InputError(f"{path}: 'client' must be a [client] section, or one [[client]] "
+                         "section per client host")
+    return tuple(_parse_host(path, -2 - k, {"name": f"client{k}", "mp_spdz": CLIENT_MP_SPDZ,
+                                            **e})
+                 for k, e in enumerate(entry))
 
 
 def check_distinct(inv: Inventory, path: str | os.PathLike[str] | None = None) -> None:
@@ -160,12 +170,17 @@ def check_distinct(inv: Inventory, path: str | os.PathLike[str] | None = None) -
                              f"machine ({host.ssh_host}:{host.ssh_port}); give each party its "
                              "own host (or its own ssh_port)")
         seen[key] = host.name
-    client = inv.client
-    if client is not None and (client.ssh_host, client.ssh_port) in seen:
-        party = seen[(client.ssh_host, client.ssh_port)]
-        raise InputError(f"{where}the [client] host {client.ssh_host}:{client.ssh_port} is also "
-                         f"party {party!r}; the client host must be a machine of its own, "
-                         "apart from every server")
+    for client in inv.clients:
+        key = (client.ssh_host, client.ssh_port)
+        if key in seen:
+            other = seen[key]
+            what = (f"client host {other!r}" if any(c.name == other for c in inv.clients)
+                    else f"party {other!r}")
+            raise InputError(f"{where}the client host {client.name!r} "
+                             f"({client.ssh_host}:{client.ssh_port}) is also {what}; each "
+                             "client host must be a machine of its own, apart from every "
+                             "server and every other client host")
+        seen[key] = client.name
 
 
 _MAX_INVENTORY_BYTES = 1 << 20  # thousands of hosts; a bigger file is not an inventory
@@ -254,10 +269,13 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
 
 
 def _entry_label(index: int, entry: dict[str, Any]) -> str:
-    if index < 0:
+    """-1 is the one [client]; -2 - k the k-th [[client]]; else the index-th [[party]]."""
+    if index == -1:
         return "[client]"
     name = entry.get("name")
     suffix = f" ({name!r})" if isinstance(name, str) and name else ""
+    if index < -1:
+        return f"[[client]] entry #{-1 - index}{suffix}"
     return f"[[party]] entry #{index + 1}{suffix}"
 
 
@@ -276,13 +294,23 @@ def _optional_str(path: Path, what: str, value: Any) -> str | None:
     return value
 
 
-def _check_unique_names(path: Path, hosts: tuple[Host, ...]) -> None:
+def _check_unique_names(path: Path, hosts: tuple[Host, ...], parties: int | None = None
+                        ) -> None:
+    """Every name once: the first ``parties`` hosts are [[party]] entries, the rest
+    [[client]] entries (a name is how errors and the hosts commands name a machine)."""
+    parties = len(hosts) if parties is None else parties
     first_seen: dict[str, int] = {}
+
+    def kind(i: int) -> tuple[str, int]:
+        return ("party", i + 1) if i < parties else ("client", i - parties + 1)
+
     for i, host in enumerate(hosts):
         if host.name in first_seen:
-            raise InputError(f"{path}: [[party]] entries #{first_seen[host.name] + 1} and "
-                             f"#{i + 1} are both named {host.name!r}; give each party a "
-                             "distinct name")
+            (a, first), (b, second) = kind(first_seen[host.name]), kind(i)
+            both = (f"[[{a}]] entries #{first} and #{second}" if a == b
+                    else f"[[{a}]] entry #{first} and [[{b}]] entry #{second}")
+            raise InputError(f"{path}: {both} are both named {host.name!r}; give each host "
+                             "a distinct name")
         first_seen[host.name] = i
 
 
@@ -337,8 +365,10 @@ def format_inventory(inv: Inventory, *, base_dir: Path | None = None) -> str:
         lines.append(f"region = {_toml_str(inv.region)}")
     for host in inv.hosts:
         lines += ["", "[[party]]"] + _host_lines(host)
-    if inv.client is not None:
-        lines += ["", "[client]"] + _host_lines(inv.client)
+    # One client host keeps the [client] table older inventories use.
+    header = "[client]" if len(inv.clients) == 1 else "[[client]]"
+    for client in inv.clients:
+        lines += ["", header] + _host_lines(client)
     return "\n".join(lines) + "\n"
 
 

@@ -289,7 +289,7 @@ def setup_hosts(inventory_path: str | os.PathLike[str], *, mode: str = "local",
     def one(i: int) -> None:
         try:
             setup = _setup_one(hosts[i], inventory.known_hosts, inventory_path,
-                               client_plan if hosts[i] is inventory.client else plan,
+                               client_plan if hosts[i] in inventory.clients else plan,
                                options or ConnectOptions(), stop)
             done[i] = setup
             echo(setup.line())
@@ -344,10 +344,9 @@ def _labelled(result: HostResult) -> str:
 
 
 def _machines(inventory: Inventory) -> list[Host]:
-    """The parties' hosts plus the client host, each machine once."""
+    """The parties' hosts plus the client hosts, each machine once."""
     check_distinct(inventory)
-    client = inventory.client
-    return list(inventory.hosts) + ([client] if client is not None else [])
+    return list(inventory.hosts) + list(inventory.clients)
 
 
 def wait_for_marker(inventory_path: str | os.PathLike[str], marker: str, *,

@@ -2,7 +2,9 @@
 
 :class:`SshCluster` is a :class:`harness.engine.Cluster`: the clients prepare
 their inputs into local staging directories (``party_dir(i)``), or, when the
-inventory has a ``[client]`` machine, on that machine; ``run`` copies to each
+inventory has a ``[client]`` machine, on that machine (with several
+``[[client]]`` machines, each prepares its own range of clients, and each
+server joins their files; :mod:`harness.clients.ranges`); ``run`` copies to each
 host only what that party may see: the compiled program, the public input,
 its own TLS key with everyone's certificates, and its own share file (with
 seeded sharing: per component it holds, its seeds and the full words of the
@@ -25,7 +27,9 @@ import re
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from harness.clients import Prepared, upload_files
+import numpy as np
+
+from harness.clients import ClientSplit, Prepared, upload_files
 from harness.clients import save_plan as save_expand_plan
 from harness.engine import (
     PROTOCOL,
@@ -35,11 +39,12 @@ from harness.engine import (
     MpSpdz,
     PartyRun,
     PartyStaging,
+    make_certificates,
     parse_stats,
     protocol_for,
     save_plan,
 )
-from harness.errors import InputError
+from harness.errors import InputError, LtmError
 from harness.remote._client import ClientHost
 from harness.remote._connect import (
     ConnectOptions,
@@ -48,9 +53,9 @@ from harness.remote._connect import (
     describe,
     trust_hint,
 )
-from harness.remote._group import PartyGroup, upload_size
+from harness.remote._group import HOST_ERRORS, PartyGroup, upload_size
 from harness.remote._party import ConnectionLost, RemoteParty, Upload
-from harness.remote._results import HostGroupError, HostResult
+from harness.remote._results import HostGroupError, HostResult, labelled, parallel
 from harness.remote._steps import AGGREGATE_PLAN, EXPAND_PLAN, HostSteps
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
@@ -107,29 +112,63 @@ class SshCluster(PartyStaging):
         self._expanded_bytes = 0  # each server's share file, once expanded from its seeds
         # Bytes of the clients' data that reached each server, counted as sent: set by run.
         self._sent_bytes: list[int] | None = None
-        # With a [client] machine the shares are prepared there and sent from there.
-        self._client: ClientHost | None = None
+        # With client machines the shares are prepared there and sent from there; they
+        # all present one certificate, the clients' side's for this run.
+        self._clients: list[ClientHost] = []
         self._shares_on_client = False
-        if inventory.client is not None:
-            self._client = ClientHost(inventory.client, inventory.known_hosts,
-                                      inventory_path, self.connect_options, workdir)
+        self._split: ClientSplit | None = None
+        if inventory.clients:
+            [(key, cert, _)] = make_certificates(1, workdir / "client-cert")
+            self._clients = [ClientHost(host, inventory.known_hosts, inventory_path,
+                                        self.connect_options, (key, cert),
+                                        several=len(inventory.clients) > 1)
+                             for host in inventory.clients]
 
     # --- the Cluster protocol ----------------------------------------------------------
 
     def prepare(self, job: ClientJob) -> Prepared:
-        """On the inventory's client host when it has one (shares only; the data owner's
-        text input is typed in here), else here."""
-        if self._client is None or job.input_mode != "shares":
+        """On the inventory's client hosts when it has some (shares only; the data owner's
+        text input is typed in here), else here. Several client hosts prepare their
+        ranges at once; the plaintext to verify against is the sum of their parts."""
+        if not self._clients or job.input_mode != "shares":
             return self.prepare_here(job)
+        split = job.split
+        if len(self._clients) > 1 and (split is None or split.hosts != len(self._clients)):
+            raise ValueError(f"{len(self._clients)} client hosts need the clients split into "
+                             "as many ranges")
+        self._split = split
         self._shares_on_client = True
+        self._steps = dataclasses.replace(self._steps, hosts=len(self._clients),
+                                          fmt=job.share_format.name)
         try:
-            prepared = self._client.prepare(job, self.parties)
+            if split is None:
+                prepared = self._clients[0].prepare(job, self.parties)
+            else:
+                prepared = self._prepare_ranges(job, split)
             # Before any party starts: a wrapped sum would reveal garbage, not an error.
             job.fp.check_bucket_bound(prepared.abs_sums)
         except BaseException:
-            self._client.remove()
+            self._remove_clients()
             raise
         return prepared
+
+    def _prepare_ranges(self, job: ClientJob, split: ClientSplit) -> Prepared:
+        outcomes = parallel(lambda pair: pair[0].prepare(job, self.parties, pair[1]),
+                            list(zip(self._clients, split.ranges, strict=True)), "ltm-client")
+        failed = [(c, o) for c, o in zip(self._clients, outcomes, strict=True)
+                  if isinstance(o, BaseException)]
+        for _, outcome in failed:
+            if not isinstance(outcome, HOST_ERRORS):
+                raise outcome  # a bug keeps its traceback
+        if failed:
+            raise LtmError("; ".join(labelled(c.label, o) for c, o in failed)
+                           + " (no party was started)")
+        return combine_parts([o for o in outcomes if isinstance(o, Prepared)],
+                             [stop - start for start, stop in split.ranges])
+
+    def _remove_clients(self) -> None:
+        # Each its own connection; one that is gone must not keep the others' files.
+        parallel(lambda c: c.remove(), self._clients, "ltm-client-cleanup")
 
     def session(self) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -139,9 +178,15 @@ class SshCluster(PartyStaging):
         and, with seeded sharing, each server's expansion of its own seeds on its host
         (``ltm hosts setup`` installed the harness there), timed there as ``expand_s``."""
         if job.sharing == "seeded":
-            plan = self.workdir / EXPAND_PLAN
-            save_expand_plan(plan, job.file_layout, job.share_format, self.parties, job.n,
-                             job.sketch.s)
+            if self._shares_on_client and self._split is not None:
+                # Each client host's seeds expand with its own range's layout.
+                for k, (part, (start, stop)) in enumerate(zip(
+                        self._split.parts, self._split.ranges, strict=True)):
+                    save_expand_plan(self.workdir / HostSteps.expand_plan(k), part,
+                                     job.share_format, self.parties, stop - start, job.sketch.s)
+            else:
+                save_expand_plan(self.workdir / EXPAND_PLAN, job.file_layout,
+                                 job.share_format, self.parties, job.n, job.sketch.s)
             self._steps = dataclasses.replace(self._steps, expand=True)
             fmt, layout = job.share_format, job.file_layout
             self._expanded_bytes = len(fmt.header) + 8 * layout.total_rows * layout.d * fmt.words
@@ -178,29 +223,29 @@ class SshCluster(PartyStaging):
                                spec.party_count_args(self.parties))
                    for i, h in enumerate(self.inventory.hosts)]
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
-        client = self._client if self._shares_on_client else None
+        clients = self._clients if self._shares_on_client else []
         group = PartyGroup(parties, self.inventory.known_hosts, self.inventory_path,
                            self.connect_options, steps=self._steps, timeout=timeout,
-                           base_port=base, client_host=client,
+                           base_port=base, client_hosts=clients,
                            client_files=([self.client_files(i) for i in range(self.parties)]
-                                         if client is not None else None),
+                                         if clients else None),
                            extra_bytes=[self._extra_bytes(i) for i in range(self.parties)])
         try:
             results = group.run(uploads, program.name, timeout)
         finally:
-            if self._client is not None:
-                self._client.remove()
+            self._remove_clients()
         runs = []
         for party, result in zip(parties, results, strict=True):
             assert result.completed is not None
             stats = parse_stats(party.name, result.completed.stderr)
-            stats["upload_s"] = party.upload_s
+            # Until the server holds its share file: joining the hosts' parts included.
+            stats["upload_s"] = party.upload_s + (party.join_s or 0.0)
             if party.aggregate_s is not None:
                 stats["aggregate_s"] = party.aggregate_s
             if party.expand_s is not None:
                 stats["expand_s"] = party.expand_s
             runs.append(PartyRun(party.index, result.completed, stats))
-        if client is not None:
+        if clients:
             # As counted by each receiving server.
             self._sent_bytes = [p.received_bytes or 0 for p in parties]
         else:
@@ -238,25 +283,51 @@ class SshCluster(PartyStaging):
             elif self.share_file(i).exists():
                 files.append(Upload(self._steps.arriving_file(i), local=self.share_file(i),
                                     mode=0o600))
-        if self._steps.expand:
+        if self._steps.expand and self._steps.joins:
+            for k in range(self._steps.hosts):
+                name = HostSteps.expand_plan(k)
+                files.append(Upload(name, local=self.workdir / name))
+        elif self._steps.expand:
             files.append(Upload(EXPAND_PLAN, local=self.workdir / EXPAND_PLAN))
         if self._steps.aggregate:
             files.append(Upload(AGGREGATE_PLAN, local=self.workdir / AGGREGATE_PLAN))
         if self._shares_on_client:
-            assert self._client is not None
-            files.append(Upload("client.pem", local=self._client.cert))
+            files.append(Upload("client.pem", local=self._clients[0].cert))
         files.append(Upload("ip", content=self.ip_file(base_port).encode()))
         return files
 
-    def client_files(self, i: int) -> list[tuple[str, str]]:
-        """What the client host sends server ``i``: (its path there, the path on server i)."""
-        assert self._client is not None
-        if self._steps.expand:
-            return [(name, f"Upload/{Path(name).name}") for name, _ in self._client.files[i]]
-        return [(name, self._steps.arriving_file(i)) for name, _ in self._client.files[i]]
+    def client_files(self, i: int) -> list[list[tuple[str, str]]]:
+        """What each client host sends server ``i``: (its path there, the path on server i)."""
+        return [[(name, self._steps.received_name(i, k, Path(name).name))
+                 for name, _ in client.files[i]]
+                for k, client in enumerate(self._clients)]
 
     def _extra_bytes(self, i: int) -> int:
-        """Disk a server needs beyond its uploads: the client host's files, its expansion."""
-        received = (sum(size for _, size in self._client.files[i])
-                    if self._shares_on_client and self._client is not None else 0)
-        return received + self._expanded_bytes
+        """Disk a server needs beyond its uploads: the client hosts' files, its expansion,
+        and while joining several hosts' parts, one part twice at most (counted whole)."""
+        received = (sum(size for c in self._clients for _, size in c.files[i])
+                    if self._shares_on_client else 0)
+        extra = received + self._expanded_bytes
+        if self._steps.joins:
+            extra += self._expanded_bytes or received
+        return extra
+
+
+def combine_parts(parts: list[Prepared], clients: list[int]) -> Prepared:
+    """The client hosts' parts as one: the plaintext sketches summed (in the ring, as the
+    servers' sums are), bytes per server summed, the slowest host's seconds (they
+    prepare at once), and the noise statistics pooled by each host's clients."""
+    expected = np.zeros_like(parts[0].expected)
+    abs_sums = np.zeros_like(parts[0].abs_sums)
+    for part in parts:
+        expected += part.expected  # uint64: wraps modulo 2^64, like the shares
+        abs_sums += part.abs_sums
+    upload = [sum(sizes) for sizes in zip(*(p.upload_bytes for p in parts), strict=True)]
+    stats: dict = {}
+    if all("noise_mean" in p.stats and "noise_var" in p.stats for p in parts):
+        weights = np.asarray(clients, dtype=np.float64) / sum(clients)
+        means = np.asarray([p.stats["noise_mean"] for p in parts])
+        seconds = np.asarray([p.stats["noise_var"] for p in parts]) + means ** 2
+        mean = float(weights @ means)
+        stats = {"noise_mean": mean, "noise_var": float(weights @ seconds) - mean ** 2}
+    return Prepared(expected, abs_sums, upload, max(p.seconds for p in parts), stats)

@@ -8,12 +8,14 @@ machine, and returns what the runner needs to verify the result (the
 plaintext sketch's encoding) and the files it made for each server, never the
 shares.
 
-:func:`receive` (on server i) accepts one TLS connection from the client host
+:func:`receive` (on server i) accepts one TLS connection from each client host
 and writes the files it sends, which must be exactly the ones it was told to
-expect. :func:`send` (on the client host) sends each server its own files, to
-all servers at once. Both sides pin the other's per-run certificate (the
-servers' are MP-SPDZ's own ``P<i>.pem``; the client's is made for the run),
-so nobody else can send a server shares or receive them. The wire is
+expect; with several client hosts, :func:`join` then puts their share files
+end to end (:mod:`harness.clients.ranges`). :func:`send` (on a client host)
+sends each server its own files, to all servers at once. Both sides pin the
+other's per-run certificate (the servers' are MP-SPDZ's own ``P<i>.pem``; the
+clients' is made for the run, one for all client hosts), so nobody else can
+send a server shares or receive them. The wire is
 :func:`harness.engine.send_files`', the same one that carries the clients'
 upload through the emulated network (``--network``): each file travels with
 its name and length, so a cut connection is an error, not a short file.
@@ -26,34 +28,72 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.engine import TIMEOUT, receive_files, send_files
 
-__all__ = ["prepare", "receive", "send"]
+__all__ = ["join", "prepare", "receive", "send"]
+
+_COPY_BYTES = 4 << 20
 
 
-def receive(bind: str, port: int, cert: Path, key: Path, peer: Path, names: list[str], *,
+def receive(bind: str, port: int, cert: Path, key: Path, peer: Path,
+            senders: list[list[str]], *,
             on_listening: Callable[[], None] | None = None) -> tuple[int, float]:
-    """Receive this server's files (``names``, relative to here) and nothing else;
-    (bytes, seconds). ``on_listening`` runs once the port accepts connections."""
-    waiting = set(names)
+    """Receive this server's files from each client host (``senders[k]``: host k's names,
+    relative to here) and nothing else; (bytes, seconds). Each host sends on its own
+    connection, all at once. ``on_listening`` runs once the port accepts connections."""
+    waiting = {name for names in senders for name in names}
+    done: set[int] = set()
+    lock = threading.Lock()
 
     def place(name: str) -> Path:
-        if name not in waiting:
-            # Only names the runner gave: the client host cannot write anywhere else.
-            raise ConnectionError(f"the client host sent {name!r}, which is not expected "
-                                  "here (or twice)")
-        waiting.discard(name)
+        with lock:
+            if name not in waiting:
+                # Only names the runner gave: a client host cannot write anywhere else.
+                raise ConnectionError(f"the client host sent {name!r}, which is not expected "
+                                      "here (or twice)")
+            waiting.discard(name)
         return Path(name)
 
-    def complete() -> None:
-        if waiting:
-            raise ConnectionError(f"the client host did not send {sorted(waiting)}")
+    def complete(sent: list[str]) -> None:
+        with lock:
+            for k, names in enumerate(senders):
+                if k not in done and set(sent) == set(names):
+                    done.add(k)
+                    return
+        missing = sorted(set(next((n for n in senders if set(sent) <= set(n)), [])) - set(sent))
+        raise ConnectionError(f"the client host did not send {missing or 'the expected files'}")
 
     return receive_files(bind, port, cert, key, peer, place, timeout=TIMEOUT,
-                         on_listening=on_listening, before_ack=complete)
+                         on_listening=on_listening, before_ack=complete, senders=len(senders))
+
+
+def join(fmt_name: str, out: Path, parts: list[Path]) -> tuple[int, float]:
+    """The client hosts' share files, each a blocked layout of its own range, end to end in
+    host order as one file ``out`` (one header); (bytes, seconds). Each part goes once
+    it is copied, so the disk holds at most one part twice."""
+    from harness.clients import share_format
+
+    started = time.perf_counter()
+    header = share_format(fmt_name).header
+    for part in parts:
+        with open(part, "rb") as fh:
+            if fh.read(len(header)) != header:
+                raise ValueError(f"{part} is not a {fmt_name} share file")
+    first, rest = parts[0], parts[1:]
+    with open(first, "ab") as dest:
+        for part in rest:
+            with open(part, "rb") as src:
+                src.seek(len(header))
+                shutil.copyfileobj(src, dest, _COPY_BYTES)
+            part.unlink()
+    first.replace(out)
+    return out.stat().st_size, time.perf_counter() - started
 
 
 def send(targets: list[dict], cert: Path, key: Path) -> dict[int, float]:

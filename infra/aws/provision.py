@@ -392,7 +392,7 @@ def _inventory(plan: _Plan, instances: tuple[InstanceInfo, ...]) -> Inventory:
     parties = plan.options.parties
     return Inventory(hosts=hosts[:parties], known_hosts=plan.known_hosts,
                      base_port=plan.options.base_port, cluster=plan.options.cluster,
-                     region=plan.region, client=hosts[parties] if plan.options.client else None)
+                     region=plan.region, clients=(hosts[parties],) if plan.options.client else ())
 
 
 def _instance_name(index: int, options: UpOptions) -> str:

@@ -56,7 +56,9 @@ def no_drawing(monkeypatch):
     (["--delta", "nan"], "--delta must be a finite number"),
     (["--seed", "-1"], "--seed must lie in [0, "),
     (["--clients", "10000000000000"], "--clients must be at most "),
-    (["--clients", "1000000000", "--dim", "100000"], "GB of memory"),
+    (["--clients", "1000000000", "--dim", "100000"], "GB of disk"),  # fast streams to disk
+    (["--clients", "1000000000", "--dim", "100000", "--program", "reference"],
+     "GB of memory"),
     (["--dim", "100000000"], "--dim must be at most 16777216"),
     (["--timeout", "nan"], "--timeout must be a finite number"),
     (["--timeout", "0"], "--timeout must lie in (0, "),
@@ -72,7 +74,7 @@ def test_absurd_numbers_are_refused_before_any_data_is_drawn(tmp_path, capsys, n
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--scale", "inf"], "--scale must be a finite number"),
-    (["--scale", "1e5"], "GB of memory"),
+    (["--scale", "1e5"], "GB of disk"),  # fast streams its share files to disk
     (["--repeat", "1000000000"], "--repeat must lie in [1, 100000]"),
     (["--seed", "-2"], "--seed must lie in [0, "),
     (["--timeout", "-1"], "--timeout must lie in (0, "),
@@ -102,8 +104,9 @@ def _npy_cases(tmp: Path) -> list[tuple[Path, str]]:
         (tmp / "no-rows.npy", "at least one row"),
         # a header promising more than the file holds
         (_header_only(tmp / "short.npy", (10**9, 1000)), "cannot read data file"),
-        # a file that does hold what its header claims: more than this machine's memory
-        (_header_only(tmp / "huge.npy", (rows, 1000), 8 * rows * 1000), "GB of memory"),
+        # a file that does hold what its header claims, 16 times this machine's memory:
+        # fast streams it, and its parties' share files cannot fit on the disk
+        (_header_only(tmp / "huge.npy", (rows, 1000), 8 * rows * 1000), "GB of disk"),
         (tmp / "garbage.npy", "cannot read data file"),
     ]
 
@@ -235,9 +238,15 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, mp_spdz, p
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
     try:
-        # 8 MB of shares per server cannot fit on a 2 MB file system.
+        # fast's 8 MB of shares per server are refused before the run (GB of disk);
+        # local writes none, and its 8 MB data.npy cannot fit on a 2 MB file system.
         one_line_error(capsys, ["run", "--clients", "100000", "--rows", "10", "--dim", "10",
                                 "--noise", "none", "--out", str(disk / "out")],
+                       "GB of disk")
+        nothing_in(disk)
+        one_line_error(capsys, ["run", "--clients", "100000", "--rows", "10", "--dim", "10",
+                                "--noise", "none", "--program", "local",
+                                "--out", str(disk / "out")],
                        "the disk is full")
         nothing_in(disk)
     finally:

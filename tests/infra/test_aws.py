@@ -279,9 +279,9 @@ def test_up_with_a_client_host_adds_one_instance_as_the_inventorys_client(
     assert len(result.instances) == 4 and result.client
     inv = load_inventory(result.inventory)
     assert [h.name for h in inv.hosts] == ["p0", "p1", "p2"]
-    assert inv.client is not None and inv.client.name == "client"
+    assert len(inv.clients) == 1 and inv.clients[0].name == "client"
     last = result.instances[3]
-    assert (inv.client.ssh_host, inv.client.mpc_host) == (last.public_ip, last.private_ip)
+    assert (inv.clients[0].ssh_host, inv.clients[0].mpc_host) == (last.public_ip, last.private_ip)
     names = {t["Value"] for i in live_instances(ec2) for t in i["Tags"] if t["Key"] == "Name"}
     assert names == {"c1-p0", "c1-p1", "c1-p2", "c1-client"}
     assert "Estimated cost: 4 x t3.large" in log.text

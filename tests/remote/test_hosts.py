@@ -189,3 +189,76 @@ def test_format_omits_unset_optionals(tmp_path: Path) -> None:
     text = format_inventory(inv, base_dir=tmp_path)
     assert "cluster" not in text and "region" not in text and "key =" not in text
     assert text.count("[[party]]") == 2
+
+
+# --- client hosts: one [client] or several [[client]] --------------------------------------
+
+CLIENT = """
+{section}
+ssh_host = "{host}"
+user = "u"
+mpc_host = "{host}"
+"""
+
+
+def clients(*hosts: str, section: str = "[[client]]") -> str:
+    return "".join(CLIENT.format(section=section, host=h) for h in hosts)
+
+
+def test_one_client_table_or_several_client_sections(tmp_path: Path) -> None:
+    one = load_inventory(write(tmp_path, two_parties() + clients("c", section="[client]")))
+    assert [c.name for c in one.clients] == ["client"]
+    several = load_inventory(write(tmp_path, two_parties() + clients("c", "d", "e"),
+                                   name="several.toml"))
+    # named in order by default; the client hosts run no party, so need no MP-SPDZ path
+    assert [(c.name, c.ssh_host) for c in several.clients] == [
+        ("client0", "c"), ("client1", "d"), ("client2", "e")]
+    assert all(c.mp_spdz.endswith("ltm-harness/mp-spdz") for c in several.clients)
+    assert load_inventory(write(tmp_path, two_parties(), name="none.toml")).clients == ()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (two_parties() + clients("c", "d").replace('user = "u"', 'user = "u"\nname = "x"'),
+     "[[client]] entries #1 and #2 are both named 'x'; give each host a distinct name"),
+    (two_parties() + clients("c").replace('user = "u"', 'user = "u"\nname = "a"'),
+     "[[party]] entry #1 and [[client]] entry #1 are both named 'a'"),
+    (two_parties() + clients("c", "d").replace('mpc_host = "d"', ""),
+     "[[client]] entry #2 ('client1') is missing 'mpc_host'"),
+    (two_parties() + clients("c", "d").replace('user = "u"', 'user = "u"\nport = 1', 1),
+     "unknown key(s) 'port' in [[client]] entry #1 ('client0')"),
+    ('client = 3\n' + two_parties(), "'client' must be a [client] section, or one [[client]]"),
+])
+def test_client_host_errors_name_the_entry(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as info:
+        load_inventory(path)
+    assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(("hosts", "expected"), [
+    (("c", "h"), "the client host 'client1' (h:22) is also party 'b'"),
+    (("c", "c"), "the client host 'client1' (c:22) is also client host 'client0'"),
+])
+def test_a_client_host_that_is_another_host_is_refused(tmp_path: Path, hosts, expected) -> None:
+    from harness.remote.hosts import check_distinct
+
+    text = two_parties().replace('ssh_host = "h"', 'ssh_host = "h2"', 1)  # a on h2, b on h
+    inv = load_inventory(write(tmp_path, text + clients(*hosts)))
+    with pytest.raises(InputError) as info:
+        check_distinct(inv, "inv.toml")
+    message = str(info.value)
+    assert message.startswith("inv.toml: ") and "\n" not in message
+    assert expected in message and "a machine of its own" in message
+
+
+def test_several_clients_round_trip_as_client_sections(tmp_path: Path) -> None:
+    inv = load_inventory(write(tmp_path, two_parties() + clients("c", "d")))
+    text = format_inventory(inv, base_dir=tmp_path)
+    assert text.count("[[client]]") == 2 and "\n[client]\n" not in text
+    again = load_inventory(write(tmp_path, text, name="again.toml"))
+    assert again.clients == inv.clients
+    one = load_inventory(write(tmp_path, two_parties() + clients("c", section="[client]"),
+                               name="one.toml"))
+    # one client host keeps the [client] table older inventories have
+    assert "\n[client]\n" in format_inventory(one) and "[[client]]" not in format_inventory(one)

@@ -64,7 +64,7 @@ def test_two_parties_on_one_machine_and_a_client_that_is_a_party_are_refused(tmp
     c = {**a, "name": "b", "ssh_host": "10.0.0.2", "mpc_host": "10.0.0.2"}
     inv = _inventory(tmp_path / "client.toml", [a, c], client={**c, "name": "cl"})
     assert main(["hosts", "setup", str(inv), "--yes"]) == 1
-    assert "the [client] host 10.0.0.2:22 is also party 'b'" in _one_error_line(capsys)
+    assert "the client host 'cl' (10.0.0.2:22) is also party 'b'" in _one_error_line(capsys)
     assert not (tmp_path / "known_hosts").exists()
 
 

@@ -1,9 +1,11 @@
 """The rehearsal: the whole multi-host path on fresh machines, as a user runs it.
 
-Three server hosts and one client host, each its own new unprivileged user with
-an empty home (no harness, no MP-SPDZ) behind its own sshd in its own network
-namespace, every link shaped like an EC2 t3.large. The commands are the
-README's: trust, setup, check, reproduce (fast, local, reference), and a second
+Three server hosts and two client hosts (``[[client]]``: each prepares half of
+the clients and sends every server its part), each its own new unprivileged
+user with an empty home (no harness, no MP-SPDZ) behind its own sshd in its own
+network namespace, every link shaped like an EC2 t3.large. The commands are the
+README's: trust, setup, check, reproduce (fast, local, reference), a seeded run
+from both client hosts, a run with the shares sent from here, and a second
 setup that must change nothing. Afterwards no process of those users and no
 namespace is left.
 
@@ -29,12 +31,15 @@ pytestmark = [pytest.mark.root, pytest.mark.mpspdz, pytest.mark.slow]
 PROGRAMS = ("fast", "local", "reference")
 
 
+CLIENTS = ("c0", "c1")
+
+
 def _inventory(path: Path, cluster: FreshCluster, client: bool = True) -> Path:
     lines = ['known_hosts = "known_hosts"', "base_port = 15000"]
     for host in cluster.hosts:
-        if host.name == "client" and not client:
+        if host.name in CLIENTS and not client:
             continue
-        lines += ["", "[client]" if host.name == "client" else "[[party]]",
+        lines += ["", "[[client]]" if host.name in CLIENTS else "[[party]]",
                   f'name = "{host.name}"', f'ssh_host = "{host.address}"',
                   f"ssh_port = {host.port}", f'user = "{host.user}"',
                   f'key = "{cluster.client_key}"', f'mpc_host = "{host.address}"',
@@ -60,7 +65,7 @@ def test_rehearsal_on_fresh_hosts(tmp_path, capsys, mp_spdz, program_cache):
         times["wheelhouse"] = time.perf_counter() - started
         cluster = FreshCluster(tmp_path / "cluster", profile="t3.large")
         env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
-        for name in ("s0", "s1", "s2", "client"):
+        for name in ("s0", "s1", "s2", *CLIENTS):
             cluster.add(name, env)
         for host in cluster.hosts:  # fresh: nothing of ours in the home
             assert sorted(p.name for p in host.home.iterdir() if p.name != ".ssh"
@@ -72,19 +77,19 @@ def test_rehearsal_on_fresh_hosts(tmp_path, capsys, mp_spdz, program_cache):
         out = _ltm(capsys, "hosts", "setup", inv, "--mp-spdz", "local", "--yes")
         times["setup"] = time.perf_counter() - started
         lines = [line for line in out.splitlines() if ": ready in " in line]
-        assert len(lines) == 4, out  # one progress line per host
+        assert len(lines) == 5, out  # one progress line per host
         for line in lines:
             assert "harness 0.1.0 installed" in line
             times[f"setup {line.split()[0]}"] = float(re.search(r"ready in ([\d.]+) s", line)[1])
-        assert sum("MP-SPDZ: " in line for line in lines) == 3  # the client runs no party
-        assert "4 host(s) ready; 4 changed." in out
+        assert sum("MP-SPDZ: " in line for line in lines) == 3  # the clients run no party
+        assert "5 host(s) ready; 5 changed." in out
         for host in cluster.hosts:
             record = json.loads((host.home / ".local/share/ltm-harness/setup.json").read_text())
             assert record["harness"]["version"] == "0.1.0"
             assert len(record["harness"]["wheel_sha256"]) == 64
 
         out = _ltm(capsys, "hosts", "check", inv)
-        assert out.count("same as this machine's") == 4, out
+        assert out.count("same as this machine's") == 5, out
         assert out.count("MP-SPDZ 0.4.2 at ~/.local/share/ltm-harness/mp-spdz") == 3
 
         for program in PROGRAMS:
@@ -99,6 +104,16 @@ def test_rehearsal_on_fresh_hosts(tmp_path, capsys, mp_spdz, program_cache):
             assert (raw["upload_s"] > 0).all()
             if program == "local":
                 assert (raw["aggregate_s"] > 0).all()
+
+        # seeded sharing from both client hosts: every server expands each one's seeds apart
+        started = time.perf_counter()
+        _ltm(capsys, "run", "--hosts", inv, "--program", "fast", "--sharing", "seeded",
+             "--clients", "5001", "--out", str(tmp_path / "seeded"))
+        times["seeded fast"] = time.perf_counter() - started
+        result = json.loads((tmp_path / "seeded" / "result.json").read_text())
+        assert result["verification"]["ok"] and result["parameters"]["sharing"] == "seeded"
+        assert result["parameters"]["layout"]["client_ranges"] == [[0, 2500], [2500, 5001]]
+        assert all(p["expand_s"] > 0 and p["upload_s"] > 0 for p in result["parties"])
 
         # without [client], the shares go from here; the servers still aggregate on their hosts
         servers_only = str(_inventory(tmp_path / "servers.toml", cluster, client=False))
@@ -123,7 +138,7 @@ def test_rehearsal_on_fresh_hosts(tmp_path, capsys, mp_spdz, program_cache):
         started = time.perf_counter()
         out = _ltm(capsys, "hosts", "setup", inv, "--mp-spdz", "local", "--yes")
         times["second setup"] = time.perf_counter() - started
-        assert out.count("unchanged (already set up)") == 4
+        assert out.count("unchanged (already set up)") == 5
         assert "nothing changed" in out
     finally:
         left = cluster.close() if cluster is not None else []

@@ -68,19 +68,19 @@ def farm(tmp_path: Path):
 
 
 def make_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
-                   harness: bool = False, client: bool = False,
+                   harness: bool = False, client: bool | int = False,
                    **overrides: dict) -> tuple[Path, list[FakeHost]]:
     """``parties`` running fake hosts and an inventory naming them (keys not yet trusted);
     ``harness``: set up as by ``ltm hosts setup``; ``client``: a [client] host as well
-    (with the harness), last in the list."""
+    (with the harness), last in the list; a number: that many [[client]] hosts."""
     fakes = [farm.add(f"p{i}", harness=harness) for i in range(parties)]
     hosts = [f.as_host(farm.client_key, mp_root, **overrides.get(f.name, {})) for f in fakes]
-    client_host = None
-    if client:
-        fakes.append(farm.add("client", harness=True))
-        client_host = fakes[-1].as_host(farm.client_key, mp_root)
+    names = ["client"] if client is True else [f"client{k}" for k in range(int(client))]
+    for name in names:
+        fakes.append(farm.add(name, harness=True))
+    clients = tuple(f.as_host(farm.client_key, mp_root) for f in fakes[parties:])
     path = write_inventory_file(tmp_path / "hosts.toml", hosts, mpc_base_port(parties),
-                                client=client_host)
+                                clients=clients)
     return path, fakes
 
 

@@ -19,16 +19,19 @@ def _port() -> int:
         return sock.getsockname()[1]
 
 
-def _serve(server_cert, server_key, client_pem: Path, names: list[str], port: int):
+def _serve(server_cert, server_key, client_pem: Path, names: list[str], port: int,
+           senders: list[list[str]] | None = None):
     """A receiver on its own thread, returned once it listens (not found out by connecting:
-    it accepts exactly one connection); ``outcome`` gets its (bytes, seconds) or error."""
+    it accepts exactly one connection per sender); ``outcome`` gets its (bytes, seconds) or
+    error. ``names``: one sender's files; ``senders``: several senders' instead."""
     outcome: dict = {}
     listening = threading.Event()
 
     def run() -> None:
         try:
             outcome["received"] = receive("127.0.0.1", port, server_cert, server_key,
-                                          client_pem, names, on_listening=listening.set)
+                                          client_pem, senders or [names],
+                                          on_listening=listening.set)
         except Exception as exc:  # the test looks at it
             outcome["error"] = exc
         finally:
@@ -100,3 +103,46 @@ def test_a_server_gets_its_files_only_from_the_pinned_client(tmp_path, monkeypat
     _refused((other_cert, other_key), client_cert, ["fake"], server_cert,
              [(shares, "fake")], (client_cert, client_key), match="certificate verify failed")
     assert not (server / "fake").exists()
+
+
+def test_several_client_hosts_each_send_their_own_files_at_once(tmp_path, monkeypatch):
+    [(server_key, server_cert, _)] = make_certificates(1, tmp_path / "server")
+    [(client_key, client_cert, _)] = make_certificates(1, tmp_path / "client")
+    parts = []
+    for k in range(3):
+        part = tmp_path / f"part-{k}"
+        part.write_bytes(os.urandom((1 << 20) + k))
+        parts.append(part)
+    server = tmp_path / "server-dir"
+    server.mkdir()
+    monkeypatch.chdir(server)
+    senders = [[f"Persistence/Part-{k}.data"] for k in range(3)]
+    port = _port()
+    thread, outcome = _serve(server_cert, server_key, client_cert, [], port, senders)
+    sent: list = [None] * 3
+
+    def host(k: int) -> None:  # each client host on its own connection, all at once
+        sent[k] = send(_target(port, server_cert, [(parts[k], senders[k][0])]),
+                       client_cert, client_key)
+
+    hosts = [threading.Thread(target=host, args=(k,)) for k in range(3)]
+    for t in hosts:
+        t.start()
+    for t in hosts:
+        t.join(30)
+    thread.join(30)
+    assert "error" not in outcome and all(s and s[0] > 0 for s in sent)
+    assert outcome["received"][0] == sum(p.stat().st_size for p in parts)
+    for k, part in enumerate(parts):
+        assert (server / senders[k][0]).read_bytes() == part.read_bytes()
+
+    # a host that sends only part of its files gets no acknowledgement, and the receiver
+    # stops at once rather than wait for the hosts still to come
+    port = _port()
+    senders = [["a", "b"], ["c"]]
+    thread, outcome = _serve(server_cert, server_key, client_cert, [], port, senders)
+    with pytest.raises(ConnectionError):
+        send(_target(port, server_cert, [(parts[0], "a")]), client_cert, client_key)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert "did not send ['b']" in str(outcome["error"])

@@ -1,0 +1,136 @@
+"""Several [[client]] hosts on real sshd servers: each prepares its own range of clients
+and sends every server its part; the servers join the parts, and the run verifies bit for
+bit. A client host killed while it prepares or uploads stops the run, is named, and
+nothing is left."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
+
+from harness.cli import main
+from harness.experiments import RunConfig, run
+from harness.remote._client import ClientHost
+from harness.remote.ssh import trust_hosts
+
+pytestmark = [
+    pytest.mark.root, pytest.mark.mpspdz,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the fake hosts are sshd servers logged into "
+                       "as root"),
+]
+
+
+@pytest.fixture
+def farm(tmp_path: Path):
+    farm = SshFarm(tmp_path / "farm")
+    try:
+        yield farm
+    finally:
+        farm.close()
+
+
+def inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int, clients: int):
+    fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
+    fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]
+    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
+    path = write_inventory_file(tmp_path / "hosts.toml", hosts[:parties],
+                                mpc_base_port(parties), clients=tuple(hosts[parties:]))
+    trust_hosts(path, echo=lambda line: None)
+    return path, fakes
+
+
+def remote_dirs(fakes) -> list[Path]:
+    return [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()]
+
+
+def no_processes_left(root: Path, seconds: float = 5.0) -> list:
+    deadline = time.monotonic() + seconds
+    while (left := processes_under(root)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
+
+
+@pytest.mark.parametrize(("program", "protocol", "sharing"), [
+    ("local", "semi2k", "full"), ("fast", "semi2k", "full"), ("fast", "semi2k", "seeded"),
+    ("local", "ps-rep-ring", "full"), ("local", "ps-rep-ring", "seeded")])
+def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
+        tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing):
+    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=2)
+    rows_sent: dict[str, int] = {}
+    original = ClientHost._put
+
+    def spy(self, files):  # what each client host is given of the clients' data
+        if "data.npy" in files:
+            rows_sent[self.host.name] = np.load(io.BytesIO(files["data.npy"])).shape[0]
+        return original(self, files)
+
+    monkeypatch.setattr(ClientHost, "_put", spy)
+    cfg = RunConfig(out=tmp_path / "out", clients=2001, rows=10, dim=3, seed=11,
+                    cache_dir=program_cache, parties=3, program=program, protocol=protocol,
+                    sharing=sharing, hosts=path)
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    # the split is public and recorded; each host got only its own range's rows
+    assert result["parameters"]["layout"]["client_ranges"] == [[0, 1000], [1000, 2001]]
+    assert rows_sent == {"client0": 1000, "client1": 1001}
+    for row in result["parties"]:
+        assert row["upload_s"] > 0
+        assert (row.get("expand_s") or 0) > 0 if sharing == "seeded" else "expand_s" not in row
+        if program == "local":
+            assert row["aggregate_s"] > 0
+    assert remote_dirs(fakes) == []  # every host's working directory was removed
+    assert no_processes_left(farm.root) == []
+
+
+@pytest.mark.parametrize("step", ["prepare", "send"])
+def test_a_client_host_killed_while_it_works_stops_the_run_and_is_named(
+        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch, step):
+    import harness.engine.programs as programs
+
+    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
+    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
+    victim = fakes[-1]  # client1
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_its_sender() -> None:
+        # The agent's step on client1, as soon as it starts: a host that dies then.
+        while not stop.is_set() and not killed:
+            for pid, _ in processes_under(victim.workdir):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"harness.remote.agent" in cmdline and step.encode() in cmdline:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=kill_its_sender)
+    killer.start()
+    try:
+        out = tmp_path / "out"
+        code = main(["run", "--hosts", str(path), "--program", "local", "--clients", "3000",
+                     "--rows", "10", "--dim", "3", "--out", str(out)])
+    finally:
+        stop.set()
+        killer.join()
+    err = capsys.readouterr().err
+    assert killed, "the client host's sender was never seen"
+    assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    assert (f"the client host client1 (root@127.0.0.1:{victim.port}): `agent {step}` was "
+            "killed by SIGKILL there (status 137)") in err
+    assert "client0" not in err and "(no party was started)" in err
+    assert not (out / "result.json").exists()  # no partial output
+    # every host's directory is gone (after a send, the servers' receivers were stopped)
+    assert remote_dirs(fakes) == []
+    assert no_processes_left(farm.root) == []
