@@ -120,7 +120,8 @@ class LocalCluster(PartyStaging):
     def _stream(self, job: ClientJob) -> Prepared:
         """Clients and servers side by side; each server leaves only its aggregate."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
-                          job.share_format.name, workers=worker_count())
+                          job.share_format.name, workers=worker_count(),
+                          sharing=job.sharing)
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
         streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,

@@ -77,13 +77,12 @@ class RunConfig:
 
     @property
     def streams(self) -> bool:
-        """Whether the run streams: the ``local`` program on this machine's loopback, full
-        sharing of the clients' shares. Its clients and servers then hold nothing
+        """Whether the run streams: the ``local`` program on this machine's loopback, the
+        clients' shares (full or seeded). Its clients and servers then hold nothing
         proportional to n and write no share file (:mod:`harness.engine.stream`);
         every other run writes whole share files and must fit in memory."""
         return (self.server_program.aggregates and self.hosts is None
-                and self.network is None and self.sharing == "full"
-                and self.input_mode == "shares")
+                and self.network is None and self.input_mode == "shares")
 
     @property
     def spec(self) -> Protocol:

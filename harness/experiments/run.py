@@ -97,8 +97,11 @@ def end_to_end_parts(result: RunResult) -> str:
     t = result.timings
     if "stream_wall_s" in t:  # clients and servers side by side, then the MPC's opening
         after = (result.t_end_to_end_s or 0.0) - t["prepare_s"]
+        # Seeded: the servers' expansion of the seeds they got is part of their time.
+        expand = (f", expanding {t['stream_expand_s']:.3f}" if "stream_expand_s" in t
+                  else "")
         return (f"stream {t['prepare_s']:.3f} (clients {t['stream_clients_s']:.3f} and "
-                f"servers {t['stream_servers_s']:.3f} side by side) + MPC {after:.3f}")
+                f"servers {t['stream_servers_s']:.3f}{expand} side by side) + MPC {after:.3f}")
     upload = (f"upload {t['client_upload_s']:.3f}" if result.upload_measured
               else "upload 0 (files written in place)")
     parts = [f"prepare {t['prepare_s']:.3f}", upload]
