@@ -16,6 +16,8 @@ channel buffer (:class:`ChannelBuffer`: two slots of a file in a private
 directory on tmpfs, mapped by the client worker and that one server only), and
 the server is told which slot holds which chunk. Masks come from AES-256-CTR
 keyed from ``os.urandom`` per worker; the last share is the value minus them.
+With seeded sharing the slot holds the chunk's seeds and full words instead
+(:mod:`harness.clients.stream_seeded`); both fill :class:`ChunkSharer`.
 
 The plaintext sum every revealed sketch is checked against is accumulated here
 per chunk, from the same encoded values the shares split.

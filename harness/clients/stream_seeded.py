@@ -30,19 +30,42 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
 from harness.clients.keystream import SEED_BYTES, expand
 from harness.clients.seeded import Components, components
-
-if TYPE_CHECKING:
-    from harness.clients.stream import ChannelBuffer, StreamPlan
+from harness.clients.sharing import ShareFormat
 
 __all__ = ["SeededReader", "SeededShares", "chunk_words", "slot_order", "slot_words"]
 
 _SEED_WORDS = SEED_BYTES // 8
+
+
+class StreamPlan(Protocol):
+    """What this module reads of :class:`harness.clients.StreamPlan` (which imports it)."""
+
+    @property
+    def m(self) -> int: ...
+    @property
+    def s(self) -> int: ...
+    @property
+    def d(self) -> int: ...
+    @property
+    def parties(self) -> int: ...
+    @property
+    def fmt(self) -> ShareFormat: ...
+    @property
+    def clients_per_chunk(self) -> int: ...
+    def span(self, k: int) -> tuple[int, int]: ...
+
+
+class ChannelBuffer(Protocol):
+    """What this module uses of :class:`harness.clients.ChannelBuffer`."""
+
+    def slot(self, b: int, words: int) -> np.ndarray: ...
 
 
 def slot_order(acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +132,7 @@ class SeededShares:
         self._order, counts = slot_order(acc, self.plan.m)
         return (self._order % clients if acc.size > clients else self._order), counts
 
-    def share(self, k: int, ring: np.ndarray, buffers: list[ChannelBuffer],
+    def share(self, k: int, ring: np.ndarray, buffers: Sequence[ChannelBuffer],
               slot: int) -> list[int]:
         """Chunk k's values (flat uint64, ``(d, slots)`` grouped as :meth:`group` last
         sorted them) into every server's slot; the words each server got."""
