@@ -37,8 +37,9 @@ from harness.engine import StreamError, stream_inputs
 from harness.engine.stream import _Refused, _serve
 
 
-def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97):
-    return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk)
+def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97, sharing="full"):
+    return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk,
+                      sharing=sharing)
 
 
 def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
@@ -112,8 +113,11 @@ def test_aggregates_as_input_text_sum_to_the_sketch_with_noise(tmp_path):
     assert done.prepared.stats["noise_var"] == pytest.approx(noise.sigma2, rel=0.2)
 
 
-@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
-def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, victim):
+@pytest.mark.parametrize(("victim", "sharing"), [("server P1", "full"),
+                                                 ("client worker 1", "full"),
+                                                 ("server P1", "seeded")])
+def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, victim,
+                                                                   sharing):
     n, d, m = 4_000_000, 4, 10
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
@@ -134,7 +138,7 @@ def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, vic
     killer = threading.Thread(target=kill_victim)
     killer.start()
     with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
-        stream_inputs(_plan(n, d, m, 1, 3, chunk=4096), sketch, rows,
+        stream_inputs(_plan(n, d, m, 1, 3, chunk=4096, sharing=sharing), sketch, rows,
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
                       as_input=False, workdir=tmp_path, timeout=120)
     killer.join()
