@@ -44,7 +44,7 @@ __all__ = ["SeededReader", "SeededShares", "chunk_words", "slot_order", "slot_wo
 _SEED_WORDS = SEED_BYTES // 8
 
 
-class StreamPlan(Protocol):
+class _Plan(Protocol):
     """What this module reads of :class:`harness.clients.StreamPlan` (which imports it)."""
 
     @property
@@ -62,7 +62,7 @@ class StreamPlan(Protocol):
     def span(self, k: int) -> tuple[int, int]: ...
 
 
-class ChannelBuffer(Protocol):
+class _Slots(Protocol):
     """What this module uses of :class:`harness.clients.ChannelBuffer`."""
 
     def slot(self, b: int, words: int) -> np.ndarray: ...
@@ -117,7 +117,7 @@ class _Chunk:
 class SeededShares:
     """The client worker's side: draws, expands and sends a chunk's seeded shares."""
 
-    def __init__(self, plan: StreamPlan) -> None:
+    def __init__(self, plan: _Plan) -> None:
         self.plan = plan
         self.comps = components(plan.fmt, plan.parties)
         count, words = self.comps.count, plan.s * plan.d
@@ -132,7 +132,7 @@ class SeededShares:
         self._order, counts = slot_order(acc, self.plan.m)
         return (self._order % clients if acc.size > clients else self._order), counts
 
-    def share(self, k: int, ring: np.ndarray, buffers: Sequence[ChannelBuffer],
+    def share(self, k: int, ring: np.ndarray, buffers: Sequence[_Slots],
               slot: int) -> list[int]:
         """Chunk k's values (flat uint64, ``(d, slots)`` grouped as :meth:`group` last
         sorted them) into every server's slot; the words each server got."""
@@ -176,7 +176,7 @@ class SeededShares:
 class SeededReader:
     """A server's side: a chunk's slot turned back into its shares, ``(d, slots, words)``."""
 
-    def __init__(self, plan: StreamPlan, party: int) -> None:
+    def __init__(self, plan: _Plan, party: int) -> None:
         self.plan = plan
         self.comps = components(plan.fmt, plan.parties)
         self.held = self.comps.held[party]
@@ -185,7 +185,7 @@ class SeededReader:
         self._shares = np.empty((plan.d, most * plan.s, len(self.held)), dtype=np.uint64)
         self.expand_s = 0.0  # time spent expanding the seeds received
 
-    def read(self, k: int, acc: np.ndarray, buffer: ChannelBuffer, slot: int,
+    def read(self, k: int, acc: np.ndarray, buffer: _Slots, slot: int,
              words: int) -> tuple[np.ndarray, np.ndarray]:
         """The counts per accumulator and the chunk's shares, grouped as the clients
         grouped them (recomputed here from the public sketch)."""

@@ -288,7 +288,7 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Conne
     try:
         buffers = [ChannelBuffer(p, plan.slot_bytes, create=False) for p in paths]
         cpu = time.process_time()
-        reader = SeededReader(plan, party) if plan.seeded else _FullReader(plan)
+        reader = _reader(plan, party)
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input, reader)
         _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu,
                              "expand_s": reader.expand_s})
@@ -329,6 +329,10 @@ class _FullReader:
         return counts, buffer.slot(slot, words).reshape(self.plan.d, -1, self.plan.fmt.words)
 
 
+def _reader(plan: StreamPlan, party: int) -> ChunkReader:
+    return SeededReader(plan, party) if plan.seeded else _FullReader(plan)
+
+
 class _Refused(LtmError):
     """A server refuses its stream (it is not what the plan announced)."""
 
@@ -342,7 +346,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
            reader: ChunkReader | None = None) -> float:
     """Sum every chunk into the accumulators as it arrives; write the m x d aggregate."""
     width = plan.d * plan.fmt.words
-    reader = reader or _FullReader(plan)
+    reader = reader or _reader(plan, party)
     acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
