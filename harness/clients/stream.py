@@ -77,7 +77,10 @@ class StreamPlan:
 
     @property
     def clients_per_chunk(self) -> int:
-        return self.chunk or max(1, CHUNK_VALUES // (self.s * self.d))
+        words = self.s * self.d
+        if self.seeded:  # a client's seeds take room too: 4 words each, at most one a server
+            words = max(words, 4 * self.parties)
+        return self.chunk or max(1, CHUNK_VALUES // words)
 
     @property
     def chunks(self) -> int:
