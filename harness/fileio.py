@@ -43,12 +43,13 @@ def _default_mode() -> int:
 
 @contextmanager
 def short_writes_as_full_disk(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Report numpy's short write (``tofile``'s OSError has no errno) as what it is on a
-    regular file, a full disk (or quota): ENOSPC, naming ``path``."""
+    """Report numpy's short write (``tofile``'s "N requested and M written", an OSError
+    without errno) as what it is on a regular file, a full disk (or quota): ENOSPC,
+    naming ``path``."""
     try:
         yield
     except OSError as exc:
-        if exc.errno is not None:
+        if exc.errno is not None or " requested and " not in str(exc):
             raise
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from exc
 

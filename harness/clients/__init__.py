@@ -5,8 +5,9 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
 (:mod:`.layout`; per chunk of clients, :mod:`.blocks`), the streaming
-preparation of all parties' inputs (:mod:`.prepare`), the split between several
-client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`) and their AES-256-CTR
+preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`), the
+split between several client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`,
+streamed by :mod:`.stream_seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
@@ -82,6 +83,7 @@ from harness.clients.stream import (
     produce,
     run_starts,
 )
+from harness.clients.stream_seeded import SeededReader
 
 __all__ = [
     "ADDITIVE",
@@ -114,6 +116,7 @@ __all__ = [
     "NoiseSpec",
     "Prepared",
     "REPLICATED",
+    "SeededReader",
     "SeededSink",
     "Sensitivity",
     "ShareFormat",

@@ -29,6 +29,9 @@ word) are as close to information-theoretic as the generator allows. The
 generator, a component's words under its seed, is AES-256-CTR
 (:mod:`harness.clients.keystream`, which says why).
 
+A streamed run (``local`` on this machine) sends the same components a chunk of
+clients at a time, with no file: :mod:`harness.clients.stream_seeded`.
+
 On remote hosts a server runs ``python -m harness.remote.agent expand PARTY
 PLAN SHARE_FILE`` (:func:`expand_file`) in its working directory, with the
 public plan (:func:`save_plan`) that says where each client's copies go.

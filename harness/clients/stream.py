@@ -18,6 +18,8 @@ channel buffer (:class:`ChannelBuffer`: two slots of a file in a private
 directory on tmpfs, mapped by the client worker and that one server only), and
 the server is told which slot holds which chunk. Masks come from AES-256-CTR
 keyed from ``os.urandom`` per worker; the last share is the value minus them.
+With seeded sharing the slot holds the chunk's seeds and full words instead
+(:mod:`harness.clients.stream_seeded`); both fill :class:`ChunkSharer`.
 
 The plaintext sum every revealed sketch is checked against is accumulated here
 per chunk, from the same encoded values the shares split.
@@ -30,7 +32,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -38,8 +40,10 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import Rows
 from harness.clients.noise import NoiseSpec, noise_rng
+from harness.clients.seeded import components
 from harness.clients.sharing import FORMATS, ShareFormat
 from harness.clients.sketch import Sketch
+from harness.clients.stream_seeded import SeededShares, chunk_words, slot_words
 from harness.errors import InputError
 from harness.fileio import open_private
 
@@ -67,6 +71,7 @@ class StreamPlan:
     format: str  # a key of sharing.FORMATS
     workers: int  # client worker processes; chunk k goes to worker k % workers
     chunk: int = 0  # clients per chunk (0: from CHUNK_VALUES)
+    sharing: str = "full"  # or "seeded" (:mod:`harness.clients.stream_seeded`)
 
     @property
     def fmt(self) -> ShareFormat:
@@ -74,7 +79,10 @@ class StreamPlan:
 
     @property
     def clients_per_chunk(self) -> int:
-        return self.chunk or max(1, CHUNK_VALUES // (self.s * self.d))
+        words = self.s * self.d
+        if self.seeded:  # a client's seeds take room too: 4 words each, at most one a server
+            words = max(words, 4 * self.parties)
+        return self.chunk or max(1, CHUNK_VALUES // words)
 
     @property
     def chunks(self) -> int:
@@ -84,13 +92,23 @@ class StreamPlan:
         start = k * self.clients_per_chunk
         return start, min(self.n, start + self.clients_per_chunk)
 
-    def chunk_words(self, k: int) -> int:
-        """8-byte words a server receives for chunk k."""
+    @property
+    def seeded(self) -> bool:
+        return self.sharing == "seeded"
+
+    def chunk_words(self, k: int, party: int = 0) -> int:
+        """8-byte words server ``party`` receives for chunk k."""
         start, stop = self.span(k)
+        if self.seeded:
+            return chunk_words(components(self.fmt, self.parties), party, start, stop,
+                               self.s, self.d)
         return (stop - start) * self.s * self.d * self.fmt.words
 
     @property
     def slot_bytes(self) -> int:
+        if self.seeded:
+            return 8 * slot_words(components(self.fmt, self.parties), self.clients_per_chunk,
+                                  self.s, self.d)
         return self.clients_per_chunk * self.s * self.d * self.fmt.words * 8
 
     @property
@@ -215,6 +233,44 @@ class ProducerTotals:
     busy_s: float
     wait_s: float
     cpu_s: float  # this process's CPU time: what its work cost, however the cores were shared
+    expand_s: float = 0.0  # seeded: time spent expanding the clients' own seeds
+
+
+class ChunkSharer(Protocol):
+    """How a worker groups a chunk's slots and splits its values among the servers."""
+
+    expand_s: float
+
+    def group(self, acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """The client of each grouped slot and the counts per accumulator."""
+
+    def share(self, k: int, ring: np.ndarray, buffers: list[ChannelBuffer],
+              slot: int) -> list[int]:
+        """Chunk k's grouped values (flat uint64) into every server's slot ``slot``;
+        the words each server got."""
+
+
+class _FullShares:
+    """Full sharing: every server gets a fresh uniform share of every word."""
+
+    expand_s = 0.0
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.plan = plan
+        self.masks = _Masks()
+        most = plan.clients_per_chunk * plan.s * plan.d
+        self.scratch = (np.empty(8 * most * plan.fmt.words + _SLACK, dtype=np.uint8)
+                        if plan.fmt.words > 1 else None)
+
+    def group(self, acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
+        return group_slots(acc, self.plan.m, clients)
+
+    def share(self, k: int, ring: np.ndarray, buffers: list[ChannelBuffer],
+              slot: int) -> list[int]:
+        plan = self.plan
+        words = ring.size * plan.fmt.words
+        _share(ring, plan.fmt, plan.parties, buffers, slot, words, self.masks, self.scratch)
+        return [words] * plan.parties
 
 
 def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
@@ -225,9 +281,8 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     ("free", slot) back; a server that is gone shows as EOF here and is named.
     """
     rng = noise_rng()
-    masks = _Masks()
+    sharer: ChunkSharer = SeededShares(plan) if plan.seeded else _FullShares(plan)
     d, m, S = plan.d, plan.m, plan.parties
-    fmt = plan.fmt
     most = plan.clients_per_chunk * plan.s
     values = np.empty((most, d))
     chunk_rows = np.empty((plan.clients_per_chunk, d))
@@ -235,8 +290,6 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     # Column-major per chunk, (d, slots): a server sums each column's accumulator runs
     # as contiguous 1-D reductions, four times faster than (slots, d) rows of d words.
     encoded = np.empty(most * d, dtype=np.int64)
-    scratch = (np.empty(8 * most * d * fmt.words + _SLACK, dtype=np.uint8)
-               if fmt.words > 1 else None)
     expected = np.zeros((2 * m, d), dtype=np.uint64)
     abs_sums = np.zeros((2 * m, d))
     noise_sum = noise_sq = 0.0
@@ -249,7 +302,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
     mine = plan.chunks_of(worker)
     for sent, k in enumerate(mine):
         start, stop = plan.span(k)
-        clients, counts = group_slots(columns.chunk(k), plan.m, stop - start)
+        clients, counts = sharer.group(columns.chunk(k), stop - start)
         slots = clients.size
         live, offsets = run_starts(counts)
         vals = values[:slots]
@@ -297,7 +350,6 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         abs_sums[live] += bound
         ring = enc.view(np.uint64)
         expected[live] += np.add.reduceat(ring, offsets, axis=1).T
-        words = slots * d * fmt.words
         for i in range(S):  # a slot is reused only once its server has summed it
             if busy_by[i] == 2:
                 waited = time.perf_counter()
@@ -305,9 +357,9 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
                 wait_s += time.perf_counter() - waited
                 busy_by[i] -= 1
         slot = sent % 2  # the two slots in turn
-        _share(ring.ravel(), fmt, S, buffers, slot, words, masks, scratch)
+        words = sharer.share(k, ring.ravel(), buffers, slot)
         for i in range(S):
-            _tell(conns[i], i, ("chunk", k, slot, words, counts))
+            _tell(conns[i], i, ("chunk", k, slot, words[i], counts))
             busy_by[i] += 1
     for i in range(S):
         while busy_by[i]:
@@ -316,7 +368,7 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         _tell(conns[i], i, ("end", len(mine)))
     busy = time.perf_counter() - started - wait_s
     return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s,
-                          time.process_time() - cpu)
+                          time.process_time() - cpu, sharer.expand_s)
 
 
 def _tell(conn: Any, server: int, message: tuple) -> None:

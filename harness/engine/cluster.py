@@ -128,7 +128,8 @@ class LocalCluster(PartyStaging):
         """Clients and servers side by side; each server leaves only its aggregate, or
         (``job.blocks``, the fast program) its blocked share file."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
-                          job.share_format.name, workers=worker_count())
+                          job.share_format.name, workers=worker_count(),
+                          sharing=job.sharing)
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
         schedule = self.workdir / "public-input" if job.blocks is not None else None

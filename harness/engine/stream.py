@@ -5,8 +5,10 @@ process per server run side by side. Each server takes its chunks as they come,
 adds each into its 2m x d accumulators (one ``reduceat``, the grouping
 recomputed from the public sketch's seed), and hands the slot back; when every
 worker's stream has ended it writes its m x d aggregate share, the only file the
-MPC then reads. No share file of the clients' rows is written, and memory is a
-few chunks per process whatever n is.
+MPC then reads. With seeded sharing a server expands the seeds of each chunk
+as it comes (:class:`harness.clients.SeededReader`) before summing it. No share
+file of the clients' rows is written, and memory is a few chunks per process
+whatever n is.
 
 A stream is checked as it goes: chunks must come in each worker's order with the
 words the plan announces, and each worker's count at its end must match what
@@ -26,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,10 +39,12 @@ from harness.clients import (
     NoiseSpec,
     Prepared,
     Rows,
+    SeededReader,
     Sketch,
     SketchGroups,
     StreamBroken,
     StreamPlan,
+    components,
     format_integers,
     produce,
     run_starts,
@@ -250,7 +254,12 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
     servers = [results[f"server P{i}"] for i in range(plan.parties)]
     count = plan.n * plan.s * plan.d
     mean = noise_sum / count
-    per_server = plan.n * plan.s * plan.d * plan.fmt.words * 8
+    if plan.seeded:
+        comps = components(plan.fmt, plan.parties)
+        per_server = [comps.upload_bytes(i, plan.n, plan.s * plan.d)
+                      for i in range(plan.parties)]
+    else:
+        per_server = [plan.n * plan.s * plan.d * plan.fmt.words * 8] * plan.parties
     clients_s = max(t.busy_s for t in workers)
     servers_s = max(s["busy_s"] for s in servers)
     stages = {"stream_wall_s": wall, "stream_clients_s": clients_s,
@@ -271,8 +280,13 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
                                                   for u in upload.values()))
     # Above 1: the stages ran at the same time (their sum over the wall time they took).
     stages["stream_overlap"] = (clients_s + upload_s + servers_s) / wall if wall else 0.0
+    if plan.seeded:
+        # Inside the clocks above: the slowest server's expansion of the seeds it got,
+        # and the client workers' of their own (summed, as their CPU time is).
+        stages["stream_expand_s"] = max(s["expand_s"] for s in servers)
+        stages["stream_clients_expand_s"] = sum(t.expand_s for t in workers)
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
-                        [per_server] * plan.parties, wall,
+                        per_server, wall,
                         {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
     return Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
 
@@ -332,9 +346,10 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
     try:
         cpu = time.process_time()
         buffers, conns = end.open(plan)
-        busy = _serve(party, plan, sketch, conns, buffers, dest, as_input)
+        reader = _reader(plan, party)
+        busy = _serve(party, plan, sketch, conns, buffers, dest, as_input, reader)
         _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu,
-                             **end.stats()})
+                             "expand_s": reader.expand_s, **end.stats()})
     except _Lost as exc:
         _tell(report, "lost", str(exc))
     except _Refused as exc:
@@ -345,10 +360,42 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
         end.close()
 
 
+class ChunkReader(Protocol):
+    """How a server reads a chunk's shares out of its slot."""
+
+    expand_s: float
+
+    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
+             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
+        """The counts per accumulator to sum by, and the shares as ``(d, slots, words)``,
+        grouped by accumulator. ``counts`` are the chunk's announced ones (checked
+        already); ``columns`` draws its accumulators from the seed where needed."""
+
+
+class _FullReader:
+    """Full sharing: the slot holds the server's shares as they are."""
+
+    expand_s = 0.0
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.plan = plan
+
+    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
+             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
+        # The clients grouped the slots; the counts alone say where each run starts.
+        return counts, buffer.slot(slot, words).reshape(self.plan.d, -1, self.plan.fmt.words)
+
+
+def _reader(plan: StreamPlan, party: int) -> ChunkReader:
+    return SeededReader(plan, party) if plan.seeded else _FullReader(plan)
+
+
 def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
-           buffers: list[ChannelBuffer], dest: Path, as_input: bool) -> float:
+           buffers: list[ChannelBuffer], dest: Path, as_input: bool,
+           reader: ChunkReader | None = None) -> float:
     """Sum every chunk into the accumulators as it arrives; write the m x d aggregate."""
     width = plan.d * plan.fmt.words
+    reader = reader or _reader(plan, party)
     acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
@@ -380,13 +427,13 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                        else "nothing more")
                 raise _Refused(f"got chunk {k} from client worker {w}, which owes {due} "
                                "(more than announced, or out of order)")
-            if words != plan.chunk_words(k):
+            if words != plan.chunk_words(k, party):
                 raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
-                               f"not the {plan.chunk_words(k)} the plan announces")
+                               f"not the {plan.chunk_words(k, party)} the plan announces")
             check_counts(party, plan, columns[w], k, w, counts)
-            live, offsets = run_starts(counts)
             # (d, slots, words): each column's accumulator runs are contiguous.
-            shares = buffers[w].slot(slot, words).reshape(plan.d, -1, plan.fmt.words)
+            counts, shares = reader.read(k, counts, columns[w], buffers[w], slot, words)
+            live, offsets = run_starts(counts)
             sums = np.add.reduceat(shares, offsets, axis=1)  # (d, live, words)
             acc[live] += sums.transpose(1, 0, 2).reshape(live.size, width)
             try:

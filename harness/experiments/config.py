@@ -77,16 +77,18 @@ class RunConfig:
 
     @property
     def streams(self) -> bool:
-        """Whether the run streams: the ``local`` program on this machine (its loopback,
-        or ``--network``'s emulated links, over TLS) or ``fast`` on its loopback, full
-        sharing of the clients' shares. Its clients and servers then hold nothing
-        proportional to n (:mod:`harness.engine.stream`): ``local``'s servers write no
-        share file, ``fast``'s write theirs as the shares arrive, laid out per chunk of
-        clients. Every other run writes whole share files and must fit in memory."""
-        program = self.server_program
-        return ((program.aggregates or (program.blocked and self.network is None))
-                and self.hosts is None and self.sharing == "full"
-                and self.input_mode == "shares")
+        """Whether the run streams: the ``local`` program on this machine, with full
+        sharing on its loopback or through ``--network``'s emulated links (over TLS),
+        with seeded sharing on its loopback; or ``fast`` on its loopback, full sharing.
+        Its clients and servers then hold nothing proportional to n
+        (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
+        ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
+        Every other run writes whole share files and must fit in memory."""
+        program, loopback = self.server_program, self.network is None
+        full = self.sharing == "full"
+        return (self.hosts is None and self.input_mode == "shares"
+                and ((program.aggregates and (full or loopback))
+                     or (program.blocked and loopback and full)))
 
     @property
     def client_hosts(self) -> int:

@@ -190,7 +190,8 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
     """Each server's figures: MP-SPDZ's, and the upload, expansion and aggregation where
     they were timed here (else as the server's host reported them in its stats)."""
     expand_s = delivery.expand_s
-    if cfg.sharing == "seeded" and expand_s is None:
+    # A streamed run's servers expanded their seeds as they came (stream_expand_s).
+    if cfg.sharing == "seeded" and expand_s is None and not cfg.streams:
         expand_s = [r.stats["expand_s"] for r in runs]
     parties = []
     for r in runs:

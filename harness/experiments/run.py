@@ -108,6 +108,8 @@ def end_to_end_parts(result: RunResult) -> str:
             stages.append(f"upload {t['stream_upload_s']:.3f} "
                           f"({t['stream_upload_bytes'] / 1e6:.1f} MB per server)")
         stages.append(f"servers {t['stream_servers_s']:.3f}")
+        if "stream_expand_s" in t:  # seeded: expanding the seeds is part of the servers' time
+            stages[-1] += f", expanding {t['stream_expand_s']:.3f}"
         overlap = f", overlap {t['stream_overlap']:.2f}x" if "stream_overlap" in t else ""
         return (f"stream {t['prepare_s']:.3f} ({', '.join(stages[:-1])} and {stages[-1]} "
                 f"side by side{overlap}) + MPC {after:.3f}")

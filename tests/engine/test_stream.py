@@ -20,19 +20,26 @@ import pytest
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
+    ChannelBuffer,
     FixedPoint,
     NoiseSpec,
+    SeededReader,
     Sketch,
+    SketchGroups,
     StreamPlan,
     SyntheticRows,
+    components,
     read_share_file,
 )
+from harness.clients.keystream import SEED_BYTES, expand
+from harness.clients.stream_seeded import SeededShares, slot_order
 from harness.engine import StreamError, stream_inputs
 from harness.engine.stream import _Refused, _serve
 
 
-def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97):
-    return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk)
+def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97, sharing="full"):
+    return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk,
+                      sharing=sharing)
 
 
 def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
@@ -106,8 +113,11 @@ def test_aggregates_as_input_text_sum_to_the_sketch_with_noise(tmp_path):
     assert done.prepared.stats["noise_var"] == pytest.approx(noise.sigma2, rel=0.2)
 
 
-@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
-def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, victim):
+@pytest.mark.parametrize(("victim", "sharing"), [("server P1", "full"),
+                                                 ("client worker 1", "full"),
+                                                 ("server P1", "seeded")])
+def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, victim,
+                                                                   sharing):
     n, d, m = 4_000_000, 4, 10
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
@@ -128,7 +138,7 @@ def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, vic
     killer = threading.Thread(target=kill_victim)
     killer.start()
     with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
-        stream_inputs(_plan(n, d, m, 1, 3, chunk=4096), sketch, rows,
+        stream_inputs(_plan(n, d, m, 1, 3, chunk=4096, sharing=sharing), sketch, rows,
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
                       as_input=False, workdir=tmp_path, timeout=120)
     killer.join()
@@ -232,3 +242,140 @@ def test_a_server_refuses_more_chunks_than_announced(tmp_path):
     with pytest.raises(_Refused, match="got chunk 2 from client worker 0, which owes nothing "
                                        r"more \(more than announced"):
         _serve(0, plan, sketch, [fake.theirs], [fake.buffer], tmp_path / "agg", False)
+
+
+# --- seeded sharing, streamed ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("fmt", "parties", "s"), [(ADDITIVE, 3, 1), (ADDITIVE, 2, 3),
+                                                   (REPLICATED, 3, 2)])
+def test_seeded_streams_add_up_to_the_sketch_bit_for_bit(tmp_path, fmt, parties, s):
+    n, d, m = 2000, 3, 7
+    sketch = Sketch.sparse(n, m, s, seed=6)
+    rows = SyntheticRows(n, d, 1.0, seed=6)
+    fp = FixedPoint(16)
+    dests = _dests(tmp_path, parties)
+    plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=2, chunk=97, sharing="seeded")
+    done = stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=s), fp, dests,
+                         as_input=False, workdir=tmp_path, timeout=120)
+    reference = _reference(sketch, rows.read(0, n), fp)
+    assert np.array_equal(done.prepared.expected, reference)
+    if fmt.words == 1:
+        shares = [read_share_file(p).reshape(m, d) for p in dests]
+    else:
+        pairs = [read_share_file(p, REPLICATED).reshape(m, d, 2) for p in dests]
+        for i in range(3):  # party i holds (a_i, a_{i-1}), as with full sharing
+            assert np.array_equal(pairs[i][..., 1], pairs[i - 1][..., 0])
+        shares = [p[..., 0] for p in pairs]
+    assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64), reference)
+    assert not any(np.array_equal(x, reference) for x in shares)
+    # Each server got seeds for the components it holds but does not lead: what the
+    # file-based seeded path would have uploaded.
+    comps = components(fmt, parties)
+    assert done.prepared.upload_bytes == [comps.upload_bytes(i, n, s * d)
+                                          for i in range(parties)]
+    assert done.stages["stream_expand_s"] > 0 and done.stages["stream_clients_expand_s"] > 0
+
+
+def _slot_sections(plan: StreamPlan, k: int, party: int, view: np.ndarray):
+    """The layout the module docstring defines, read independently of SeededReader."""
+    comps = components(plan.fmt, plan.parties)
+    start, stop = plan.span(k)
+    lead = np.arange(start, stop) % comps.count
+    offset, out = 0, {}
+    for c in comps.held[party]:
+        seeded = np.flatnonzero(lead != c)
+        seeds = view[offset:offset + 4 * seeded.size].view(np.uint8).reshape(-1, SEED_BYTES)
+        offset += 4 * seeded.size
+        full = plan.s * int(np.count_nonzero(lead == c))
+        out[c] = (seeded, seeds.copy(), view[offset:offset + plan.d * full].reshape(plan.d, full))
+        offset += plan.d * full
+    assert offset == view.size
+    return out
+
+
+@pytest.mark.parametrize(("fmt", "parties", "s"), [(ADDITIVE, 3, 2), (REPLICATED, 3, 3)])
+def test_a_seeded_slot_is_the_file_schemes_components(tmp_path, fmt, parties, s):
+    """Client j's components: its seeds' AES-256-CTR keystreams (copy i, column t is word
+    i * d + t, as in the file path) and its lead's full words, summing to its values."""
+    n, d, m, k = 300, 4, 5, 1
+    plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=1, chunk=61, sharing="seeded")
+    sketch = Sketch.sparse(n, m, s, seed=9)
+    start, stop = plan.span(k)
+    clients = stop - start
+    buffers = [ChannelBuffer(tmp_path / f"P{i}", plan.slot_bytes, create=True)
+               for i in range(parties)]
+    sharer = SeededShares(plan)
+    acc = SketchGroups(sketch, plan).chunk(k)
+    owner, _ = sharer.group(acc, clients)
+    order, _ = slot_order(acc, m)
+    values = np.random.default_rng(1).integers(0, 2**64, size=d * order.size, dtype=np.uint64)
+    words = sharer.share(k, values, buffers, slot=1)
+    assert words == [plan.chunk_words(k, i) for i in range(parties)]
+    comps = components(fmt, parties)
+    total = np.zeros((d, order.size), dtype=np.uint64)
+    seen = set()
+    for i in range(parties):
+        view = buffers[i].slot(1, words[i])
+        for c, (seeded, seeds, full) in _slot_sections(plan, k, i, view).items():
+            stream = np.zeros((clients, s, d), dtype=np.uint64)
+            stream[seeded] = expand(seeds, s * d).reshape(-1, s, d)
+            comp = stream[owner, order // clients].T  # (d, grouped slots)
+            comp[:, (start + owner) % comps.count == c] = full
+            got = SeededReader(plan, i).read(k, np.bincount(acc, minlength=2 * m),
+                                             SketchGroups(sketch, plan), buffers[i], 1,
+                                             words[i])[1]
+            assert np.array_equal(got[:, :, comps.held[i].index(c)], comp)
+            if c not in seen:
+                seen.add(c)
+                total += comp
+    assert seen == set(range(comps.count))
+    assert np.array_equal(total.ravel(), values)
+
+
+@pytest.mark.parametrize(("messages", "said"), [
+    ([("chunk", 0, 0, 4 * 65 + 2 * 32, _counts(0)), ("end", 1)],
+     "got a stream from client worker 0 that ended early: 1 of 3 chunks arrived, 1 announced"),
+    # What full sharing would send: the server knows it holds seeds for 65 of 97 clients.
+    ([("chunk", 0, 0, 97 * 2, _counts(0))],
+     "got 194 words for chunk 0 from client worker 0, not the 324"),
+])
+def test_a_server_refuses_a_seeded_stream_that_is_not_the_announced_one(tmp_path, messages,
+                                                                         said):
+    n, d, m = 250, 2, 4
+    plan = StreamPlan(n, d, m, 1, 3, ADDITIVE.name, workers=1, chunk=97, sharing="seeded")
+    # Server 1 holds component 1: clients 1, 4, ..., 94 of chunk 0 (32) lead with it.
+    assert plan.chunk_words(0, 1) == 4 * 65 + 2 * 32
+    fake = _FakeWorker(tmp_path, plan)
+    for message in messages:
+        fake.mine.send(message)
+    with pytest.raises(_Refused, match=said):
+        _serve(1, plan, Sketch.sparse(n, m, 1, seed=2), [fake.theirs], [fake.buffer],
+               tmp_path / "agg", False, SeededReader(plan, 1))
+    assert not (tmp_path / "agg").exists()
+
+
+def test_seeded_channel_buffers_are_private_while_they_stream(tmp_path):
+    n, d, m = 2_000_000, 4, 10
+    sketch = Sketch.sparse(n, m, 1, seed=1)
+    rows = SyntheticRows(n, d, 1.0, seed=1)
+    plan = StreamPlan(n, d, m, 1, 3, ADDITIVE.name, workers=2, chunk=4096, sharing="seeded")
+    seen: list[tuple[int, list[int]]] = []
+
+    def look() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not seen:
+            for root in Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"):
+                files = sorted(root.iterdir())
+                if len(files) == 3 * 2:
+                    seen.append((root.stat().st_mode & 0o777,
+                                 [f.stat().st_mode & 0o777 for f in files]))
+                    return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16),
+                  _dests(tmp_path, 3), as_input=False, workdir=tmp_path, timeout=300)
+    watcher.join()
+    assert seen == [(0o700, [0o600] * 6)]
+    assert not list(Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.analyst import load_run
-from harness.clients import Sketch, SyntheticRows
+from harness.clients import ADDITIVE, REPLICATED, Sketch, SyntheticRows, components
 from harness.experiments import RunConfig, run
 
 pytestmark = pytest.mark.mpspdz
@@ -99,3 +99,34 @@ def test_a_bad_row_of_a_streamed_npy_file_is_one_line_and_no_output(tmp_path, mp
     assert lines == ["ltm: error: data holds a non-finite value at row 234567, column 1; "
                      "clean the data (NaN and infinity cannot be encoded)"], done.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("protocol", "parties"), [("semi2k", 3), ("semi2k", 2),
+                                                   ("replicated-ring", 3), ("spdz2k", 2)])
+def test_a_seeded_run_streams_and_verifies_bit_for_bit(tmp_path, mp_spdz, program_cache,
+                                                       protocol, parties):
+    out = tmp_path / "out"
+    n, d, m, s = 30_000, 3, 20, 2
+    cfg = RunConfig(out=out, cache_dir=program_cache, timeout=120, program="local",
+                    protocol=protocol, parties=parties, clients=n, dim=d, rows=m,
+                    sparsity=s, seed=7, keep_work=True, sharing="seeded")
+    assert cfg.validate().streams
+    result = run(cfg)
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    assert result["parameters"]["sharing"] == "seeded"
+    assert result["parameters"]["layout"]["kind"] == "streamed"
+    timings = result["timings"]
+    assert timings["stream_expand_s"] > 0 and timings["stream_clients_expand_s"] > 0
+    assert "expand_s" not in timings  # expanded inside the stream, not after it
+    # What each server received: seeds for the components it holds but does not lead.
+    fmt = REPLICATED if protocol == "replicated-ring" else ADDITIVE
+    comps = components(fmt, parties)
+    assert result["client_upload_bytes"] == [comps.upload_bytes(i, n, s * d)
+                                             for i in range(parties)]
+    # No upload directory, no share file of the clients' rows: only m x d aggregates.
+    work = out / "work"
+    assert not list(work.rglob("Upload")) and not list(work.rglob("Received-P*"))
+    for i in range(parties):
+        files = [p for p in (work / f"P{i}").rglob("*") if p.is_file()]
+        assert all(p.stat().st_size < m * d * 2 * 8 * 30 for p in files
+                   if "Persistence" in p.parts or p.name.startswith("Input-P"))
