@@ -69,7 +69,7 @@ class RunBlocks:
         self.held = np.zeros(accumulators, dtype=np.int64)
 
     def add(self, counts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(each block's accumulator, blocks (count, R, *row)) completed by ``rows``.
+        """Each block's accumulator, and the blocks, ``(count, R, *row)``, completed by ``rows``.
 
         ``rows`` may be a strided view (a transpose): each accumulator's run is
         copied as one slice, no row is gathered one by one.
