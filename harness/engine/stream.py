@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +39,6 @@ from harness.clients import (
     NoiseSpec,
     Prepared,
     Rows,
-    SeededReader,
     Sketch,
     SketchGroups,
     StreamBroken,
@@ -50,9 +49,10 @@ from harness.clients import (
     run_starts,
     write_share_file,
 )
-from harness.engine.stream_file import Lost as _Lost
-from harness.engine.stream_file import Refused as _Refused
-from harness.engine.stream_file import check_counts, partial, serve_file
+from harness.engine.chunks import ChunkReader, check_counts, reader_for
+from harness.engine.chunks import Lost as _Lost
+from harness.engine.chunks import Refused as _Refused
+from harness.engine.stream_file import partial, serve_file
 from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
 from harness.fileio import open_private, private_dir
@@ -328,7 +328,8 @@ def _file_server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerE
     try:
         cpu = time.process_time()
         buffers, conns = end.open(plan)
-        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule)
+        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule,
+                          reader_for(plan, party))
         _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu, **end.stats()})
     except _Lost as exc:
         _tell(report, "lost", str(exc))
@@ -346,7 +347,7 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
     try:
         cpu = time.process_time()
         buffers, conns = end.open(plan)
-        reader = _reader(plan, party)
+        reader = reader_for(plan, party)
         busy = _serve(party, plan, sketch, conns, buffers, dest, as_input, reader)
         _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu,
                              "expand_s": reader.expand_s, **end.stats()})
@@ -360,42 +361,12 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
         end.close()
 
 
-class ChunkReader(Protocol):
-    """How a server reads a chunk's shares out of its slot."""
-
-    expand_s: float
-
-    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
-             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
-        """The counts per accumulator to sum by, and the shares as ``(d, slots, words)``,
-        grouped by accumulator. ``counts`` are the chunk's announced ones (checked
-        already); ``columns`` draws its accumulators from the seed where needed."""
-
-
-class _FullReader:
-    """Full sharing: the slot holds the server's shares as they are."""
-
-    expand_s = 0.0
-
-    def __init__(self, plan: StreamPlan) -> None:
-        self.plan = plan
-
-    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
-             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
-        # The clients grouped the slots; the counts alone say where each run starts.
-        return counts, buffer.slot(slot, words).reshape(self.plan.d, -1, self.plan.fmt.words)
-
-
-def _reader(plan: StreamPlan, party: int) -> ChunkReader:
-    return SeededReader(plan, party) if plan.seeded else _FullReader(plan)
-
-
 def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
            buffers: list[ChannelBuffer], dest: Path, as_input: bool,
            reader: ChunkReader | None = None) -> float:
     """Sum every chunk into the accumulators as it arrives; write the m x d aggregate."""
     width = plan.d * plan.fmt.words
-    reader = reader or _reader(plan, party)
+    reader = reader or reader_for(plan, party)
     acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]

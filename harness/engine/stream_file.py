@@ -34,35 +34,10 @@ from harness.clients import (
     SketchGroups,
     StreamPlan,
 )
-from harness.errors import LtmError
+from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts
 from harness.fileio import open_private
 
-__all__ = ["Lost", "Refused", "check_counts", "partial", "serve_file"]
-
-
-class Refused(LtmError):
-    """A server refuses its stream (it is not what the plan announced)."""
-
-
-class Lost(Refused):
-    """A server's client worker went away: a consequence, named after its cause."""
-
-
-def check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,
-                 counts: np.ndarray) -> None:
-    """Refuse chunk k's announced slot counts per accumulator unless they sum to its
-    slots and, for the groups of chunks this server checks, equal the seed's."""
-    start, stop = plan.span(k)
-    if (counts.shape != (2 * plan.m,) or counts.dtype.kind not in "iu"
-            or int(counts.min()) < 0 or int(counts.sum()) != (stop - start) * plan.s):
-        raise Refused(f"got chunk {k} from client worker {w} with slot counts that do not "
-                       f"add up to its {(stop - start) * plan.s} slots")
-    # Every group is checked by one server in turn: one sketch draw in all, not S.
-    if (k // plan.group) % plan.parties == party:
-        drawn = np.bincount(columns.chunk(k), minlength=2 * plan.m)
-        if not np.array_equal(drawn, counts):
-            raise Refused(f"got chunk {k} from client worker {w} grouped unlike the public "
-                           "sketch: its slot counts per accumulator differ from the seed's")
+__all__ = ["partial", "serve_file"]
 
 
 def partial(path: Path) -> Path:
@@ -72,14 +47,17 @@ def partial(path: Path) -> Path:
 
 def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
-               schedule: Path | None) -> dict:
+               schedule: Path | None, reader: ChunkReader) -> dict:
     """Write every chunk into ``dest`` in the blocked layout, in the plan's order.
+
+    ``reader`` gives each chunk's shares of this server (:mod:`.chunks`): as sent,
+    or, with seeded sharing, with the seeds expanded and the full words among them.
 
     Returns the busy seconds and the file's shape (engine chunks, rows, padding rows).
     A stream refused or lost leaves neither file, whole or in part.
     """
     try:
-        return _write(party, plan, sketch, conns, buffers, dest, shape, schedule)
+        return _write(party, plan, sketch, conns, buffers, dest, shape, schedule, reader)
     except BaseException:
         for path in (dest, schedule):
             if path is not None:
@@ -89,7 +67,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
 
 def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
            buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
-           schedule: Path | None) -> dict:
+           schedule: Path | None, reader: ChunkReader) -> dict:
     fmt = plan.fmt
     width = plan.d * fmt.words
     runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, fmt.words))
@@ -110,12 +88,12 @@ def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                 raise Refused(f"got {message[0]} {message[1]} from client worker {w}, which "
                               f"owes chunk {k} (an early end, or out of order)")
             _, _, slot, words, counts = message
-            if words != plan.chunk_words(k):
+            if words != plan.chunk_words(k, party):
                 raise Refused(f"got {words} words for chunk {k} from client worker {w}, "
-                              f"not the {plan.chunk_words(k)} the plan announces")
+                              f"not the {plan.chunk_words(k, party)} the plan announces")
             check_counts(party, plan, columns, k, w, counts)
-            # (d, slots, words) as sent; a file row is one slot's d shares of words each.
-            shares = buffers[w].slot(slot, words).reshape(plan.d, -1, fmt.words)
+            # (d, slots, words); a file row is one slot's d shares of words each.
+            counts, shares = reader.read(k, counts, columns, buffers[w], slot, words)
             _emit(runs.add(counts, shares.transpose(1, 0, 2)), blocks_out, schedule_out)
             try:
                 conns[w].send(("free", slot))
@@ -138,7 +116,8 @@ def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
     if schedule is not None:
         os.replace(partial(schedule), schedule)
     file_rows = chunks * shape.block_rows * shape.chunk_blocks
-    return {"busy_s": busy + time.perf_counter() - began, "engine_chunks": chunks,
+    return {"busy_s": busy + time.perf_counter() - began, "expand_s": reader.expand_s,
+            "engine_chunks": chunks,
             "file_rows": file_rows, "padding_rows": file_rows - plan.n * plan.s}
 
 

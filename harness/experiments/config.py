@@ -79,8 +79,8 @@ class RunConfig:
     def streams(self) -> bool:
         """Whether the run streams: the ``local`` program on this machine, with full
         sharing on its loopback or through ``--network``'s emulated links (over TLS),
-        with seeded sharing on its loopback; or ``fast`` on its loopback, full sharing.
-        Its clients and servers then hold nothing proportional to n
+        with seeded sharing on its loopback; or ``fast`` on its loopback, full or
+        seeded sharing. Its clients and servers then hold nothing proportional to n
         (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
         ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
         Every other run writes whole share files and must fit in memory."""
@@ -88,7 +88,7 @@ class RunConfig:
         full = self.sharing == "full"
         return (self.hosts is None and self.input_mode == "shares"
                 and ((program.aggregates and (full or loopback))
-                     or (program.blocked and loopback and full)))
+                     or (program.blocked and loopback)))
 
     @property
     def client_hosts(self) -> int:

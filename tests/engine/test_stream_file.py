@@ -202,7 +202,8 @@ def _counts(k: int) -> np.ndarray:
 def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messages,
                                                                       said):
     from harness.clients import ChannelBuffer
-    from harness.engine.stream_file import Refused, serve_file
+    from harness.engine.chunks import FullReader, Refused
+    from harness.engine.stream_file import serve_file
 
     plan = StreamPlan(250, 2, 4, 1, 2, ADDITIVE.name, workers=1, chunk=97)
     mine, theirs = multiprocessing.Pipe()
@@ -212,6 +213,6 @@ def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, 
     dest = tmp_path / "Transactions-P0.data"
     with pytest.raises(Refused, match=said):
         serve_file(0, plan, Sketch.sparse(250, 4, 1, seed=2), [theirs], [buffer], dest,
-                   BlockShape(2, 3), tmp_path / "public-input")
+                   BlockShape(2, 3), tmp_path / "public-input", FullReader(plan))
     buffer.close()
     assert not [p.name for p in tmp_path.iterdir() if p.name != "w0-P0"]  # not even a part

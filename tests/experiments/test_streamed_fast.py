@@ -17,14 +17,18 @@ pytestmark = pytest.mark.mpspdz
 SMALL = {"clients": 30_000, "dim": 3, "rows": 20, "sparsity": 2, "seed": 5}
 
 
-@pytest.mark.parametrize(("protocol", "parties"), [("semi2k", 2), ("semi2k", 3),
-                                                   ("replicated-ring", 3)])
+@pytest.mark.parametrize(("protocol", "parties", "sharing"), [
+    ("semi2k", 2, "full"), ("semi2k", 3, "full"), ("replicated-ring", 3, "full"),
+    # seeded: each server expands the seeds it got and writes the same file
+    ("semi2k", 3, "seeded"), ("replicated-ring", 3, "seeded"),
+])
 def test_a_streamed_fast_run_verifies_from_its_streamed_files(tmp_path, mp_spdz,
                                                               program_cache, protocol,
-                                                              parties):
+                                                              parties, sharing):
     out = tmp_path / "out"
     cfg = RunConfig(out=out, cache_dir=program_cache, timeout=120, program="fast",
-                    protocol=protocol, parties=parties, keep_work=True, **SMALL)
+                    protocol=protocol, parties=parties, keep_work=True, sharing=sharing,
+                    **SMALL)
     assert cfg.validate().streams
     result = run(cfg)
     assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
@@ -34,6 +38,7 @@ def test_a_streamed_fast_run_verifies_from_its_streamed_files(tmp_path, mp_spdz,
     assert layout["file_rows"] % (R * K) == 0
     assert layout["padding_rows"] == layout["file_rows"] - 30_000 * 2
     assert result["timings"]["stream_wall_s"] == result["timings"]["prepare_s"]
+    assert ("stream_expand_s" in result["timings"]) == (sharing == "seeded")
     fmt = cfg.validate().share_format
     for i in range(parties):
         share = out / "work" / f"P{i}" / "Persistence" / f"Transactions-P{i}.data"

@@ -1,0 +1,78 @@
+"""How a server takes one chunk of a stream, whatever it then does with it.
+
+A chunk arrives with its slot counts per accumulator. :func:`check_counts` refuses
+counts that do not add up, and for the groups of chunks this server checks (one
+server per group, in turn) counts that differ from the public sketch's. A
+:class:`ChunkReader` then gives the server's shares of the chunk, grouped by
+accumulator: as they lie in the slot (full sharing), or with the seeds it holds
+expanded and its full words placed among them (seeded sharing). The summing
+servers (:mod:`.stream`) and the file-writing ones (:mod:`.stream_file`) both
+take chunks this way.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from harness.clients import ChannelBuffer, SeededReader, SketchGroups, StreamPlan
+from harness.errors import LtmError
+
+__all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "check_counts", "reader_for"]
+
+
+class Refused(LtmError):
+    """A server refuses its stream (it is not what the plan announced)."""
+
+
+class Lost(Refused):
+    """A server's client worker went away: a consequence, named after its cause."""
+
+
+def check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,
+                 counts: np.ndarray) -> None:
+    """Refuse chunk k's announced slot counts per accumulator unless they sum to its
+    slots and, for the groups of chunks this server checks, equal the seed's."""
+    start, stop = plan.span(k)
+    if (counts.shape != (2 * plan.m,) or counts.dtype.kind not in "iu"
+            or int(counts.min()) < 0 or int(counts.sum()) != (stop - start) * plan.s):
+        raise Refused(f"got chunk {k} from client worker {w} with slot counts that do not "
+                       f"add up to its {(stop - start) * plan.s} slots")
+    # Every group is checked by one server in turn: one sketch draw in all, not S.
+    if (k // plan.group) % plan.parties == party:
+        drawn = np.bincount(columns.chunk(k), minlength=2 * plan.m)
+        if not np.array_equal(drawn, counts):
+            raise Refused(f"got chunk {k} from client worker {w} grouped unlike the public "
+                           "sketch: its slot counts per accumulator differ from the seed's")
+
+
+class ChunkReader(Protocol):
+    """How a server reads a chunk's shares out of its slot."""
+
+    expand_s: float
+
+    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
+             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
+        """The counts per accumulator to sum by, and the shares as ``(d, slots, words)``,
+        grouped by accumulator. ``counts`` are the chunk's announced ones (checked
+        already); ``columns`` draws its accumulators from the seed where needed."""
+
+
+class FullReader:
+    """Full sharing: the slot holds the server's shares as they are."""
+
+    expand_s = 0.0
+
+    def __init__(self, plan: StreamPlan) -> None:
+        self.plan = plan
+
+    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
+             slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
+        # The clients grouped the slots; the counts alone say where each run starts.
+        return counts, buffer.slot(slot, words).reshape(self.plan.d, -1, self.plan.fmt.words)
+
+
+def reader_for(plan: StreamPlan, party: int) -> ChunkReader:
+    """Server ``party``'s reader of the plan's chunks."""
+    return SeededReader(plan, party) if plan.seeded else FullReader(plan)
