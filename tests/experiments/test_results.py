@@ -14,7 +14,6 @@ from harness.errors import InputError
 from harness.experiments import FORMAT_VERSION, RunResult, load_result, migrate_row
 from harness.experiments.results import migrate_rows, migrate_sweep_settings
 
-
 _METADATA = {"harness_version": "0.1.0", "mp_spdz_version": "0.4.2",
              "mp_spdz": {"version": "0.4.2", "root": "/opt/mp-spdz"}, "protocol": "semi2k",
              "parties": 3, "date": "2026-11-21T06:24:53+00:00", "host": "vm",
