@@ -142,15 +142,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
         carrier = transport(plan, root, ctx)
         for i in range(plan.parties):
             got, sent = ctx.Pipe(duplex=False)
-            if blocks is None:
-                target: Any = _server_main
-                serve_args: tuple = (i, plan, sketch, carrier.server_end(i), dests[i],
-                                     as_input, sent)
-            else:
-                target = _file_server_main
-                serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], blocks,
-                              schedule if i == 0 else None, sent)
-            proc = ctx.Process(target=target, args=serve_args, name=f"server P{i}",
+            serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], as_input, blocks,
+                          schedule if i == 0 else None, sent)
+            proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
                                daemon=True)
             procs.append((f"server P{i}", proc, got))  # before start: a signal may come
             proc.start()
@@ -320,36 +314,23 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         end.close()
 
 
-def _file_server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd,
-                      dest: Path, blocks: BlockShape, schedule: Path | None,
-                      report: Connection) -> None:
-    """:func:`_server_main` for a server that writes its share file (:func:`serve_file`)."""
-    _quiet()
-    try:
-        cpu = time.process_time()
-        buffers, conns = end.open(plan)
-        done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule,
-                          reader_for(plan, party))
-        _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu, **end.stats()})
-    except _Lost as exc:
-        _tell(report, "lost", str(exc))
-    except _Refused as exc:
-        _tell(report, "error", str(exc))
-    except Exception as exc:
-        _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
-    finally:
-        end.close()
-
-
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
-                 as_input: bool, report: Connection) -> None:
+                 as_input: bool, blocks: BlockShape | None, schedule: Path | None,
+                 report: Connection) -> None:
+    """Server ``party``: sums its stream into ``dest`` (:func:`_serve`), or, with
+    ``blocks``, writes it into its blocked share file (:func:`serve_file`)."""
     _quiet()
     try:
         cpu = time.process_time()
         buffers, conns = end.open(plan)
         reader = reader_for(plan, party)
-        busy = _serve(party, plan, sketch, conns, buffers, dest, as_input, reader)
-        _tell(report, "ok", {"busy_s": busy, "cpu_s": time.process_time() - cpu,
+        if blocks is None:
+            done = {"busy_s": _serve(party, plan, sketch, conns, buffers, dest, as_input,
+                                     reader)}
+        else:
+            done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule,
+                              reader)
+        _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu,
                              "expand_s": reader.expand_s, **end.stats()})
     except _Lost as exc:
         _tell(report, "lost", str(exc))

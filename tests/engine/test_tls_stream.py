@@ -204,7 +204,8 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
                                       keys=route.keys[:1])
         got, report = ctx.Pipe(duplex=False)
         server = ctx.Process(target=_server_main,
-                             args=(0, plan, sketch, end, tmp_path / "agg", False, report))
+                             args=(0, plan, sketch, end, tmp_path / "agg", False, None, None,
+                                   report))
         client = ctx.Process(target=_replaying_worker,
                              args=(only_p0, plan, tmp_path, edit(sent)))
         server.start()
