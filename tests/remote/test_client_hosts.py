@@ -28,15 +28,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def farm(tmp_path: Path):
-    farm = SshFarm(tmp_path / "farm")
-    try:
-        yield farm
-    finally:
-        farm.close()
-
-
 def inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int, clients: int):
     fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
     fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from _fresh import FreshCluster
-from _sshd import SshFarm, mpc_base_port, write_inventory_file
+from _sshd import mpc_base_port, write_inventory_file
 from test_ssh import make_inventory, small_config, staged
 
 from harness.errors import InputError
@@ -29,15 +29,6 @@ from harness.remote.hosts import DEFAULT_WORKDIR, Host, load_inventory
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="real users and sshd need root")]
-
-
-@pytest.fixture
-def farm(tmp_path: Path):
-    farm = SshFarm(tmp_path / "farm")
-    try:
-        yield farm
-    finally:
-        farm.close()
 
 
 @pytest.fixture

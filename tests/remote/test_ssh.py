@@ -58,15 +58,6 @@ FAST = ConnectOptions(timeout=5, attempts=2, backoff=0.1)
 
 # --- fixtures and helpers ------------------------------------------------------------------
 
-@pytest.fixture
-def farm(tmp_path: Path):
-    farm = SshFarm(tmp_path / "farm")
-    try:
-        yield farm
-    finally:
-        farm.close()
-
-
 def make_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
                    harness: bool = False, client: bool | int = False,
                    **overrides: dict) -> tuple[Path, list[FakeHost]]:
