@@ -76,16 +76,22 @@ from harness.clients.sharing import (
 from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
 from harness.clients.stream import (
     ChannelBuffer,
+    ProducerTotals,
     SketchGroups,
     StreamBroken,
-    StreamPlan,
     chunk_groups,
     produce,
     run_starts,
 )
+from harness.clients.stream_plan import StreamPlan
 from harness.clients.stream_seeded import SeededReader
+from harness.clients.stream_spec import OffsetRows, StreamSpec, write_rows
 
 __all__ = [
+    "OffsetRows",
+    "ProducerTotals",
+    "StreamSpec",
+    "write_rows",
     "ADDITIVE",
     "BlockShape",
     "BlockWriter",

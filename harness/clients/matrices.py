@@ -163,6 +163,11 @@ class Rows(Protocol):
     n: int
     d: int
     eta: float
+    @property
+    def seed(self) -> int | None:
+        """The public seed the rows are a function of (synthetic rows), else None: a
+        host given the seed makes any range of them itself."""
+        ...
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Rows [start, stop) as a float64 (stop - start, d) array, checked against eta."""
@@ -176,6 +181,8 @@ class Rows(Protocol):
 
 class ArrayRows:
     """Rows already in memory (a CSV or text file, or a caller's matrix)."""
+
+    seed = None
 
     def __init__(self, data: np.ndarray, eta: float) -> None:
         check_matrix(data, eta)
@@ -192,6 +199,8 @@ class ArrayRows:
 
 class NpyRows:
     """A ``.npy`` file, memory-mapped and read (and checked) a range at a time."""
+
+    seed = None
 
     def __init__(self, path: Path, eta: float) -> None:
         self.path = path
@@ -270,6 +279,8 @@ class CsvRows:
     space), with an optional header line (a first line that is not all numbers); a
     blank line is refused, naming it, since it would shift the rows.
     """
+
+    seed = None
 
     def __init__(self, path: Path, eta: float) -> None:
         self.path, self.eta = path, eta

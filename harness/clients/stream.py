@@ -40,89 +40,16 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import Rows
 from harness.clients.noise import NoiseSpec, noise_rng
-from harness.clients.seeded import components
-from harness.clients.sharing import FORMATS, ShareFormat
+from harness.clients.sharing import ShareFormat
 from harness.clients.sketch import Sketch
-from harness.clients.stream_seeded import SeededShares, chunk_words, slot_words
+from harness.clients.stream_plan import SLACK as _SLACK
+from harness.clients.stream_plan import StreamPlan
+from harness.clients.stream_seeded import SeededShares
 from harness.errors import InputError
 from harness.fileio import open_private
 
-__all__ = ["ChannelBuffer", "SketchGroups", "StreamBroken", "StreamPlan",
+__all__ = ["ChannelBuffer", "ProducerTotals", "SketchGroups", "StreamBroken",
            "chunk_groups", "group_slots", "produce", "run_starts"]
-
-# Noisy values per chunk: 4 MB float64 buffers, in cache-friendly reach, and few
-# enough chunks (20,000 at n = 1e9, d = 10) that a chunk's fixed cost vanishes.
-CHUNK_VALUES = 1 << 19
-# Clients whose sketch columns are drawn at once when s > 1: the s-step draw of
-# distinct buckets costs per step, so a few thousand clients per step amortise it.
-SKETCH_GROUP_CLIENTS = 1 << 14
-_SLACK = 16  # AES-CTR's update_into wants room for one block past the data
-
-
-@dataclass(frozen=True)
-class StreamPlan:
-    """The public shape of a streamed run, which clients and servers both follow."""
-
-    n: int
-    d: int
-    m: int
-    s: int
-    parties: int
-    format: str  # a key of sharing.FORMATS
-    workers: int  # client worker processes; chunk k goes to worker k % workers
-    chunk: int = 0  # clients per chunk (0: from CHUNK_VALUES)
-    sharing: str = "full"  # or "seeded" (:mod:`harness.clients.stream_seeded`)
-
-    @property
-    def fmt(self) -> ShareFormat:
-        return FORMATS[self.format]
-
-    @property
-    def clients_per_chunk(self) -> int:
-        words = self.s * self.d
-        if self.seeded:  # a client's seeds take room too: 4 words each, at most one a server
-            words = max(words, 4 * self.parties)
-        return self.chunk or max(1, CHUNK_VALUES // words)
-
-    @property
-    def chunks(self) -> int:
-        return -(-self.n // self.clients_per_chunk)
-
-    def span(self, k: int) -> tuple[int, int]:
-        start = k * self.clients_per_chunk
-        return start, min(self.n, start + self.clients_per_chunk)
-
-    @property
-    def seeded(self) -> bool:
-        return self.sharing == "seeded"
-
-    def chunk_words(self, k: int, party: int = 0) -> int:
-        """8-byte words server ``party`` receives for chunk k."""
-        start, stop = self.span(k)
-        if self.seeded:
-            return chunk_words(components(self.fmt, self.parties), party, start, stop,
-                               self.s, self.d)
-        return (stop - start) * self.s * self.d * self.fmt.words
-
-    @property
-    def slot_bytes(self) -> int:
-        if self.seeded:
-            return 8 * slot_words(components(self.fmt, self.parties), self.clients_per_chunk,
-                                  self.s, self.d)
-        return self.clients_per_chunk * self.s * self.d * self.fmt.words * 8
-
-    @property
-    def group(self) -> int:
-        """Consecutive chunks whose sketch columns are drawn together (1 for s = 1)."""
-        if self.s == 1:
-            return 1
-        return max(1, SKETCH_GROUP_CLIENTS // self.clients_per_chunk)
-
-    def chunks_of(self, worker: int) -> list[int]:
-        """Worker ``worker``'s chunks, in its order: whole groups, dealt round robin."""
-        g, w = self.group, self.workers
-        return [k for k in range(self.chunks) if (k // g) % w == worker]
-
 
 def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
     """The chunk's slots grouped by accumulator: the client of each grouped slot, and
@@ -206,7 +133,10 @@ class ChannelBuffer:
         return memoryview(self.map)[offset: offset + nbytes + _SLACK]
 
     def close(self) -> None:
-        self.map.close()
+        try:
+            self.map.close()
+        except BufferError:
+            pass  # a view still lives, in a traceback being reported: freed with the process
 
 
 class _Masks:

@@ -76,7 +76,17 @@ from harness.engine.server_programs import (
 from harness.engine.staging import (
     PartyStaging,
 )
-from harness.engine.stream import StreamError, stream_inputs, worker_count
+from harness.engine.stream import (
+    Streamed,
+    StreamError,
+    assemble_stream,
+    channel_root,
+    stream_clients,
+    stream_inputs,
+    worker_count,
+)
+from harness.engine.stream_serve import serve_party
+from harness.engine.tls_stream import TlsRoute, TlsTransport
 from harness.engine.upload import (
     TIMEOUT,
     receive_files,
@@ -108,6 +118,13 @@ __all__ = [
     "SUPPORTED_VERSION",
     "ServerProgram",
     "StreamError",
+    "Streamed",
+    "TlsRoute",
+    "TlsTransport",
+    "assemble_stream",
+    "channel_root",
+    "serve_party",
+    "stream_clients",
     "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",

@@ -254,7 +254,7 @@ class LocalCluster(PartyStaging):
         [(key, cert, _)] = make_certificates(1, client_dir / "cert")
         parties = range(self.parties)
         return TlsRoute(tuple(net.namespace(i) for i in parties),
-                        tuple(net.address(i) for i in parties), _UPLOAD_PORT,
+                        tuple(net.address(i) for i in parties), (_UPLOAD_PORT,) * self.parties,
                         tuple(self._cert(i) for i in parties),
                         tuple(self._key(i) for i in parties), net.client_namespace,
                         cert, key, timeout)

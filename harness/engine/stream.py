@@ -25,6 +25,7 @@ import secrets
 import shutil
 import signal
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -34,30 +35,27 @@ import numpy as np
 
 from harness.clients import (
     BlockShape,
-    ChannelBuffer,
     FixedPoint,
     NoiseSpec,
     Prepared,
+    ProducerTotals,
     Rows,
     Sketch,
-    SketchGroups,
     StreamBroken,
     StreamPlan,
     components,
-    format_integers,
     produce,
-    run_starts,
-    write_share_file,
 )
-from harness.engine.chunks import ChunkReader, check_counts, reader_for
 from harness.engine.chunks import Lost as _Lost
 from harness.engine.chunks import Refused as _Refused
-from harness.engine.stream_file import partial, serve_file
+from harness.engine.stream_file import partial
+from harness.engine.stream_serve import serve_party
 from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
-from harness.fileio import open_private, private_dir
+from harness.fileio import private_dir
 
-__all__ = ["StreamError", "Streamed", "stream_inputs", "warm_up", "worker_count"]
+__all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
+           "warm_up", "worker_count"]
 
 # Seconds a failed process's peers get to report their own error before all are stopped:
 # a server's "ended early" says more than a worker's "server closed its stream".
@@ -106,7 +104,7 @@ def warm_up() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def _channel_root(workdir: Path) -> Path:
+def channel_root(workdir: Path) -> Path:
     """A fresh 0700 directory for the channel buffers: on tmpfs (memory, not disk) when
     there is one, else in the run's workdir."""
     shm = Path("/dev/shm")
@@ -134,52 +132,80 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     ``if __name__ == "__main__":`` guard; ``ltm`` and notebooks need nothing.
     """
     ctx = _context()
-    root = _channel_root(workdir)
-    procs: list[tuple[str, Any, Connection]] = []
+    root = channel_root(workdir)
     started = time.perf_counter()
     complete = False
     try:
         carrier = transport(plan, root, ctx)
-        for i in range(plan.parties):
-            got, sent = ctx.Pipe(duplex=False)
-            serve_args = (i, plan, sketch, carrier.server_end(i), dests[i], as_input, blocks,
-                          schedule if i == 0 else None, sent)
-            proc = ctx.Process(target=_server_main, args=serve_args, name=f"server P{i}",
-                               daemon=True)
-            procs.append((f"server P{i}", proc, got))  # before start: a signal may come
-            proc.start()
-            sent.close()
-        for w in range(plan.workers):
-            got, sent = ctx.Pipe(duplex=False)
-            work_args = (w, plan, sketch, rows, noise, fp, carrier.client_end(w), sent)
-            proc = ctx.Process(target=_worker_main, args=work_args, name=f"client worker {w}",
-                               daemon=True)
-            procs.append((f"client worker {w}", proc, got))
-            proc.start()
-            sent.close()
-        carrier.started()
-        results = _collect(procs, started + timeout)
+        with _Processes(ctx) as procs:
+            for i in range(plan.parties):
+                procs.start(f"server P{i}", _server_main,
+                            (i, plan, sketch, carrier.server_end(i), dests[i], as_input, blocks,
+                             schedule if i == 0 else None))
+            for w in range(plan.workers):
+                procs.start(f"client worker {w}", _worker_main,
+                            (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
+            carrier.started()
+            results = procs.collect(started + timeout)
         complete = True
     finally:
-        for _, proc, got in procs:
-            if proc.pid is not None:
-                proc.kill()
-                proc.join()
-            got.close()
         shutil.rmtree(root, ignore_errors=True)
         if blocks is not None and not complete:  # nothing half-written stays
             for path in [*dests, *([schedule] if schedule else [])]:
                 for leftover in (path, partial(path)):
                     leftover.unlink(missing_ok=True)
-    wall = time.perf_counter() - started
-    streamed = _assemble(plan, results, wall)
-    if blocks is not None:
-        first = results["server P0"]
-        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
-                           "chunk_blocks": blocks.chunk_blocks,
-                           "clients_per_chunk": plan.clients_per_chunk,
-                           **{key: first[key] for key in ("file_rows", "padding_rows")}}
-    return streamed
+    return assemble_stream(plan, [results[f"client worker {w}"] for w in range(plan.workers)],
+                           [results[f"server P{i}"] for i in range(plan.parties)],
+                           time.perf_counter() - started, blocks)
+
+
+def stream_clients(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                   fp: FixedPoint, transport: TransportFactory, *, workers: Sequence[int],
+                   workdir: Path, timeout: float) -> list[ProducerTotals]:
+    """Only the clients' side, here: client workers ``workers`` of the plan, streaming
+    to servers that run elsewhere (on their hosts, :func:`serve_party`). Each
+    worker's totals, in that order; a failure is a :class:`StreamError` naming it."""
+    ctx = _context()
+    root = channel_root(workdir)
+    try:
+        carrier = transport(plan, root, ctx)
+        with _Processes(ctx) as procs:
+            for w in workers:
+                procs.start(f"client worker {w}", _worker_main,
+                            (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
+            carrier.started()
+            results = procs.collect(time.perf_counter() + timeout)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return [results[f"client worker {w}"] for w in workers]
+
+
+class _Processes:
+    """The run's child processes, each reporting over its own pipe; all killed on exit."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.procs: list[tuple[str, Any, Connection]] = []
+
+    def start(self, name: str, target: Callable[..., None], args: tuple) -> None:
+        got, sent = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=target, args=(*args, sent), name=name, daemon=True)
+        self.procs.append((name, proc, got))  # before start: a signal may come
+        proc.start()
+        sent.close()
+
+    def collect(self, deadline: float) -> dict[str, Any]:
+        return _collect(self.procs, deadline)
+
+    def __enter__(self) -> _Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, proc, got in self.procs:
+            if proc.pid is not None:
+                proc.kill()
+                proc.join()
+            got.close()
 
 
 def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
@@ -234,18 +260,20 @@ def _raise(failures: list[tuple[str, str, str]]) -> None:
                       "worker was stopped and no output was written", party=who)
 
 
-def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streamed:
+def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
+                    servers: list[dict[str, Any]], wall: float,
+                    blocks: BlockShape | None = None) -> Streamed:
+    """One streamed run from its parts: every client worker's totals and every server's
+    figures (as :func:`serve_party` returns them), over ``wall`` seconds."""
     m, d = plan.m, plan.d
     expected = np.zeros((2 * m, d), dtype=np.uint64)
     abs_sums = np.zeros((2 * m, d))
     noise_sum = noise_sq = 0.0
-    workers = [results[f"client worker {w}"] for w in range(plan.workers)]
     for totals in workers:
         expected += totals.expected
         abs_sums += totals.abs_sums
         noise_sum += totals.noise_sum
         noise_sq += totals.noise_sq
-    servers = [results[f"server P{i}"] for i in range(plan.parties)]
     count = plan.n * plan.s * plan.d
     mean = noise_sum / count
     if plan.seeded:
@@ -282,7 +310,14 @@ def _assemble(plan: StreamPlan, results: dict[str, Any], wall: float) -> Streame
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
                         per_server, wall,
                         {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
-    return Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
+    streamed = Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
+    if blocks is not None:
+        first = servers[0]
+        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
+                           "chunk_blocks": blocks.chunk_blocks,
+                           "clients_per_chunk": plan.clients_per_chunk,
+                           **{key: first[key] for key in ("file_rows", "padding_rows")}}
+    return streamed
 
 
 def _quiet() -> None:
@@ -317,91 +352,14 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
                  as_input: bool, blocks: BlockShape | None, schedule: Path | None,
                  report: Connection) -> None:
-    """Server ``party``: sums its stream into ``dest`` (:func:`_serve`), or, with
-    ``blocks``, writes it into its blocked share file (:func:`serve_file`)."""
+    """Server ``party`` in its own process (:func:`serve_party`), reporting to the parent."""
     _quiet()
     try:
-        cpu = time.process_time()
-        buffers, conns = end.open(plan)
-        reader = reader_for(plan, party)
-        if blocks is None:
-            done = {"busy_s": _serve(party, plan, sketch, conns, buffers, dest, as_input,
-                                     reader)}
-        else:
-            done = serve_file(party, plan, sketch, conns, buffers, dest, blocks, schedule,
-                              reader)
-        _tell(report, "ok", {**done, "cpu_s": time.process_time() - cpu,
-                             "expand_s": reader.expand_s, **end.stats()})
+        _tell(report, "ok", serve_party(party, plan, sketch, end, dest, as_input, blocks,
+                                        schedule))
     except _Lost as exc:
         _tell(report, "lost", str(exc))
     except _Refused as exc:
         _tell(report, "error", str(exc))
     except Exception as exc:
         _tell(report, "error", f"failed: {type(exc).__name__}: {exc}")
-    finally:
-        end.close()
-
-
-def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
-           buffers: list[ChannelBuffer], dest: Path, as_input: bool,
-           reader: ChunkReader | None = None) -> float:
-    """Sum every chunk into the accumulators as it arrives; write the m x d aggregate."""
-    width = plan.d * plan.fmt.words
-    reader = reader or reader_for(plan, party)
-    acc = np.zeros((2 * plan.m, width), dtype=np.uint64)
-    received = [0] * plan.workers
-    owed = [plan.chunks_of(w) for w in range(plan.workers)]
-    # One per worker: each worker's chunks arrive in order, a group at a time.
-    columns = [SketchGroups(sketch, plan) for _ in range(plan.workers)]
-    owner = {id(c): w for w, c in enumerate(conns)}
-    open_streams = list(conns)
-    busy = 0.0
-    while open_streams:
-        for conn in _ready(open_streams, None):
-            w = owner[id(conn)]
-            mine = owed[w]
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                raise _Lost(f"lost client worker {w}'s stream after {received[w]} of "
-                            f"{len(mine)} chunks") from None
-            began = time.perf_counter()
-            if message[0] == "end":
-                if message[1] != received[w] or received[w] != len(mine):
-                    raise _Refused(f"got a stream from client worker {w} that ended early: "
-                                   f"{received[w]} of {len(mine)} chunks arrived, "
-                                   f"{message[1]} announced")
-                open_streams.remove(conn)
-                continue
-            _, k, slot, words, counts = message
-            if received[w] >= len(mine) or k != mine[received[w]]:
-                due = (f"chunk {mine[received[w]]}" if received[w] < len(mine)
-                       else "nothing more")
-                raise _Refused(f"got chunk {k} from client worker {w}, which owes {due} "
-                               "(more than announced, or out of order)")
-            if words != plan.chunk_words(k, party):
-                raise _Refused(f"got {words} words for chunk {k} from client worker {w}, "
-                               f"not the {plan.chunk_words(k, party)} the plan announces")
-            check_counts(party, plan, columns[w], k, w, counts)
-            # (d, slots, words): each column's accumulator runs are contiguous.
-            counts, shares = reader.read(k, counts, columns[w], buffers[w], slot, words)
-            live, offsets = run_starts(counts)
-            sums = np.add.reduceat(shares, offsets, axis=1)  # (d, live, words)
-            acc[live] += sums.transpose(1, 0, 2).reshape(live.size, width)
-            try:
-                conn.send(("free", slot))
-            except OSError:
-                raise _Lost(f"lost client worker {w}'s stream after {received[w] + 1} of "
-                            f"{len(mine)} chunks") from None
-            received[w] += 1
-            busy += time.perf_counter() - began
-    began = time.perf_counter()
-    aggregate = acc[:plan.m] - acc[plan.m:]
-    fmt = plan.fmt
-    if as_input:
-        with open_private(dest) as fh:
-            fh.write(format_integers(aggregate.view(np.int64).ravel()))
-    else:
-        shaped = aggregate.reshape(plan.m, plan.d, fmt.words) if fmt.words > 1 else aggregate
-        write_share_file(dest, shaped, fmt)
-    return busy + time.perf_counter() - began

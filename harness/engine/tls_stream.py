@@ -77,23 +77,44 @@ def enter_namespace(name: str) -> None:
 class TlsRoute:
     """Where the servers listen and how each side proves who it is; makes the transport.
 
-    Party i listens in namespace ``namespaces[i]`` at ``addresses[i]:port`` with its
-    ``certs[i]``/``keys[i]``; the clients connect from ``client_namespace`` with
-    ``client_cert``/``client_key``.
+    Party i listens at ``addresses[i]:ports[i]`` (bound to ``bind`` when set, e.g.
+    ``0.0.0.0`` on a host whose public address is not its own) with its
+    ``certs[i]``/``keys[i]``; the clients connect with ``client_cert``/``client_key``.
+    Through an emulated network each side first enters its namespace
+    (``namespaces[i]``, ``client_namespace``); between hosts there are none.
+    Only the certificates a side opens are needed where it runs: a client host has
+    the servers' certificates and the clients' key, a server its own key.
     """
 
     namespaces: tuple[str, ...]
     addresses: tuple[str, ...]
-    port: int
+    ports: tuple[int, ...]
     certs: tuple[Path, ...]
     keys: tuple[Path, ...]
     client_namespace: str
     client_cert: Path
     client_key: Path
     timeout: float
+    bind: str = ""
 
     def __call__(self, plan: StreamPlan, root: Path, ctx: Any) -> TlsTransport:
         return TlsTransport(self, root)
+
+    @classmethod
+    def between_hosts(cls, addresses: tuple[str, ...], ports: tuple[int, ...],
+                      certs: tuple[Path, ...], client_cert: Path, client_key: Path,
+                      timeout: float) -> TlsRoute:
+        """The clients' side of a run whose servers are on their own hosts: no namespace,
+        every server's certificate pinned."""
+        return cls((), addresses, ports, certs, (), "", client_cert, client_key, timeout)
+
+    @classmethod
+    def on_host(cls, party: int, parties: int, port: int, cert: Path, key: Path,
+                client_cert: Path, timeout: float, bind: str = "0.0.0.0") -> TlsRoute:
+        """Server ``party``'s side on its own host: its key, the clients' pinned
+        certificate; the other servers' entries are never read there."""
+        return cls((), ("",) * parties, (port,) * parties, (cert,) * parties,
+                   (key,) * parties, "", client_cert, Path(), timeout, bind)
 
 
 class TlsTransport:
@@ -107,6 +128,13 @@ class TlsTransport:
 
     def server_end(self, party: int) -> ServerEnd:
         return _ServerEnd(self.route, self.root, party)
+
+    def listening_end(self, party: int) -> ServerEnd:
+        """Server ``party``'s end with its port already bound (a host's agent says
+        "listening" only then)."""
+        end = _ServerEnd(self.route, self.root, party)
+        end.listen()
+        return end
 
     def started(self) -> None:
         pass  # the parent holds no end
@@ -233,10 +261,15 @@ class _ClientEnd:
 
     def open(self, plan: StreamPlan) -> tuple[list[ChannelBuffer], list[Link]]:
         r = self.route
-        enter_namespace(r.client_namespace)
+        if r.client_namespace:
+            enter_namespace(r.client_namespace)
         links: list[Link] = []
         for i, address in enumerate(r.addresses):
-            raw = _connect(address, r.port, r.timeout)
+            try:
+                raw = _connect(address, r.ports[i], r.timeout)
+            except OSError as exc:
+                raise ConnectionError(f"cannot reach server P{i} at {address}:{r.ports[i]} "
+                                      f"({exc})") from None
             self.sockets.append(raw)
             tls = tls_context(False, r.client_cert, r.client_key, r.certs[i]).wrap_socket(raw)
             self.sockets.append(tls)
@@ -314,25 +347,38 @@ class _ServerEnd:
         self.sockets: list[Any] = []
         self.buffers: list[ChannelBuffer] = []
         self.receivers: list[_Receiver] = []
+        self.listener: socket.socket | None = None
+
+    def listen(self) -> None:
+        """Bind the server's port now (in its namespace, if any): clients may connect
+        from here on, and a port in use fails before any client starts."""
+        r, i = self.route, self.party
+        if r.namespaces:
+            enter_namespace(r.namespaces[i])
+        self.listener = socket.create_server((r.bind or r.addresses[i], r.ports[i]))
+        self.sockets.append(self.listener)
 
     def open(self, plan: StreamPlan) -> tuple[list[ChannelBuffer], list[Any]]:
         r, i = self.route, self.party
-        enter_namespace(r.namespaces[i])
+        if self.listener is None:
+            self.listen()
+        assert self.listener is not None
         ctx = tls_context(True, r.certs[i], r.keys[i], r.client_cert)
         streams: list[ssl.SSLSocket | None] = [None] * plan.workers
-        with socket.create_server((r.addresses[i], r.port)) as listener:
-            listener.settimeout(r.timeout)
-            while None in streams:
-                conn, _ = listener.accept()
-                self.sockets.append(conn)
-                conn.settimeout(r.timeout)
-                tls = ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False)
-                self.sockets.append(tls)
-                magic, w = _HELLO.unpack(read_exactly(tls, _HELLO.size))
-                if magic != _MAGIC or not 0 <= w < plan.workers or streams[w] is not None:
-                    raise ConnectionError(f"refused a connection that is not a client "
-                                          f"worker's stream (hello {magic!r}, worker {w})")
-                streams[w] = tls
+        listener = self.listener
+        listener.settimeout(r.timeout)
+        while None in streams:
+            conn, _ = listener.accept()
+            self.sockets.append(conn)
+            conn.settimeout(r.timeout)
+            tls = ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False)
+            self.sockets.append(tls)
+            magic, w = _HELLO.unpack(read_exactly(tls, _HELLO.size))
+            if magic != _MAGIC or not 0 <= w < plan.workers or streams[w] is not None:
+                raise ConnectionError(f"refused a connection that is not a client "
+                                      f"worker's stream (hello {magic!r}, worker {w})")
+            streams[w] = tls
+        listener.close()
         ends = []
         for w, stream in enumerate(streams):
             assert stream is not None

@@ -80,15 +80,20 @@ class RunConfig:
         """Whether the run streams: the ``local`` program on this machine, with full
         sharing on its loopback or through ``--network``'s emulated links (over TLS),
         with seeded sharing on its loopback; or ``fast`` on its loopback, full or
-        seeded sharing. Its clients and servers then hold nothing proportional to n
+        seeded sharing; or ``local`` and ``fast``, full or seeded, on ``--hosts``
+        (each server takes its TLS stream on its host, from this machine or from the
+        inventory's client hosts). Its clients and servers then hold nothing proportional to n
         (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
         ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
         Every other run writes whole share files and must fit in memory."""
         program, loopback = self.server_program, self.network is None
         full = self.sharing == "full"
-        return (self.hosts is None and self.input_mode == "shares"
-                and ((program.aggregates and (full or loopback))
-                     or (program.blocked and loopback)))
+        if self.input_mode != "shares":
+            return False
+        if self.hosts is not None:  # each server takes its stream on its host, over TLS
+            return program.aggregates or program.blocked
+        return ((program.aggregates and (full or loopback))
+                or (program.blocked and loopback))
 
     @property
     def client_hosts(self) -> int:

@@ -164,7 +164,7 @@ def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
     disk for a streamed ``fast`` run's share files (a streamed run holds chunks)."""
     if not cfg.streams or cfg.dense:
         check_workload_size(n, d, cfg.rows, s)
-    elif not cfg.server_program.aggregates:
+    elif not cfg.server_program.aggregates and cfg.hosts is None:  # hosts check their own
         check_disk(8.0 * cfg.party_count * n * s * d * cfg.share_format.words, Path(cfg.out),
                    f"the parties' share files at n={n}, d={d}, s={s}",
                    "lower --clients, --dim or --sparsity, or use --program local, which "

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import paramiko
 
-from harness.clients import Prepared, range_sketch
+from harness.clients import Prepared, ProducerTotals, Rows, StreamSpec, range_sketch, write_rows
 from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
@@ -48,6 +48,7 @@ from harness.remote._shell import (
     workdir_problem,
 )
 from harness.remote.hosts import Host
+from harness.remote.streaming import decode_totals
 
 if TYPE_CHECKING:
     from harness.engine import ClientJob
@@ -69,6 +70,7 @@ class ClientHost:
         self.key, self.cert = certificate
         # files[i]: (path under the remote directory, bytes) of what server i receives
         self.files: list[list[tuple[str, int]]] = []
+        self.cores = 1  # what the host's client workers may use, known once connected
 
     @property
     def label(self) -> str:
@@ -86,17 +88,19 @@ class ClientHost:
             rc, out, err = exec_command(self.client,
                                         f"{harness_check()}; {use_workdir(self.host.workdir)}; "
                                         f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
-                                        '&& cd "$d" && pwd -P')
+                                        '&& cd "$d" && pwd -P && (nproc || echo 1)')
             if rc == NO_HARNESS:
                 raise LtmError(f"{self.label}: the harness is not installed there; run `ltm "
                                "hosts setup` first")
             if rc == BAD_WORKDIR:
                 raise InputError(workdir_problem(self.host, err).replace(
                     describe(self.host), self.label, 1).replace("this party", self.section))
-            if rc != 0 or not out.strip():
+            lines = out.strip().splitlines()
+            if rc != 0 or len(lines) < 2:
                 raise LtmError(f"{self.label}: cannot create a working directory under "
                                f"{self.host.workdir}: {err.strip() or f'status {rc}'}")
-            self.remote_dir = out.strip().splitlines()[-1]
+            self.remote_dir = lines[-2]
+            self.cores = max(1, int(lines[-1])) if lines[-1].strip().isdigit() else 1
         return self.client
 
     def _put(self, files: dict[str, bytes]) -> None:
@@ -181,6 +185,47 @@ class ClientHost:
         self._put(files)
         reply = self._agent("send", "targets.json", "client.pem", "client.key", timeout=timeout)
         return {int(k): float(v) for k, v in reply["seconds"].items()}
+
+    def workers(self) -> int:
+        """How many client workers this host runs in a streamed run: one per core."""
+        self._open()
+        return self.cores
+
+    def stream(self, spec: StreamSpec, rows: Rows | None, host: int,
+               servers: list[tuple[Host, int, Path]], timeout: float) -> list[ProducerTotals]:
+        """Client host ``host``'s part of a streamed run: its workers stream their
+        clients' shares to every server ((host, port, certificate) in party order) as
+        they make them. ``rows`` is None for synthetic rows (the seed travels in
+        ``spec``), else this host's range of them is shipped first, a chunk at a time.
+        Each worker's totals come back; no share does."""
+        self._open()
+        files = {"client.pem": self.cert.read_bytes(), "client.key": self.key.read_bytes(),
+                 "stream.json": spec.to_json().encode()}
+        targets = []
+        for party, (server, port, cert) in enumerate(servers):
+            files[f"server-P{party}.pem"] = cert.read_bytes()
+            targets.append({"host": server.mpc_host, "port": port,
+                            "peer": f"server-P{party}.pem"})
+        files["targets.json"] = json.dumps(targets).encode()
+        self._put(files)
+        if rows is not None:
+            self._put_rows(rows, *spec.plan.host_span(host))
+        reply = self._agent("stream", "stream.json", "targets.json", str(host), "client.pem",
+                            "client.key", "--timeout", str(timeout), timeout=timeout + 60)
+        return [decode_totals(raw) for raw in reply["workers"]]
+
+    def _put_rows(self, rows: Rows, start: int, stop: int) -> None:
+        """This host's rows as ``rows.npy``, written through SFTP a chunk at a time into
+        a file created private first."""
+        self._put({"rows.npy": b""})
+        assert self.client is not None
+        sftp = self.client.open_sftp()
+        try:
+            with sftp.open(f"{self.remote_dir}/rows.npy", "wb") as fh:
+                fh.set_pipelined(True)
+                write_rows(rows, start, stop, fh)
+        finally:
+            sftp.close()
 
     def remove(self) -> None:
         if self.client is None:

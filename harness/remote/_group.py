@@ -67,9 +67,16 @@ class PartyGroup:
         self.abandon = threading.Event()
         self.pool = ThreadPoolExecutor(max_workers=len(parties), thread_name_prefix="ltm-ssh")
 
-    def run(self, uploads: list[list[Upload]], program: str, timeout: float) -> list[HostResult]:
+    def run(self, uploads: list[list[Upload]], program: str, timeout: float, *,
+            opened: bool = False) -> list[HostResult]:
+        """Prepare every party (``opened``: already done by :meth:`open_stream`; only
+        the uploads remain), start them all, wait for all, clean up in every case."""
         try:
-            self._prepare(uploads)
+            if opened:
+                self._all(lambda party: party.upload(_DIRECTORIES, uploads[party.index],
+                                                     self.abandon))
+            else:
+                self._prepare(uploads)
             self._execute(program, timeout)
         except BaseException as exc:
             problems = self._cleanup()
@@ -81,6 +88,53 @@ class PartyGroup:
         if problems:
             raise HostGroupError(f"the run finished, but {problems}", self.results)
         return self.results
+
+    # --- a streamed run: the servers take their streams before the run ---------------
+
+    def open_stream(self, uploads: list[list[Upload]], serve: list[list[str]]) -> None:
+        """Connect, check and upload as for a run, then start each server's ``serve``
+        step (``serve[i]``, its agent arguments, listening on its base port + i). The
+        group stays open for :meth:`run` (``opened=True``) or :meth:`close`."""
+        def prepare(party: RemoteParty) -> None:
+            party.open(self.known_hosts, self.options, self.inventory_path)
+            if self.abandon.is_set():
+                raise Abandoned
+            party.make_dir("each server sums (or writes) its stream of shares there")
+            party.check_space(sum(upload_size(u) for u in uploads[party.index])
+                              + self.extra_bytes[party.index])
+            party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
+            party.start_serve(serve[party.index], self.base_port + party.index, self.timeout)
+
+        try:
+            self._all(prepare)
+        except BaseException:
+            self.close()
+            raise
+
+    def finish_stream(self) -> list[dict]:
+        """Every server's ``serve`` figures once its stream has ended; one error for the
+        servers that failed."""
+        figures: list[dict] = [{} for _ in self.parties]
+
+        def finish(party: RemoteParty) -> None:
+            figures[party.index] = party.finish_serve()
+
+        self._all(finish)
+        return figures
+
+    def stream_failures(self, settle: float) -> list[str]:
+        """The servers whose ``serve`` step has failed, within ``settle`` seconds: when
+        the clients lost a stream, the server's own reason goes first."""
+        deadline = time.monotonic() + settle
+        while True:
+            failures = [f for f in (p.serve_failure() for p in self.parties) if f]
+            if failures or time.monotonic() >= deadline:
+                return failures
+            time.sleep(0.05)
+
+    def close(self) -> str:
+        """Kill what runs, remove every remote directory; describe what is left."""
+        return self._cleanup()
 
     # --- phase 1: connect, check, upload (nothing runs yet) ----------------------------
 

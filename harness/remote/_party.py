@@ -56,6 +56,7 @@ class Upload:
     local: Path | None = None
     content: bytes | None = None
     mode: int = 0o644
+    moved_from: str | None = None  # a file already on the host, renamed into place
 
 
 def _kill_script(directory: str, wait_for_pgid: bool) -> str:
@@ -166,10 +167,15 @@ class RemoteParty:
 
         # Directories and private files are made under umask 077 before any byte is sent:
         # SFTP would create files with the server's umask and chmod only afterwards.
-        private = [shlex.quote(u.remote) for u in uploads if u.mode & 0o077 == 0]
+        private = [shlex.quote(u.remote) for u in uploads
+                   if u.mode & 0o077 == 0 and u.moved_from is None]
+        moves = [u for u in uploads if u.moved_from is not None]
         script = (f"cd {shlex.quote(self.remote_dir)} && umask 077 && mkdir -p "
                   f"{' '.join(shlex.quote(d) for d in directories)}"
-                  + "".join(f" && : > {name}" for name in private))
+                  + "".join(f" && : > {name}" for name in private)
+                  + "".join(f" && mv -f {shlex.quote(u.moved_from or '')} "
+                            f"{shlex.quote(u.remote)}" for u in moves))
+        uploads = [u for u in uploads if u.moved_from is None]
         rc, _, err = exec_command(self.client, script)
         if rc != 0:
             raise LtmError(f"{self.label}: cannot create its files in {self.remote_dir}: "
@@ -234,7 +240,6 @@ class RemoteParty:
         """Listen (TLS, the client hosts' certificate pinned) for this server's files
         (``names[k]`` from client host k, under its working directory); as soon as they
         are in, run ``steps``."""
-        assert self.client is not None and self.remote_dir is not None
         args = ["receive", "0.0.0.0", str(port), f"Player-Data/P{self.index}.pem",
                 f"Player-Data/P{self.index}.key", "client.pem"]
         if len(names) == 1:
@@ -243,6 +248,16 @@ class RemoteParty:
             for host_names in names:
                 args += ["--sender", *host_names]
         args += steps.receive_args(self.index)
+        self._listen(args, port, timeout, steps.why_harness(receive=True))
+
+    def start_serve(self, args: list[str], port: int, timeout: float) -> None:
+        """A streamed run: the agent's ``serve`` takes this server's stream on ``port``."""
+        self._listen(["serve", *args], port, timeout,
+                     "each server sums (or writes) its stream of shares there")
+
+    def _listen(self, args: list[str], port: int, timeout: float, why: str) -> None:
+        """Start an agent step that listens on ``port``; return once it says it does."""
+        assert self.client is not None and self.remote_dir is not None
         command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
                    f"{harness_check()} && exec {agent_command(*args)}")
         transport = self.client.get_transport()
@@ -260,11 +275,29 @@ class RemoteParty:
             listening = False
         if not listening:
             if channel.recv_exit_status() == NO_HARNESS:
-                raise self._no_harness(steps.why_harness(receive=True))
-            raise LtmError(f"{self.label}: cannot receive the client host's shares on port "
-                           f"{port}: {self._receiver_error()}")
+                raise self._no_harness(why)
+            raise LtmError(f"{self.label}: cannot take the clients' shares on port {port}: "
+                           f"{self._receiver_error()}")
 
     def finish_receive(self) -> None:
+        replies = self._finish("receive", "receiving its shares from the client host")
+        self.received_bytes = int(replies["receive"]["bytes"])
+        self._took(replies)
+
+    def finish_serve(self) -> dict:
+        """The ``serve`` step's figures, once this server's stream has ended."""
+        return self._finish("serve", "taking its stream of shares")["serve"]
+
+    def serve_failure(self) -> str | None:
+        """Why the listening step failed, if it already has (without waiting)."""
+        channel = self._receiver
+        if channel is None or not channel.exit_status_ready():
+            return None
+        if channel.recv_exit_status() == 0:
+            return None
+        return f"{self.label}: {self._receiver_error()}"
+
+    def _finish(self, step: str, what: str) -> dict[str, dict]:
         channel, out_file = self._receiver, self._receiver_out
         assert channel is not None and out_file is not None
         out = _text(out_file.read())
@@ -272,11 +305,9 @@ class RemoteParty:
             replies = read_steps(out)
         except ValueError:
             replies = {}
-        if channel.recv_exit_status() != 0 or "receive" not in replies:
-            raise LtmError(f"{self.label}: receiving its shares from the client host failed: "
-                           f"{self._receiver_error()}")
-        self.received_bytes = int(replies["receive"]["bytes"])
-        self._took(replies)
+        if channel.recv_exit_status() != 0 or step not in replies:
+            raise LtmError(f"{self.label}: {what} failed: {self._receiver_error()}")
+        return replies
 
     def _receiver_error(self) -> str:
         assert self._receiver is not None

@@ -15,9 +15,13 @@ end, in host order, into the one share file the run reads
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["AGGREGATE_PLAN", "EXPAND_PLAN", "HostSteps"]
+__all__ = ["AGGREGATE_PLAN", "CERT_NAME", "EXPAND_PLAN", "HostSteps"]
+
+# The parties' certificates and their hash links in Player-Data: public, every party's.
+CERT_NAME = re.compile(r"P\d+\.pem|[0-9a-f]{8}\.\d+")
 
 AGGREGATE_PLAN = "aggregate-plan.npz"
 EXPAND_PLAN = "expand-plan.npz"

@@ -19,6 +19,16 @@ installed there:
   host's seeds (``--expand-part``), joins the hosts' share files end to end
   (``--join``) and aggregates the whole.
 
+A streamed run (:mod:`harness.remote.streaming`) has two more:
+
+* ``serve SPEC PARTY PORT CERT KEY PEER DEST [--schedule FILE]``: a server
+  binds PORT, prints ``{"step": "listening"}``, then sums its stream of shares
+  from every client worker as it arrives (TLS, PEER pinned) into DEST, its
+  aggregate (or, for ``fast``, writes its blocked share file DEST and the
+  public schedule FILE);
+* ``stream SPEC TARGETS HOST CERT KEY``: client host HOST runs its client
+  workers, each streaming to every server in TARGETS.
+
 Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
 prints ``{"step": "listening"}`` first, once its port accepts connections.
@@ -108,6 +118,22 @@ def receive(args: argparse.Namespace) -> None:
         aggregate(source, plan, dest, remove_source=True)
 
 
+def serve(args: argparse.Namespace) -> None:
+    from harness.remote.streaming import serve as serve_stream
+
+    figures = serve_stream(args.spec, args.party, args.port, args.cert, args.key, args.peer,
+                           args.dest, args.schedule, args.timeout,
+                           on_listening=lambda: _reply("listening"))
+    _reply("serve", **figures)
+
+
+def stream(args: argparse.Namespace) -> None:
+    from harness.remote.streaming import produce
+
+    _reply("stream", **produce(args.spec, args.targets, args.host, args.cert, args.key,
+                               args.timeout))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.remote.agent",
                                 description="What a host runs of the harness; one JSON line "
@@ -145,6 +171,21 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--join", nargs="+", metavar="FORMAT OUT PART",
                    help="the client hosts' share files, end to end, into OUT")
     s.add_argument("--aggregate", nargs=3, metavar=("SOURCE", "PLAN", "DEST"))
+    s = steps.add_parser("serve", help="a server: sum (or write) its stream as it arrives")
+    s.add_argument("spec", type=Path)
+    s.add_argument("party", type=int)
+    s.add_argument("port", type=int)
+    for name in ("cert", "key", "peer", "dest"):
+        s.add_argument(name, type=Path)
+    s.add_argument("--schedule", type=Path)
+    s.add_argument("--timeout", type=float, default=900.0)
+    s = steps.add_parser("stream", help="a client host: stream its clients' shares")
+    s.add_argument("spec", type=Path)
+    s.add_argument("targets", type=Path)
+    s.add_argument("host", type=int)
+    s.add_argument("cert", type=Path)
+    s.add_argument("key", type=Path)
+    s.add_argument("--timeout", type=float, default=900.0)
     return p
 
 
@@ -162,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             prepare(args.dir)
         elif args.step == "send":
             send(args.targets, args.cert, args.key)
+        elif args.step == "serve":
+            serve(args)
+        elif args.step == "stream":
+            stream(args)
         else:
             receive(args)
     except (LtmError, OSError, ValueError, KeyError) as exc:

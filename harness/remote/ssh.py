@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from harness.engine import (
     MpSpdz,
     PartyRun,
     PartyStaging,
+    Streamed,
     make_certificates,
     parse_stats,
     protocol_for,
@@ -56,7 +57,8 @@ from harness.remote._connect import (
 from harness.remote._group import HOST_ERRORS, PartyGroup, upload_size
 from harness.remote._party import ConnectionLost, RemoteParty, Upload
 from harness.remote._results import HostGroupError, HostResult, labelled, parallel
-from harness.remote._steps import AGGREGATE_PLAN, EXPAND_PLAN, HostSteps
+from harness.remote._steps import AGGREGATE_PLAN, CERT_NAME, EXPAND_PLAN, HostSteps
+from harness.remote._streamed import SCHEDULE_FILE, stream_to_hosts
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
 
@@ -76,7 +78,6 @@ __all__ = [
 
 # What the clients send a server (as opposed to the program, keys and certificates).
 _CLIENT_DATA = ("Persistence/", "Upload/", "Player-Data/Input-P")
-_CERT_NAME = re.compile(r"P\d+\.pem|[0-9a-f]{8}\.\d+")
 
 
 class SshCluster(PartyStaging):
@@ -117,6 +118,9 @@ class SshCluster(PartyStaging):
         self._clients: list[ClientHost] = []
         self._shares_on_client = False
         self._split: ClientSplit | None = None
+        # A streamed run: its servers' group, held open from prepare to run.
+        self._open_group: PartyGroup | None = None
+        self._streamed: Streamed | None = None
         if inventory.clients:
             [(key, cert, _)] = make_certificates(1, workdir / "client-cert")
             self._clients = [ClientHost(host, inventory.known_hosts, inventory_path,
@@ -130,6 +134,8 @@ class SshCluster(PartyStaging):
         """On the inventory's client hosts when it has some (shares only; the data owner's
         text input is typed in here), else here. Several client hosts prepare their
         ranges at once; the plaintext to verify against is the sum of their parts."""
+        if job.streamed:
+            return self._stream(job)
         if not self._clients or job.input_mode != "shares":
             return self.prepare_here(job)
         split = job.split
@@ -152,6 +158,26 @@ class SshCluster(PartyStaging):
             raise
         return prepared
 
+    def _stream(self, job: ClientJob) -> Prepared:
+        """Each server sums (or writes) its stream on its host as the clients make it;
+        the parties' group stays open, with their directories, for :meth:`run`."""
+        group = self._party_group(self.inventory.base_port, job.timeout)
+        try:
+            streamed = stream_to_hosts(group, job, self._clients,
+                                       [self.party_dir(i) for i in range(self.parties)],
+                                       self.workdir, self.inventory.base_port)
+            job.fp.check_bucket_bound(streamed.prepared.abs_sums)
+        except BaseException:
+            group.close()
+            self._remove_clients()
+            raise
+        self._open_group = group
+        self._streamed = streamed
+        self._shares_on_client = bool(self._clients)
+        streamed.prepared.stages.update(streamed.stages)
+        streamed.prepared.layout.update(streamed.layout)
+        return streamed.prepared
+
     def _prepare_ranges(self, job: ClientJob, split: ClientSplit) -> Prepared:
         outcomes = parallel(lambda pair: pair[0].prepare(job, self.parties, pair[1]),
                             list(zip(self._clients, split.ranges, strict=True)), "ltm-client")
@@ -171,12 +197,25 @@ class SshCluster(PartyStaging):
         parallel(lambda c: c.remove(), self._clients, "ltm-client-cleanup")
 
     def session(self) -> AbstractContextManager[None]:
-        return contextlib.nullcontext()
+        return self._held_session()
+
+    @contextlib.contextmanager
+    def _held_session(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            # A streamed run's hosts, still held if the run never came to use them.
+            group, self._open_group = self._open_group, None
+            if group is not None:
+                group.close()
+                self._remove_clients()
 
     def deliver(self, job: ClientJob) -> Delivery:
         """Schedules what :meth:`run` does: the upload (timed per party as ``upload_s``)
         and, with seeded sharing, each server's expansion of its own seeds on its host
         (``ltm hosts setup`` installed the harness there), timed there as ``expand_s``."""
+        if job.streamed:  # the servers took their shares as they were made (and timed it)
+            return Delivery(upload=self._streamed.upload if self._streamed else None)
         if job.sharing == "seeded":
             if self._shares_on_client and self._split is not None:
                 # Each client host's seeds expand with its own range's layout.
@@ -199,6 +238,8 @@ class SshCluster(PartyStaging):
         any expansion), so only the m x d result is fed to MP-SPDZ; the seconds come
         back in each party's statistics as ``aggregate_s``.
         """
+        if job.streamed:  # summed on each host while the shares arrived, timed there
+            return list(self._streamed.aggregate_s) if self._streamed else None
         save_plan(job.file_layout, self.workdir / AGGREGATE_PLAN, job.share_format, as_input)
         self._steps = dataclasses.replace(self._steps, aggregate=True, as_input=as_input)
         return None
@@ -218,20 +259,13 @@ class SshCluster(PartyStaging):
         if not 1024 <= base <= 65536 - self.parties:
             raise InputError(f"--port {base} is out of range; pick a base in "
                              f"[1024, {65536 - self.parties}]")
-        spec = protocol_for(self.protocol)
-        parties = [RemoteParty(i, h, self.workdir / "logs", spec.binary,
-                               spec.party_count_args(self.parties))
-                   for i, h in enumerate(self.inventory.hosts)]
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
-        clients = self._clients if self._shares_on_client else []
-        group = PartyGroup(parties, self.inventory.known_hosts, self.inventory_path,
-                           self.connect_options, steps=self._steps, timeout=timeout,
-                           base_port=base, client_hosts=clients,
-                           client_files=([self.client_files(i) for i in range(self.parties)]
-                                         if clients else None),
-                           extra_bytes=[self._extra_bytes(i) for i in range(self.parties)])
+        held, self._open_group = self._open_group, None
+        clients = self._clients if self._shares_on_client and held is None else []
+        group = held or self._party_group(base, timeout, clients)
+        parties = group.parties
         try:
-            results = group.run(uploads, program.name, timeout)
+            results = group.run(uploads, program.name, timeout, opened=held is not None)
         finally:
             self._remove_clients()
         runs = []
@@ -245,7 +279,11 @@ class SshCluster(PartyStaging):
             if party.expand_s is not None:
                 stats["expand_s"] = party.expand_s
             runs.append(PartyRun(party.index, result.completed, stats))
-        if clients:
+        if held is not None and self._streamed is not None and self._streamed.upload:
+            # As counted by each server on its stream, framing included.
+            self._sent_bytes = [self._streamed.upload[i]["upload_bytes_sent"]
+                                for i in range(self.parties)]
+        elif clients:
             # As counted by each receiving server.
             self._sent_bytes = [p.received_bytes or 0 for p in parties]
         else:
@@ -253,6 +291,19 @@ class SshCluster(PartyStaging):
                                     if u.remote.startswith(_CLIENT_DATA))
                                 for party_uploads in uploads]
         return runs
+
+    def _party_group(self, base: int, timeout: float,
+                     clients: list[ClientHost] | None = None) -> PartyGroup:
+        spec = protocol_for(self.protocol)
+        parties = [RemoteParty(i, h, self.workdir / "logs", spec.binary,
+                               spec.party_count_args(self.parties))
+                   for i, h in enumerate(self.inventory.hosts)]
+        return PartyGroup(parties, self.inventory.known_hosts, self.inventory_path,
+                          self.connect_options, steps=self._steps, timeout=timeout,
+                          base_port=base, client_hosts=clients,
+                          client_files=([self.client_files(i) for i in range(self.parties)]
+                                        if clients else None),
+                          extra_bytes=[self._extra_bytes(i) for i in range(self.parties)])
 
     # --- what goes where -----------------------------------------------------------------
 
@@ -268,11 +319,16 @@ class SshCluster(PartyStaging):
             for path in sorted((program.programs_dir / sub).iterdir()):
                 if path.is_file():
                     files.append(Upload(f"Programs/{sub}/{path.name}", local=path))
-        files.append(Upload(f"Programs/Public-Input/{program.name}",
-                            content=public_input.encode()))
+        if self._streamed is not None and self._streamed.layout.get("kind"):
+            # A streamed fast run: each server wrote the public schedule as its shares came.
+            files.append(Upload(f"Programs/Public-Input/{program.name}",
+                                moved_from=SCHEDULE_FILE))
+        else:
+            files.append(Upload(f"Programs/Public-Input/{program.name}",
+                                content=public_input.encode()))
         for path in sorted((self.party_dir(i) / "Player-Data").iterdir()):
             name = path.name
-            if _CERT_NAME.fullmatch(name):
+            if CERT_NAME.fullmatch(name):
                 files.append(Upload(f"Player-Data/{name}", local=path))
             elif name == f"P{i}.key" or name.startswith(f"Input-P{i}-"):
                 files.append(Upload(f"Player-Data/{name}", local=path, mode=0o600))

@@ -34,7 +34,8 @@ from harness.clients import (
 from harness.clients.keystream import SEED_BYTES, expand
 from harness.clients.stream_seeded import SeededShares, slot_order
 from harness.engine import StreamError, stream_inputs
-from harness.engine.stream import _Refused, _serve
+from harness.engine.chunks import Refused as _Refused
+from harness.engine.stream_serve import _serve
 
 
 def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97, sharing="full"):

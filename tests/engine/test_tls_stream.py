@@ -52,7 +52,7 @@ def _route(net: NetworkEmulation, tmp_path: Path, parties: int) -> TlsRoute:
     servers = make_certificates(parties, tmp_path / "certs")
     [(key, cert, _)] = make_certificates(1, tmp_path / "client-cert")
     return TlsRoute(tuple(net.namespace(i) for i in range(parties)),
-                    tuple(net.address(i) for i in range(parties)), 4999,
+                    tuple(net.address(i) for i in range(parties)), (4999,) * parties,
                     tuple(c for _, c, _ in servers), tuple(k for k, _, _ in servers),
                     net.client_namespace, cert, key, 60.0)
 

@@ -5,7 +5,6 @@ nothing is left."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import threading
@@ -56,27 +55,34 @@ def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing):
     path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=2)
     rows_sent: dict[str, int] = {}
-    original = ClientHost._put
+    original = ClientHost._put_rows
 
-    def spy(self, files):  # what each client host is given of the clients' data
-        if "data.npy" in files:
-            rows_sent[self.host.name] = np.load(io.BytesIO(files["data.npy"])).shape[0]
-        return original(self, files)
+    def spy(self, rows, start, stop):  # what each client host is given of the clients' data
+        rows_sent[self.host.name] = stop - start
+        return original(self, rows, start, stop)
 
-    monkeypatch.setattr(ClientHost, "_put", spy)
-    cfg = RunConfig(out=tmp_path / "out", clients=2001, rows=10, dim=3, seed=11,
+    monkeypatch.setattr(ClientHost, "_put_rows", spy)
+    data = tmp_path / "data.npy"
+    np.save(data, np.random.default_rng(3).uniform(-1, 1, (2001, 3)))
+    cfg = RunConfig(out=tmp_path / "out", data=data, rows=10, seed=11,
                     cache_dir=program_cache, parties=3, program=program, protocol=protocol,
                     sharing=sharing, hosts=path)
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
-    # the split is public and recorded; each host got only its own range's rows
-    assert result["parameters"]["layout"]["client_ranges"] == [[0, 1000], [1000, 2001]]
-    assert rows_sent == {"client0": 1000, "client1": 1001}
+    # the split is public and recorded: contiguous ranges covering every client, and
+    # each host got only its own range's rows
+    ranges = result["parameters"]["layout"]["client_ranges"]
+    assert ranges[0][0] == 0 and ranges[0][1] == ranges[1][0] and ranges[1][1] == 2001
+    assert 0 < ranges[0][1] < 2001
+    assert rows_sent == {"client0": ranges[0][1], "client1": 2001 - ranges[0][1]}
+    # streamed: each server summed (or wrote) its stream as it came, over TLS
+    assert result["timings"]["stream_upload_bytes"] > 0
     for row in result["parties"]:
-        assert row["upload_s"] > 0
-        assert (row.get("expand_s") or 0) > 0 if sharing == "seeded" else "expand_s" not in row
+        assert row["upload_s"] > 0 and row["upload_bytes_sent"] > 0
         if program == "local":
             assert row["aggregate_s"] > 0
+    if sharing == "seeded":
+        assert result["timings"]["stream_expand_s"] > 0
     assert remote_dirs(fakes) == []  # every host's working directory was removed
     assert no_processes_left(farm.root) == []
 

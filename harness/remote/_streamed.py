@@ -1,0 +1,138 @@
+"""A streamed run over SSH: each server sums its shares on its host as they arrive.
+
+Nothing of the clients' rows reaches a server as a file. Each server's host
+agent listens (``serve``, :mod:`harness.remote.streaming`) and the clients
+connect to every server over TLS, pinning its per-run certificate, while the
+servers present theirs and pin the clients' one: from this machine's client
+workers when the inventory has no client host, else from each ``[[client]]``
+host's own workers over its own contiguous range of clients
+(:meth:`StreamPlan.host_span`). A server adds each chunk into its m x d
+accumulators as it arrives and leaves only its aggregate (the ``local``
+program), or writes its blocked share file and the public schedule (``fast``),
+in its working directory, where the run then finds them.
+
+What comes back here is what verification needs (each worker's plaintext sums)
+and each side's figures, assembled as a local streamed run's are. If anything
+fails, the servers' own reasons are named before the clients' (a client only
+sees that a server closed its stream), and every host's directory is removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.clients import ProducerTotals, StreamPlan, StreamSpec
+from harness.engine import (
+    Streamed,
+    TlsRoute,
+    assemble_stream,
+    make_certificates,
+    stream_clients,
+    worker_count,
+)
+from harness.errors import LtmError
+from harness.remote._client import ClientHost
+from harness.remote._group import HOST_ERRORS, PartyGroup
+from harness.remote._party import Upload
+from harness.remote._results import HostGroupError, labelled, parallel
+from harness.remote._steps import CERT_NAME, HostSteps
+
+if TYPE_CHECKING:
+    from harness.engine import ClientJob
+
+__all__ = ["SCHEDULE_FILE", "SPEC_FILE", "stream_to_hosts"]
+
+SPEC_FILE = "stream.json"
+SCHEDULE_FILE = "schedule.txt"  # a streamed fast run's public input, until the run
+_SETTLE_S = 3.0  # for a server's own failure to arrive once a client lost its stream
+
+
+def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost],
+                    staging: list[Path], workdir: Path, base_port: int) -> Streamed:
+    """Run the stream into the group's servers; the group stays open for the run.
+
+    ``staging[i]`` is party i's local staging directory (its certificates and key);
+    the clients' per-run certificate is the client hosts' one, or made here.
+    """
+    plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, len(staging),
+                      job.share_format.name,
+                      workers=sum(c.workers() for c in clients) if clients else worker_count(),
+                      sharing=job.sharing,
+                      hosts=tuple(c.cores for c in clients) if clients else ())
+    if plan.chunks < plan.workers:  # few clients: smaller chunks, so every host has some
+        plan = dataclasses.replace(plan, chunk=-(-plan.n // plan.workers))
+    spec = StreamSpec(plan, job.sketch, job.as_input, job.blocks)
+    spec_file = workdir / SPEC_FILE
+    spec_file.write_text(spec.to_json())
+    if clients:
+        cert, key = clients[0].cert, clients[0].key
+    else:
+        [(key, cert, _)] = make_certificates(1, workdir / "stream-client-cert")
+    uploads, serve = [], []
+    for i, party_dir in enumerate(staging):
+        files = [Upload(SPEC_FILE, local=spec_file), Upload("client.pem", local=cert)]
+        for path in sorted((party_dir / "Player-Data").iterdir()):
+            if path.name == f"P{i}.key":
+                files.append(Upload(f"Player-Data/{path.name}", local=path, mode=0o600))
+            elif CERT_NAME.fullmatch(path.name):
+                files.append(Upload(f"Player-Data/{path.name}", local=path))
+        uploads.append(files)
+        dest = (f"Player-Data/Input-P{i}-0" if job.as_input else HostSteps.share_file(i))
+        args = [SPEC_FILE, str(i), str(base_port + i), f"Player-Data/P{i}.pem",
+                f"Player-Data/P{i}.key", "client.pem", dest, "--timeout", str(job.timeout)]
+        if job.blocks is not None:  # every server needs the public schedule: each writes it
+            args += ["--schedule", SCHEDULE_FILE]
+        serve.append(args)
+    if job.blocks is not None:  # the share file each server writes (padding aside)
+        group.extra_bytes = [8 * job.n * plan.s * plan.d * job.share_format.words] * plan.parties
+    started = time.perf_counter()
+    group.open_stream(uploads, serve)
+    servers = [(p.host, base_port + p.index,
+                staging[p.index] / "Player-Data" / f"P{p.index}.pem") for p in group.parties]
+    try:
+        totals = _run_clients(plan, spec, job, clients, servers, cert, key, workdir)
+    except (*HOST_ERRORS, LtmError) as exc:
+        failures = group.stream_failures(_SETTLE_S)
+        if failures:  # the cause before its consequence
+            raise HostGroupError("; ".join(failures) + f"; the clients then: {exc} "
+                                 "(no party was started)", group.results) from None
+        raise
+    figures = group.finish_stream()
+    streamed = assemble_stream(plan, totals, figures, time.perf_counter() - started, job.blocks)
+    if len(clients) > 1:  # public: which client host made which clients
+        streamed.layout["client_ranges"] = [list(plan.host_span(h)) for h in range(len(clients))]
+    return streamed
+
+
+def _run_clients(plan: StreamPlan, spec: StreamSpec, job: ClientJob, clients: list[ClientHost],
+                 servers: list, cert: Path, key: Path, workdir: Path) -> list[ProducerTotals]:
+    if not clients:
+        route = TlsRoute.between_hosts(tuple(h.mpc_host for h, _, _ in servers),
+                                       tuple(port for _, port, _ in servers),
+                                       tuple(c for _, _, c in servers), cert, key, job.timeout)
+        return stream_clients(plan, job.sketch, job.rows, job.noise, job.fp, route,
+                              workers=range(plan.workers), workdir=workdir,
+                              timeout=job.timeout)
+    seed = job.rows.seed
+
+    def one(k: int) -> list[ProducerTotals]:
+        # Synthetic rows travel as their seed; others as this host's range of them.
+        rows = {"kind": "synthetic", "seed": seed} if seed is not None else {
+            "kind": "npy", "file": "rows.npy", "first": plan.host_span(k)[0]}
+        host_spec = StreamSpec(plan, job.sketch, job.as_input, job.blocks, job.noise,
+                               job.fp.frac_bits, {**rows, "eta": float(job.rows.eta)})
+        return clients[k].stream(host_spec, None if seed is not None else job.rows, k,
+                                 servers, job.timeout)
+
+    outcomes = parallel(one, list(range(len(clients))), "ltm-client-stream")
+    failed = [(c, o) for c, o in zip(clients, outcomes, strict=True)
+              if isinstance(o, BaseException)]
+    for _, outcome in failed:
+        if not isinstance(outcome, HOST_ERRORS):
+            raise outcome
+    if failed:
+        raise LtmError("; ".join(labelled(c.label, o) for c, o in failed))
+    return [t for o in outcomes if isinstance(o, list) for t in o]
