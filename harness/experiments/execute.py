@@ -142,7 +142,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                     else t_mpc)
     global_mb = max(p.global_data_sent_mb for p in parties)
     measured = timings.get("client_upload_s")
-    streamed = "stream_wall_s" in timings
+    # A stream that crossed a network (or reached hosts) carried the upload inside it;
+    # one that ran here into files (fast, to hosts) is followed by their upload.
+    upload_streamed = "stream_upload_s" in timings or (
+        "stream_wall_s" in timings and measured is None)
     result = RunResult(
         metadata=metadata(mp_spdz=mp.describe(), protocol=cfg.protocol,
                           parties=cfg.party_count),
@@ -153,7 +156,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         # is measured only where it crosses a network; else the share files are written
         # in place and it counts 0 s, which upload_measured says. A streamed run's upload
         # (under --network) ran inside its stream (prepare_s), as its servers' sums did.
-        t_end_to_end_s=(timings["prepare_s"] + (0.0 if streamed else measured or 0.0)
+        t_end_to_end_s=(timings["prepare_s"] + (0.0 if upload_streamed else measured or 0.0)
                         + timings.get("expand_s", 0.0) + after_stream),
         upload_measured=measured is not None,
         inputs_reused=inputs is not None,

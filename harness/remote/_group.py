@@ -91,19 +91,22 @@ class PartyGroup:
 
     # --- a streamed run: the servers take their streams before the run ---------------
 
-    def open_stream(self, uploads: list[list[Upload]], serve: list[list[str]]) -> None:
+    def open_stream(self, uploads: list[list[Upload]], serve: list[list[str]],
+                    why: str) -> None:
         """Connect, check and upload as for a run, then start each server's ``serve``
-        step (``serve[i]``, its agent arguments, listening on its base port + i). The
-        group stays open for :meth:`run` (``opened=True``) or :meth:`close`."""
+        step (``serve[i]``, its agent arguments, listening on its base port + i; ``why``
+        it needs the harness, for the message when it is missing). The group stays
+        open for :meth:`run` (``opened=True``) or :meth:`close`."""
         def prepare(party: RemoteParty) -> None:
             party.open(self.known_hosts, self.options, self.inventory_path)
             if self.abandon.is_set():
                 raise Abandoned
-            party.make_dir("each server sums (or writes) its stream of shares there")
+            party.make_dir(why)
             party.check_space(sum(upload_size(u) for u in uploads[party.index])
                               + self.extra_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
-            party.start_serve(serve[party.index], self.base_port + party.index, self.timeout)
+            party.start_serve(serve[party.index], self.base_port + party.index, self.timeout,
+                              why)
 
         try:
             self._all(prepare)

@@ -10,6 +10,7 @@ the party's exit status as the SSH command's status.
 from __future__ import annotations
 
 import shlex
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ RECEIVER_PID = "receiver.pid"
 _POLL_SECONDS = 0.01
 _CHUNK = 1 << 16
 _NO_BINARY, _NO_SETSID = 3, 4
+_SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 class ConnectionLost(LtmError):
@@ -250,10 +252,9 @@ class RemoteParty:
         args += steps.receive_args(self.index)
         self._listen(args, port, timeout, steps.why_harness(receive=True))
 
-    def start_serve(self, args: list[str], port: int, timeout: float) -> None:
+    def start_serve(self, args: list[str], port: int, timeout: float, why: str) -> None:
         """A streamed run: the agent's ``serve`` takes this server's stream on ``port``."""
-        self._listen(["serve", *args], port, timeout,
-                     "each server sums (or writes) its stream of shares there")
+        self._listen(["serve", *args], port, timeout, why)
 
     def _listen(self, args: list[str], port: int, timeout: float, why: str) -> None:
         """Start an agent step that listens on ``port``; return once it says it does."""
@@ -293,8 +294,12 @@ class RemoteParty:
         channel = self._receiver
         if channel is None or not channel.exit_status_ready():
             return None
-        if channel.recv_exit_status() == 0:
+        rc = channel.recv_exit_status()
+        if rc == 0:
             return None
+        if rc > 128 and rc - 128 in _SIGNALS:
+            return (f"{self.label}: its `agent serve` was killed by {_SIGNALS[rc - 128]} "
+                    f"there (status {rc})")
         return f"{self.label}: {self._receiver_error()}"
 
     def _finish(self, step: str, what: str) -> dict[str, dict]:

@@ -88,12 +88,22 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
         serve.append(args)
     if job.blocks is not None:  # the share file each server writes (padding aside)
         group.extra_bytes = [8 * job.n * plan.s * plan.d * job.share_format.words] * plan.parties
+    if clients:
+        why = "each server receives its stream of shares from the client hosts with it"
+    elif job.sharing == "seeded":
+        why = "--sharing seeded expands each server's seeds there"
+    elif job.blocks is None:
+        why = "the local program aggregates the shares there"
+    else:
+        why = "each server writes its stream of shares there"
     started = time.perf_counter()
-    group.open_stream(uploads, serve)
+    group.open_stream(uploads, serve, why)
     servers = [(p.host, base_port + p.index,
                 staging[p.index] / "Player-Data" / f"P{p.index}.pem") for p in group.parties]
     try:
         totals = _run_clients(plan, spec, job, clients, servers, cert, key, workdir)
+    except _ClientHostFailed as exc:  # the cause: the servers only lost its streams
+        raise HostGroupError(f"{exc} (no party was started)", group.results) from None
     except (*HOST_ERRORS, LtmError) as exc:
         failures = group.stream_failures(_SETTLE_S)
         if failures:  # the cause before its consequence
@@ -134,5 +144,9 @@ def _run_clients(plan: StreamPlan, spec: StreamSpec, job: ClientJob, clients: li
         if not isinstance(outcome, HOST_ERRORS):
             raise outcome
     if failed:
-        raise LtmError("; ".join(labelled(c.label, o) for c, o in failed))
+        raise _ClientHostFailed("; ".join(labelled(c.label, o) for c, o in failed))
     return [t for o in outcomes if isinstance(o, list) for t in o]
+
+
+class _ClientHostFailed(LtmError):
+    """A client host failed or died while it streamed: named, before its consequences."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import ClientSplit, Prepared, upload_files
+from harness.clients import ClientSplit, Prepared, StreamPlan, upload_files
 from harness.clients import save_plan as save_expand_plan
 from harness.engine import (
     PROTOCOL,
@@ -44,6 +44,8 @@ from harness.engine import (
     parse_stats,
     protocol_for,
     save_plan,
+    stream_inputs,
+    worker_count,
 )
 from harness.errors import InputError, LtmError
 from harness.remote._client import ClientHost
@@ -121,6 +123,7 @@ class SshCluster(PartyStaging):
         # A streamed run: its servers' group, held open from prepare to run.
         self._open_group: PartyGroup | None = None
         self._streamed: Streamed | None = None
+        self._schedule_here: Path | None = None  # a fast run streamed here, files sent
         if inventory.clients:
             [(key, cert, _)] = make_certificates(1, workdir / "client-cert")
             self._clients = [ClientHost(host, inventory.known_hosts, inventory_path,
@@ -161,6 +164,8 @@ class SshCluster(PartyStaging):
     def _stream(self, job: ClientJob) -> Prepared:
         """Each server sums (or writes) its stream on its host as the clients make it;
         the parties' group stays open, with their directories, for :meth:`run`."""
+        if job.blocks is not None and job.sharing == "full" and not self._clients:
+            return self._stream_here(job)
         group = self._party_group(self.inventory.base_port, job.timeout)
         try:
             streamed = stream_to_hosts(group, job, self._clients,
@@ -174,6 +179,24 @@ class SshCluster(PartyStaging):
         self._open_group = group
         self._streamed = streamed
         self._shares_on_client = bool(self._clients)
+        streamed.prepared.stages.update(streamed.stages)
+        streamed.prepared.layout.update(streamed.layout)
+        return streamed.prepared
+
+    def _stream_here(self, job: ClientJob) -> Prepared:
+        """The ``fast`` program with full sharing and no client host: the hosts need only
+        MP-SPDZ. The stream runs here (bounded memory) into each server's blocked share
+        file and the public schedule, which :meth:`run` uploads like any other file."""
+        plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
+                          job.share_format.name, workers=worker_count(), sharing=job.sharing)
+        schedule = self.workdir / "public-input"
+        streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp,
+                                 [self.share_file(i) for i in range(self.parties)],
+                                 as_input=False, workdir=self.workdir, timeout=job.timeout,
+                                 blocks=job.blocks, schedule=schedule)
+        job.fp.check_bucket_bound(streamed.prepared.abs_sums)
+        streamed.upload = None  # the files go by SFTP, timed as any upload is
+        self._streamed, self._schedule_here = streamed, schedule
         streamed.prepared.stages.update(streamed.stages)
         streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
@@ -319,7 +342,10 @@ class SshCluster(PartyStaging):
             for path in sorted((program.programs_dir / sub).iterdir()):
                 if path.is_file():
                     files.append(Upload(f"Programs/{sub}/{path.name}", local=path))
-        if self._streamed is not None and self._streamed.layout.get("kind"):
+        if self._schedule_here is not None:  # streamed here into a file, sent as any file
+            files.append(Upload(f"Programs/Public-Input/{program.name}",
+                                local=self._schedule_here))
+        elif self._streamed is not None and self._streamed.layout.get("kind"):
             # A streamed fast run: each server wrote the public schedule as its shares came.
             files.append(Upload(f"Programs/Public-Input/{program.name}",
                                 moved_from=SCHEDULE_FILE))

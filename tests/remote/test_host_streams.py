@@ -1,0 +1,160 @@
+"""Streaming to real sshd hosts: each server's host agent takes its TLS stream and sums it
+(``local``) or writes its share file (``fast``) as the shares arrive, and the run
+verifies bit for bit. No file of the clients' shares is ever uploaded. A server killed
+mid-stream, or a client host killed while it streams, stops the run and is named
+first; nothing is left on any host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
+
+from harness.cli import main
+from harness.experiments import RunConfig, run
+from harness.remote._party import RemoteParty
+from harness.remote.ssh import trust_hosts
+
+pytestmark = [
+    pytest.mark.root, pytest.mark.mpspdz,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the fake hosts are sshd servers logged into "
+                       "as root"),
+]
+
+
+def inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int, clients: int = 0):
+    fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
+    fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]
+    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
+    path = write_inventory_file(tmp_path / "hosts.toml", hosts[:parties],
+                                mpc_base_port(parties), clients=tuple(hosts[parties:]))
+    trust_hosts(path, echo=lambda line: None)
+    return path, fakes
+
+
+def left_behind(fakes, seconds: float = 5.0) -> tuple[list, list]:
+    """Remote directories and processes still there (processes get a moment to end)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        procs = [p for f in fakes for p in processes_under(f.workdir)]
+        if not procs or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    dirs = [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()]
+    return dirs, procs
+
+
+@pytest.mark.parametrize(("program", "protocol", "sharing", "parties"), [
+    ("local", "semi2k", "full", 2), ("local", "replicated-ring", "seeded", 3),
+    ("fast", "semi2k", "full", 3), ("fast", "ps-rep-ring", "seeded", 3)])
+def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
+        tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing,
+        parties):
+    path, fakes = inventory(tmp_path, farm, mp_spdz.root, parties)
+    uploaded: list[str] = []
+    original = RemoteParty.upload
+
+    def spy(self, directories, uploads, abandon):  # every file sent to a server by SFTP
+        uploaded.extend(u.remote for u in uploads)
+        return original(self, directories, uploads, abandon)
+
+    monkeypatch.setattr(RemoteParty, "upload", spy)
+    cfg = RunConfig(out=tmp_path / "out", clients=5000, rows=10, dim=3, seed=5,
+                    cache_dir=program_cache, parties=parties, program=program,
+                    protocol=protocol, sharing=sharing, hosts=path)
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    assert result["parameters"]["layout"]["kind"] == "streamed"
+    timings = result["timings"]
+    assert timings["stream_upload_bytes"] > 0 and timings["stream_servers_s"] > 0
+    assert ("stream_expand_s" in timings) == (sharing == "seeded")
+    # The shares crossed the TLS streams only: no share, seed or input file went by SFTP.
+    assert not [name for name in uploaded
+                if name.startswith(("Persistence/", "Upload/", "Player-Data/Input-P"))]
+    for row in result["parties"]:
+        assert row["upload_bytes_sent"] > 0
+        if program == "local":
+            assert row["aggregate_s"] > 0
+    assert left_behind(fakes) == ([], [])
+
+
+def _kill_when_seen(root: Path, step: bytes, killed: list[int], stop: threading.Event,
+                    after: float) -> None:
+    """SIGKILL the host agent's ``step`` under ``root`` once it has run ``after`` s."""
+    seen: dict[int, float] = {}
+    while not stop.is_set() and not killed:
+        for pid, _ in processes_under(root):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"harness.remote.agent" in cmdline and step in cmdline:
+                first = seen.setdefault(pid, time.monotonic())
+                if time.monotonic() - first >= after:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("clients", [0, 2])
+def test_a_server_killed_mid_stream_is_named_and_nothing_is_left(
+        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch, clients):
+    import harness.engine.programs as programs
+
+    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
+    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=clients)
+    victim = fakes[1]
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_seen,
+                              args=(victim.workdir, b"serve", killed, stop, 0.5))
+    killer.start()
+    try:
+        out = tmp_path / "out"
+        code = main(["run", "--hosts", str(path), "--program", "local", "--clients", "2000000",
+                     "--rows", "10", "--dim", "3", "--out", str(out)])
+    finally:
+        stop.set()
+        killer.join()
+    err = capsys.readouterr().err
+    assert killed, "the server's stream was never seen"
+    assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    assert err.index(f"p1 (root@127.0.0.1:{victim.port})") < err.index("the clients then")
+    assert "was killed by SIGKILL" in err and "(no party was started)" in err
+    assert not (out / "result.json").exists()
+    assert left_behind(fakes) == ([], [])
+
+
+def test_a_client_host_killed_mid_stream_is_named_and_nothing_is_left(
+        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch):
+    import harness.engine.programs as programs
+
+    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
+    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
+    victim = fakes[-1]  # client1
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_when_seen,
+                              args=(victim.workdir, b"stream", killed, stop, 0.5))
+    killer.start()
+    try:
+        out = tmp_path / "out"
+        code = main(["run", "--hosts", str(path), "--program", "local", "--clients", "2000000",
+                     "--rows", "10", "--dim", "3", "--out", str(out)])
+    finally:
+        stop.set()
+        killer.join()
+    err = capsys.readouterr().err
+    assert killed, "the client host's stream was never seen"
+    assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    assert (f"the client host client1 (root@127.0.0.1:{victim.port}): `agent stream` was "
+            "killed by SIGKILL there (status 137)") in err
+    assert "client0" not in err and "(no party was started)" in err
+    assert not (out / "result.json").exists()
+    assert left_behind(fakes) == ([], [])
