@@ -77,18 +77,18 @@ class RunConfig:
 
     @property
     def streams(self) -> bool:
-        """Whether the run streams: the ``local`` program on this machine, with full
-        sharing on its loopback or through ``--network``'s emulated links (over TLS),
-        with seeded sharing on its loopback; or ``fast`` on its loopback, full or
-        seeded sharing. Its clients and servers then hold nothing proportional to n
-        (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
-        ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
-        Every other run writes whole share files and must fit in memory."""
-        program, loopback = self.server_program, self.network is None
-        full = self.sharing == "full"
+        """Whether the run streams: ``local`` or ``fast`` with the clients' shares
+        (``--input shares``), full or seeded sharing, with every party on this machine,
+        on its loopback or through ``--network``'s emulated links (over TLS, each
+        server in its party's namespace). Its clients and servers then hold nothing
+        proportional to n (:mod:`harness.engine.stream`): ``local``'s servers write no
+        share file, ``fast``'s write theirs as the shares arrive, laid out per chunk of
+        clients; under ``--network`` preparation, upload, expansion of the seeds and
+        aggregation (or writing) overlap. Every other run (``reference``, ``--input
+        party``, ``--hosts``) writes whole share files and must fit in memory."""
+        program = self.server_program
         return (self.hosts is None and self.input_mode == "shares"
-                and ((program.aggregates and (full or loopback))
-                     or (program.blocked and loopback)))
+                and (program.aggregates or program.blocked))
 
     @property
     def client_hosts(self) -> int:

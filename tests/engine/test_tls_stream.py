@@ -3,8 +3,9 @@
 The servers run in their parties' namespaces and take their chunks over TLS
 from the clients' namespace; their aggregates are checked against numpy (no
 MP-SPDZ here), then a whole ``ltm run --network`` with real MP-SPDZ parties.
-Faults: a server killed mid-stream, a stream over TLS that ends early or
-carries more than announced, and Ctrl-C.
+Faults: a server killed mid-stream (full or seeded sharing, summing or writing
+``fast``'s files), a stream over TLS that ends early or carries more than
+announced, and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
+    BlockShape,
     ChannelBuffer,
     FixedPoint,
     NoiseSpec,
@@ -101,12 +103,19 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
 
 
-@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
-def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
+@pytest.mark.parametrize(("victim", "sharing", "blocks"), [
+    ("server P1", "full", None), ("client worker 1", "full", None),
+    # seeded: the servers expand seeds as they come; fast's write their files as they go
+    ("server P1", "seeded", None), ("server P1", "seeded", BlockShape(4, 64)),
+    ("server P1", "full", BlockShape(4, 64))],
+    ids=["full-server", "full-worker", "seeded-server", "fast-seeded-server",
+         "fast-full-server"])
+def test_a_process_killed_mid_stream_is_named(tmp_path, victim, sharing, blocks):
     n, d, m, parties = 4_000_000, 4, 10, 3
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
     dests = _dests(tmp_path, parties)
+    schedule = tmp_path / "public-input" if blocks is not None else None
     killed: list[int] = []
     root = Path("/dev/shm")
 
@@ -129,13 +138,16 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
         killer.start()
         with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
             stream_inputs(StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2,
-                                     chunk=4096),
+                                     chunk=4096, sharing=sharing),
                           sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
                           FixedPoint(16), dests, as_input=False, workdir=tmp_path,
-                          timeout=120, transport=route)
+                          timeout=120, transport=route, blocks=blocks, schedule=schedule)
         killer.join()
     assert killed
+    # Nothing half-written: no aggregate, no share file or schedule, whole or in part.
     assert not any(p.exists() for p in dests)
+    assert not list(tmp_path.rglob("*.part"))
+    assert schedule is None or not schedule.exists()
     assert not multiprocessing.active_children()
     assert not list(root.glob(f"ltm-stream-{os.getpid()}-*"))
 
