@@ -292,12 +292,16 @@ def _ours(pid: int) -> list[str]:
 
 
 @pytest.mark.mpspdz
-def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp_spdz):
+@pytest.mark.parametrize(("program", "sharing", "dim"), [
+    ("local", "full", "10"), ("local", "seeded", "10"), ("fast", "seeded", "2")])
+def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp_spdz,
+                                                                    program, sharing, dim):
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--program", "local", "--parties", "3",
-         "--clients", "20000000", "--rows", "10", "--dim", "10", "--noise", "none",
-         "--seed", "1", "--network", "t3.large-baseline", "--out", str(out)],
+        [sys.executable, "-m", "harness", "run", "--program", program, "--parties", "3",
+         "--clients", "20000000", "--rows", "10", "--dim", dim, "--noise", "none",
+         "--sharing", sharing, "--seed", "1", "--network", "t3.large-baseline",
+         "--out", str(out)],
         cwd=ROOT, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     shm = Path("/dev/shm")
