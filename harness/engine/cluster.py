@@ -11,10 +11,13 @@ then find each other through an ip file instead of ``localhost``. The clients th
 write each server's files into their own outbox (``client/outbox/P<i>``, laid out as
 the party's directory) and :meth:`LocalCluster.upload` sends them through the
 emulated network, from the clients' namespace into a receiver in each party's
-(:mod:`harness.engine.upload`), timed per server. A streamed run writes no files:
-its servers run in their namespaces and take each chunk over TLS as it is made
-(:mod:`harness.engine.tls_stream`). The network stays up from the upload (or the
-stream) to the end of the MPC, so a profile's credits spent on the upload stay spent.
+(:mod:`harness.engine.upload`), timed per server. A streamed run's clients write no
+files: its servers run in their namespaces and take each chunk over TLS as it is
+made (:mod:`harness.engine.tls_stream`), expanding its seeds if seeded, and sum it
+(``local``) or write it into the party's blocked share file (``fast``, server 0 the
+public schedule beside the parties' directories). The network stays up from the
+upload (or the stream) to the end of the MPC, so a profile's credits spent on the
+upload stay spent.
 
 :class:`LocalCluster` implements :class:`harness.engine.interface.Cluster`: a run
 talks to it only through that protocol, as it does to the SSH cluster.

@@ -77,23 +77,21 @@ class RunConfig:
 
     @property
     def streams(self) -> bool:
-        """Whether the run streams: the ``local`` program on this machine, with full
-        sharing on its loopback or through ``--network``'s emulated links (over TLS),
-        with seeded sharing on its loopback; or ``fast`` on its loopback, full or
-        seeded sharing; or ``local`` and ``fast``, full or seeded, on ``--hosts``
-        (each server takes its TLS stream on its host, from this machine or from the
-        inventory's client hosts). Its clients and servers then hold nothing proportional to n
-        (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
-        ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
-        Every other run writes whole share files and must fit in memory."""
-        program, loopback = self.server_program, self.network is None
-        full = self.sharing == "full"
-        if self.input_mode != "shares":
-            return False
-        if self.hosts is not None:  # each server takes its stream on its host, over TLS
-            return program.aggregates or program.blocked
-        return ((program.aggregates and (full or loopback))
-                or (program.blocked and loopback))
+        """Whether the run streams: ``local`` or ``fast`` with the clients' shares
+        (``--input shares``), full or seeded sharing, anywhere: with every party on this
+        machine, on its loopback or through ``--network``'s emulated links (over TLS,
+        each server in its party's namespace), or on ``--hosts``, where each server
+        takes its TLS stream on its own host, from this machine or from the inventory's
+        client hosts (``fast`` with full sharing and no client host streams here into
+        its share files, which go by SFTP: those hosts need only MP-SPDZ). Its clients
+        and servers then hold nothing proportional to n (:mod:`harness.engine.stream`):
+        ``local``'s servers write no share file, ``fast``'s write theirs as the shares
+        arrive, laid out per chunk of clients; through a network, preparation, upload,
+        expansion of the seeds and aggregation (or writing) overlap. Every other run
+        (``reference``, ``--input party``) writes whole share files and must fit in
+        memory."""
+        program = self.server_program
+        return self.input_mode == "shares" and (program.aggregates or program.blocked)
 
     @property
     def client_hosts(self) -> int:

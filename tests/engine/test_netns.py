@@ -340,12 +340,17 @@ _SLOW = Profile("test-20mbit", rate_mbit=20)
 
 @pytest.mark.mpspdz
 @needs_root
+@pytest.mark.parametrize("program", ["reference", "fast"])
 def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_cache,
-                                                     monkeypatch):
+                                                     monkeypatch, program):
+    """reference's share files cross after the clients wrote them; fast's shares cross
+    chunk by chunk while the clients make them (streamed): both at the link's rate."""
     monkeypatch.setitem(netns.PROFILES, _SLOW.name, _SLOW)
-    result = run(RunConfig(out=tmp_path / "out", parties=2, clients=12_000, rows=10, dim=5,
-                           sparsity=2, noise="gaussian", seed=4, cache_dir=program_cache,
-                           timeout=60, network=_SLOW.name))
+    cfg = RunConfig(out=tmp_path / "out", parties=2, clients=12_000, rows=10, dim=5,
+                    sparsity=2, noise="gaussian", seed=4, cache_dir=program_cache,
+                    timeout=60, network=_SLOW.name, program=program, input_mode="shares")
+    assert cfg.validate().streams == (program == "fast")
+    result = run(cfg)
     assert result["verification"]["ok"]  # bit for bit, after crossing the network
     assert result["upload_measured"]
     t = result["timings"]
@@ -357,29 +362,43 @@ def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_
         floor = (sent - netns.MIN_BUCKET) * 8 / (_SLOW.rate_mbit * 1e6)
         # at the link's rate, give or take TCP/TLS overhead and a loaded machine
         assert floor <= p["upload_s"] <= 2 * floor + 1.0, (p["upload_s"], floor)
+    # A streamed upload ran inside the stream (prepare_s); a file upload after it.
+    upload = 0.0 if program == "fast" else t["client_upload_s"]
     assert result["t_end_to_end_s"] == pytest.approx(
-        t["prepare_s"] + t["client_upload_s"] + result["t_mpc_s"])
+        t["prepare_s"] + upload + result["t_mpc_s"])
     assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
 
 
 @pytest.mark.mpspdz
 @needs_root
-@pytest.mark.parametrize("program", ["fast", "local"])
+@pytest.mark.parametrize("program", ["reference", "fast", "local"])
 def test_seeded_upload_through_the_network(tmp_path, mp_spdz, program_cache, program):
     n = 3000
-    result = run(RunConfig(out=tmp_path / "out", parties=3, clients=n, rows=10, dim=3,
-                           sparsity=2, noise="gaussian", epsilon=5.0, seed=5,
-                           cache_dir=program_cache, timeout=60, network="t3.large-baseline",
-                           program=program, sharing="seeded"))
+    cfg = RunConfig(out=tmp_path / "out", parties=3, clients=n, rows=10, dim=3,
+                    sparsity=2, noise="gaussian", epsilon=5.0, seed=5,
+                    cache_dir=program_cache, timeout=60, network="t3.large-baseline",
+                    program=program, sharing="seeded", input_mode="shares")
+    streamed = cfg.validate().streams
+    assert streamed == (program != "reference")
+    result = run(cfg)
     assert result["verification"]["ok"] and result["upload_measured"]
     sent = [p["upload_bytes_sent"] for p in result["parties"]]
     # each server: the full words (s * d = 6) of the third of the clients that lead with
     # its component, never padding rows, and a seed for each of the others
-    assert sent == [n // 3 * 8 * 6 + (n - n // 3) * SEED_BYTES] * 3
+    words = n // 3 * 8 * 6 + (n - n // 3) * SEED_BYTES
+    assert result["client_upload_bytes"] == [words] * 3
     t = result["timings"]
     assert t["client_upload_s"] == max(p["upload_s"] for p in result["parties"]) > 0
-    assert result["t_end_to_end_s"] == pytest.approx(
-        t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
+    if not streamed:  # the files as written, then expanded by each server after the upload
+        assert sent == [words] * 3
+        assert result["t_end_to_end_s"] == pytest.approx(
+            t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
+        return
+    # streamed: the same words in frames; expanded and uploaded inside the stream
+    assert all(words < x <= words + 2 * 1024 for x in sent)
+    assert "expand_s" not in t and t["stream_expand_s"] > 0
+    mpc = max(p.get("mpc_time_s") or p["time_s"] for p in result["parties"])
+    assert result["t_end_to_end_s"] == pytest.approx(t["prepare_s"] + mpc)
 
 
 @pytest.mark.mpspdz

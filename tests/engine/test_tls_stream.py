@@ -3,8 +3,9 @@
 The servers run in their parties' namespaces and take their chunks over TLS
 from the clients' namespace; their aggregates are checked against numpy (no
 MP-SPDZ here), then a whole ``ltm run --network`` with real MP-SPDZ parties.
-Faults: a server killed mid-stream, a stream over TLS that ends early or
-carries more than announced, and Ctrl-C.
+Faults, with full or seeded sharing, to servers that sum and to servers that write
+``fast``'s files: a server killed mid-stream, a stream over TLS that ends early or
+carries more than announced; and Ctrl-C.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
+    BlockShape,
     ChannelBuffer,
     FixedPoint,
     NoiseSpec,
@@ -101,12 +103,19 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
 
 
-@pytest.mark.parametrize("victim", ["server P1", "client worker 1"])
-def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
+@pytest.mark.parametrize(("victim", "sharing", "blocks"), [
+    ("server P1", "full", None), ("client worker 1", "full", None),
+    # seeded: the servers expand seeds as they come; fast's write their files as they go
+    ("server P1", "seeded", None), ("server P1", "seeded", BlockShape(4, 64)),
+    ("server P1", "full", BlockShape(4, 64))],
+    ids=["full-server", "full-worker", "seeded-server", "fast-seeded-server",
+         "fast-full-server"])
+def test_a_process_killed_mid_stream_is_named(tmp_path, victim, sharing, blocks):
     n, d, m, parties = 4_000_000, 4, 10, 3
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
     dests = _dests(tmp_path, parties)
+    schedule = tmp_path / "public-input" if blocks is not None else None
     killed: list[int] = []
     root = Path("/dev/shm")
 
@@ -129,13 +138,16 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim):
         killer.start()
         with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
             stream_inputs(StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2,
-                                     chunk=4096),
+                                     chunk=4096, sharing=sharing),
                           sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
                           FixedPoint(16), dests, as_input=False, workdir=tmp_path,
-                          timeout=120, transport=route)
+                          timeout=120, transport=route, blocks=blocks, schedule=schedule)
         killer.join()
     assert killed
+    # Nothing half-written: no aggregate, no share file or schedule, whole or in part.
     assert not any(p.exists() for p in dests)
+    assert not list(tmp_path.rglob("*.part"))
+    assert schedule is None or not schedule.exists()
     assert not multiprocessing.active_children()
     assert not list(root.glob(f"ltm-stream-{os.getpid()}-*"))
 
@@ -180,21 +192,38 @@ def _replaying_worker(route: TlsRoute, plan: StreamPlan, root: Path,
         end.close()
 
 
-@pytest.mark.parametrize(("edit", "said"), [
-    (lambda sent: [sent[0], ("end", 1, *sent[-1][2:])],
-     "got a stream from client worker 0 that ended early: 1 of 3 chunks arrived, "
-     "1 announced"),
-    (lambda sent: [*sent[:-1], ("chunk", 3, 1, *sent[0][3:]), sent[-1]],
-     r"got chunk 3 from client worker 0, which owes nothing more \(more than announced"),
-], ids=["ends early", "carries more"])
-def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, edit, said):
+_EDITS = {
+    "ends early": lambda sent: [sent[0], ("end", 1, *sent[-1][2:])],
+    "carries more": lambda sent: [*sent[:-1], ("chunk", 3, 1, *sent[0][3:]), sent[-1]],
+}
+# What a summing server says, and what a server writing fast's share file says.
+_SAID = {
+    ("ends early", False): "got a stream from client worker 0 that ended early: 1 of 3 "
+                           "chunks arrived, 1 announced",
+    ("carries more", False): r"got chunk 3 from client worker 0, which owes nothing more "
+                             r"\(more than announced",
+    ("ends early", True): r"got end 1 from client worker 0, which owes chunk 1 \(an early "
+                          r"end",
+    ("carries more", True): "got more than announced from client worker 0: chunk after its "
+                            "3 chunks",
+}
+
+
+@pytest.mark.parametrize("edit", list(_EDITS))
+@pytest.mark.parametrize(("sharing", "writes_file"), [
+    ("full", False), ("seeded", False), ("full", True), ("seeded", True)])
+def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, edit, sharing,
+                                                                     writes_file):
     from harness.engine.stream import _server_main
 
     n, d, m = 250, 2, 4
-    plan = StreamPlan(n, d, m, 1, 2, ADDITIVE.name, workers=1, chunk=97)
+    plan = StreamPlan(n, d, m, 1, 2, ADDITIVE.name, workers=1, chunk=97, sharing=sharing)
     sketch = Sketch.sparse(n, m, 1, seed=2)
     sent = _recorded(tmp_path, plan, sketch)
     assert [x[0] for x in sent] == ["chunk"] * 3 + ["end"]
+    dest = tmp_path / "agg"
+    blocks = BlockShape(4, 5) if writes_file else None
+    schedule = tmp_path / "public-input" if writes_file else None
     ctx = multiprocessing.get_context("fork")
     with NetworkEmulation("none", 2, client=True) as net:
         route = _route(net, tmp_path, 2)
@@ -204,10 +233,10 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
                                       keys=route.keys[:1])
         got, report = ctx.Pipe(duplex=False)
         server = ctx.Process(target=_server_main,
-                             args=(0, plan, sketch, end, tmp_path / "agg", False, None, None,
+                             args=(0, plan, sketch, end, dest, False, blocks, schedule,
                                    report))
         client = ctx.Process(target=_replaying_worker,
-                             args=(only_p0, plan, tmp_path, edit(sent)))
+                             args=(only_p0, plan, tmp_path, _EDITS[edit](sent)))
         server.start()
         client.start()
         assert got.poll(60)
@@ -215,8 +244,10 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
         server.join(10)
         client.join(10)
         client.kill()
+    said = _SAID[edit, writes_file]
     assert kind == "error" and re.search(said, message), message
-    assert not (tmp_path / "agg").exists()
+    assert not dest.exists() and not list(tmp_path.rglob("*.part"))
+    assert schedule is None or not schedule.exists()
 
 
 @pytest.mark.mpspdz
@@ -261,12 +292,16 @@ def _ours(pid: int) -> list[str]:
 
 
 @pytest.mark.mpspdz
-def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp_spdz):
+@pytest.mark.parametrize(("program", "sharing", "dim"), [
+    ("local", "full", "10"), ("local", "seeded", "10"), ("fast", "seeded", "2")])
+def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp_spdz,
+                                                                    program, sharing, dim):
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--program", "local", "--parties", "3",
-         "--clients", "20000000", "--rows", "10", "--dim", "10", "--noise", "none",
-         "--seed", "1", "--network", "t3.large-baseline", "--out", str(out)],
+        [sys.executable, "-m", "harness", "run", "--program", program, "--parties", "3",
+         "--clients", "20000000", "--rows", "10", "--dim", dim, "--noise", "none",
+         "--sharing", sharing, "--seed", "1", "--network", "t3.large-baseline",
+         "--out", str(out)],
         cwd=ROOT, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     shm = Path("/dev/shm")

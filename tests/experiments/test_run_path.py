@@ -80,13 +80,19 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     if blocked:
         assert cfg.streams and work.layout is None
         assert (work.blocks is not None) != aggregates
-        # local streams through an emulated network too (over TLS); neither to SSH hosts
-        assert dataclasses.replace(cfg, network="t3.large").streams == aggregates
-        assert not dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
+        # both stream through an emulated network too (over TLS), full or seeded, and
+        # to SSH hosts
+        assert dataclasses.replace(cfg, network="t3.large").streams
+        assert dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
         cfg = dataclasses.replace(cfg, sharing="seeded")
         assert cfg.streams  # seeded shares stream too
-        cfg = dataclasses.replace(cfg, network="t3.large-baseline")
-        assert not cfg.streams  # the upload through an emulated network is of files
+        assert dataclasses.replace(cfg, network="t3.large-baseline").streams
+        if aggregates:  # local's servers read their own sums only: no schedule, no layout
+            assert public_input_for(cfg, work) == ""
+            return
+        # fast with the data owner's input: no client shares, one global blocked layout
+        cfg = dataclasses.replace(cfg, sharing="full", input_mode="party").validate()
+        assert not cfg.streams
         work = build_workload(cfg)
     assert work.layout is not None
     assert work.layout.kind == ("blocked" if blocked else "plain")
