@@ -27,6 +27,7 @@ from harness.engine.certs import (
     make_certificates,
 )
 from harness.engine.checkup import doctor
+from harness.engine.chunks import Lost as StreamLost
 from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
@@ -118,6 +119,7 @@ __all__ = [
     "SUPPORTED_VERSION",
     "ServerProgram",
     "StreamError",
+    "StreamLost",
     "Streamed",
     "TlsRoute",
     "TlsTransport",

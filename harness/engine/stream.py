@@ -18,6 +18,7 @@ server (or client worker) and nothing is left behind but the run's workdir.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -60,6 +61,7 @@ __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stre
 # Seconds a failed process's peers get to report their own error before all are stopped:
 # a server's "ended early" says more than a worker's "server closed its stream".
 _GRACE_S = 2.0
+_PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
 class StreamError(PartyError):
@@ -322,8 +324,16 @@ def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
 
 def _quiet() -> None:
     """A child leaves signals to its parent: Ctrl-C reaches the whole process group, and
-    the parent stops every child itself, so a child never prints a traceback of it."""
+    the parent stops every child itself, so a child never prints a traceback of it.
+
+    It also dies with the fork server that started it, which ends when the parent
+    does: a parent killed outright (a host agent's, say) leaves no worker streaming
+    on, holding its connections and its SSH session's output open.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) == 0 \
+            and os.getppid() == 1:
+        os._exit(1)  # the fork server was gone already: nobody to work for
 
 
 def _tell(report: Connection, kind: str, payload: object) -> None:

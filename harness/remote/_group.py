@@ -126,14 +126,16 @@ class PartyGroup:
         return figures
 
     def stream_failures(self, settle: float) -> list[str]:
-        """The servers whose ``serve`` step has failed, within ``settle`` seconds: when
-        the clients lost a stream, the server's own reason goes first."""
+        """The servers whose ``serve`` step failed of itself (not only by losing a
+        client's stream), within ``settle`` seconds: the cause when clients lost theirs."""
         deadline = time.monotonic() + settle
-        while True:
+        while not self.abandon.is_set():  # once closed, every step was stopped by us
             failures = [f for f in (p.serve_failure() for p in self.parties) if f]
-            if failures or time.monotonic() >= deadline:
-                return failures
+            causes = [message for message, lost in failures if not lost]
+            if causes or time.monotonic() >= deadline:
+                return causes
             time.sleep(0.05)
+        return []
 
     def close(self) -> str:
         """Kill what runs, remove every remote directory; describe what is left."""

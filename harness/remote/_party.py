@@ -36,6 +36,7 @@ from harness.remote._shell import (
     workdir_problem,
 )
 from harness.remote._steps import HostSteps
+from harness.remote.agent import LOST
 from harness.remote.hosts import Host
 
 __all__ = ["ConnectionLost", "RemoteParty", "Upload"]
@@ -289,18 +290,21 @@ class RemoteParty:
         """The ``serve`` step's figures, once this server's stream has ended."""
         return self._finish("serve", "taking its stream of shares")["serve"]
 
-    def serve_failure(self) -> str | None:
-        """Why the listening step failed, if it already has (without waiting)."""
+    def serve_failure(self) -> tuple[str, bool] | None:
+        """Why the listening step failed, if it already has (without waiting), and
+        whether only because it lost a client's stream (a consequence, not a cause)."""
         channel = self._receiver
         if channel is None or not channel.exit_status_ready():
             return None
         rc = channel.recv_exit_status()
         if rc == 0:
             return None
+        if rc < 0:  # sshd reports a signal, not a status, for the process it ran
+            return f"{self.label}: its `agent serve` was killed there (no exit status)", False
         if rc > 128 and rc - 128 in _SIGNALS:
             return (f"{self.label}: its `agent serve` was killed by {_SIGNALS[rc - 128]} "
-                    f"there (status {rc})")
-        return f"{self.label}: {self._receiver_error()}"
+                    f"there (status {rc})", False)
+        return f"{self.label}: {self._receiver_error()}", rc == LOST
 
     def _finish(self, step: str, what: str) -> dict[str, dict]:
         channel, out_file = self._receiver, self._receiver_out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ from harness.errors import LtmError
 from harness.remote._client import ClientHost
 from harness.remote._group import HOST_ERRORS, PartyGroup
 from harness.remote._party import Upload
-from harness.remote._results import HostGroupError, labelled, parallel
+from harness.remote._results import HostGroupError, labelled
 from harness.remote._steps import CERT_NAME, HostSteps
 
 if TYPE_CHECKING:
@@ -101,15 +102,13 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
     servers = [(p.host, base_port + p.index,
                 staging[p.index] / "Player-Data" / f"P{p.index}.pem") for p in group.parties]
     try:
-        totals = _run_clients(plan, spec, job, clients, servers, cert, key, workdir)
-    except _ClientHostFailed as exc:  # the cause: the servers only lost its streams
+        totals = _run_clients(plan, job, clients, servers, cert, key, workdir, group)
+    except HostGroupError:
+        raise
+    except _ClientHostFailed as exc:
         raise HostGroupError(f"{exc} (no party was started)", group.results) from None
     except (*HOST_ERRORS, LtmError) as exc:
-        failures = group.stream_failures(_SETTLE_S)
-        if failures:  # the cause before its consequence
-            raise HostGroupError("; ".join(failures) + f"; the clients then: {exc} "
-                                 "(no party was started)", group.results) from None
-        raise
+        raise _failure(group, exc) from None
     figures = group.finish_stream()
     streamed = assemble_stream(plan, totals, figures, time.perf_counter() - started, job.blocks)
     if len(clients) > 1:  # public: which client host made which clients
@@ -117,8 +116,10 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
     return streamed
 
 
-def _run_clients(plan: StreamPlan, spec: StreamSpec, job: ClientJob, clients: list[ClientHost],
-                 servers: list, cert: Path, key: Path, workdir: Path) -> list[ProducerTotals]:
+def _run_clients(plan: StreamPlan, job: ClientJob, clients: list[ClientHost], servers: list,
+                 cert: Path, key: Path, workdir: Path,
+                 group: PartyGroup) -> list[ProducerTotals]:
+    """Every client worker's totals: here, or from each client host's workers."""
     if not clients:
         route = TlsRoute.between_hosts(tuple(h.mpc_host for h, _, _ in servers),
                                        tuple(port for _, port, _ in servers),
@@ -137,15 +138,44 @@ def _run_clients(plan: StreamPlan, spec: StreamSpec, job: ClientJob, clients: li
         return clients[k].stream(host_spec, None if seed is not None else job.rows, k,
                                  servers, job.timeout)
 
-    outcomes = parallel(one, list(range(len(clients))), "ltm-client-stream")
-    failed = [(c, o) for c, o in zip(clients, outcomes, strict=True)
-              if isinstance(o, BaseException)]
-    for _, outcome in failed:
-        if not isinstance(outcome, HOST_ERRORS):
-            raise outcome
-    if failed:
-        raise _ClientHostFailed("; ".join(labelled(c.label, o) for c, o in failed))
+    with ThreadPoolExecutor(len(clients), thread_name_prefix="ltm-client-stream") as pool:
+        futures = [pool.submit(one, k) for k in range(len(clients))]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        if pending:
+            # One client host failed: the servers wait for its streams in vain. Stopping
+            # them (the run is lost) ends the other hosts' streams at once, not at the
+            # timeout; the hosts' failures are then only the consequence.
+            first = next(f for f in futures if f.done() and f.exception() is not None)
+            exc = first.exception()
+            assert exc is not None
+            if not isinstance(exc, HOST_ERRORS):
+                raise exc
+            failure = _failure(group, _ClientHostFailed(
+                labelled(clients[futures.index(first)].label, exc)))
+            group.close()
+            wait(pending)
+            raise failure
+    outcomes = [f.exception() or f.result() for f in futures]
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, HOST_ERRORS):
+                raise outcome
+            raise _ClientHostFailed("; ".join(labelled(c.label, o) for c, o in zip(
+                clients, outcomes, strict=True) if isinstance(o, BaseException)))
     return [t for o in outcomes if isinstance(o, list) for t in o]
+
+
+def _failure(group: PartyGroup, exc: BaseException) -> LtmError:
+    """The error to raise when the clients' side failed: a server that failed of itself
+    is the cause of what the clients then saw, named first; servers that only lost a
+    stream (their own status says so) are the consequence of a client host's failure."""
+    causes = group.stream_failures(_SETTLE_S)
+    if causes:
+        return HostGroupError("; ".join(causes) + f"; the clients then: {exc} "
+                              "(no party was started)", group.results)
+    if isinstance(exc, _ClientHostFailed):
+        return exc
+    return exc if isinstance(exc, LtmError) else LtmError(str(exc))
 
 
 class _ClientHostFailed(LtmError):

@@ -44,7 +44,9 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["LOST", "main"]
+
+LOST = 3  # the exit status of a server whose stream was cut by the other side
 
 
 def _reply(step: str, **figures: object) -> None:
@@ -192,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     os.umask(0o077)  # shares, seeds and aggregates are secret from creation
+    from harness.engine import StreamLost
     from harness.errors import LtmError
 
     try:
@@ -209,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             stream(args)
         else:
             receive(args)
+    except StreamLost as exc:
+        # A server that lost a client's stream: the consequence of that client's failure,
+        # which the runner names first (status 3 says so).
+        print(f"agent {args.step}: {exc}", file=sys.stderr)
+        return LOST
     except (LtmError, OSError, ValueError, KeyError) as exc:
         # A missing or malformed file, a refused or cut connection: one line for the
         # runner, which names the host. Anything else is a bug and keeps its traceback.

@@ -151,7 +151,11 @@ class SshCluster(PartyStaging):
                                           fmt=job.share_format.name)
         try:
             if split is None:
-                prepared = self._clients[0].prepare(job, self.parties)
+                try:
+                    prepared = self._clients[0].prepare(job, self.parties)
+                except LtmError as exc:
+                    exc.args = (f"{exc} (no party was started)",)
+                    raise
             else:
                 prepared = self._prepare_ranges(job, split)
             # Before any party starts: a wrapped sum would reveal garbage, not an error.

@@ -203,12 +203,16 @@ def _seeded_upload(result: dict, fmt_words: int) -> list[int]:
 
 
 @pytest.mark.mpspdz
-@pytest.mark.parametrize("parties,program,protocol,client", [
-    (2, "fast", "semi2k", False), (3, "local", "ps-rep-ring", False),
-    (3, "local", "semi2k", True), (3, "fast", "replicated-ring", True)])
-def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_spdz,
-                                                           program_cache, monkeypatch, parties,
-                                                           program, protocol, client):
+@pytest.mark.parametrize("parties,protocol,client", [
+    (2, "semi2k", False), (3, "ps-rep-ring", False), (3, "semi2k", True),
+    (3, "replicated-ring", True)])
+def test_seeded_files_over_ssh_expand_on_each_host_and_verify(tmp_path, farm, mp_spdz,
+                                                              program_cache, monkeypatch,
+                                                              parties, protocol, client):
+    # The reference program reads whole share files: the seeds go as files, from here or
+    # from the client host, and each server expands its own on its host. (local and fast
+    # stream instead: tests/remote/test_host_streams.py.)
+    program = "reference"
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties, harness=True,
                                       client=client)
     trust_hosts(inventory, echo=lambda line: None)
@@ -238,7 +242,8 @@ def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_sp
     monkeypatch.setattr(RemoteParty, "process_shares", spy_process)
     monkeypatch.setattr(ClientHost, "send", spy_send)
     cfg = small_config(tmp_path, program_cache, parties=parties, program=program,
-                       protocol=protocol, hosts=inventory, sharing="seeded")
+                       protocol=protocol, hosts=inventory, sharing="seeded",
+                       input_mode="shares")
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
     assert result["parameters"]["sharing"] == "seeded"
@@ -246,8 +251,6 @@ def test_seeded_over_ssh_expands_on_each_host_and_verifies(tmp_path, farm, mp_sp
     assert all(row["expand_s"] > 0 for row in rows)
     t = result["timings"]
     assert t["expand_s"] == max(row["expand_s"] for row in rows)
-    if program == "local":  # aggregated after the expansion, on the same host
-        assert all(row["aggregate_s"] > 0 for row in rows)
     # the upload is what each server got: per component, seeds and some clients' words
     words = 2 if protocol != "semi2k" else 1
     assert result["client_upload_bytes"] == _seeded_upload(result, words)
@@ -272,11 +275,12 @@ def test_full_replicated_shares_from_a_client_host_verify(tmp_path, farm, mp_spd
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3, harness=True,
                                       client=True)
     trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=3, program="local",
-                       protocol="ps-rep-ring", hosts=inventory)
+    # The reference program's whole share files (local and fast stream instead).
+    cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
+                       protocol="ps-rep-ring", hosts=inventory, input_mode="shares")
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
-    assert all(row["aggregate_s"] > 0 and "expand_s" not in row for row in result["parties"])
+    assert all("expand_s" not in row for row in result["parties"])
     # what arrived: each server's whole file, header and padding rows included
     fmt = cfg.share_format
     assert fmt.words == 2
