@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from harness.clients import (
-    BlockShape,
     ChannelBuffer,
+    FileShape,
     FixedPoint,
     NoiseSpec,
     Prepared,
@@ -117,7 +117,7 @@ def _channel_root(workdir: Path) -> Path:
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
                   timeout: float, transport: TransportFactory = ShmTransport,
-                  blocks: BlockShape | None = None, schedule: Path | None = None) -> Streamed:
+                  blocks: FileShape | None = None, schedule: Path | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
@@ -125,8 +125,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     (:mod:`harness.engine.transport`): shared memory here, or TLS through an
     emulated network.
 
-    ``blocks``: the servers do not sum, they write the clients' shares into blocked
-    share files of this shape (the ``fast`` program's, :mod:`.stream_file`), and
+    ``blocks``: the servers do not sum, they write the clients' shares into share
+    files of this shape (``fast``'s blocked or ``reference``'s one row per slot,
+    :mod:`.stream_file`), and
     server 0 the public ``schedule`` the program reads beside them.
 
     The processes start through :mod:`multiprocessing`, so a Python script that
@@ -175,8 +176,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     streamed = _assemble(plan, results, wall)
     if blocks is not None:
         first = results["server P0"]
-        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
-                           "chunk_blocks": blocks.chunk_blocks,
+        streamed.layout = {**blocks.describe(),
                            "clients_per_chunk": plan.clients_per_chunk,
                            **{key: first[key] for key in ("file_rows", "padding_rows")}}
     return streamed
@@ -315,10 +315,10 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 
 
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
-                 as_input: bool, blocks: BlockShape | None, schedule: Path | None,
+                 as_input: bool, blocks: FileShape | None, schedule: Path | None,
                  report: Connection) -> None:
     """Server ``party``: sums its stream into ``dest`` (:func:`_serve`), or, with
-    ``blocks``, writes it into its blocked share file (:func:`serve_file`)."""
+    ``blocks``, writes it into its share file (:func:`serve_file`)."""
     _quiet()
     try:
         cpu = time.process_time()

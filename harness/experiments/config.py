@@ -79,16 +79,23 @@ class RunConfig:
     def streams(self) -> bool:
         """Whether the run streams: the ``local`` program on this machine, with full
         sharing on its loopback or through ``--network``'s emulated links (over TLS),
-        with seeded sharing on its loopback; or ``fast`` on its loopback, full or
-        seeded sharing. Its clients and servers then hold nothing proportional to n
+        with seeded sharing on its loopback; ``fast`` on its loopback, full or seeded
+        sharing; ``reference`` on its loopback, full or seeded sharing or ``--input
+        party``. Its clients and servers then hold nothing proportional to n
         (:mod:`harness.engine.stream`): ``local``'s servers write no share file,
-        ``fast``'s write theirs as the shares arrive, laid out per chunk of clients.
-        Every other run writes whole share files and must fit in memory."""
+        ``fast``'s and ``reference``'s write theirs as the shares arrive, laid out per
+        chunk of clients, and with ``--input party`` the data owner writes its input
+        text a chunk at a time. Every other run writes whole share files and must fit
+        in memory."""
         program, loopback = self.server_program, self.network is None
         full = self.sharing == "full"
-        return (self.hosts is None and self.input_mode == "shares"
+        if self.hosts is not None:
+            return False
+        if self.input_mode == "party":  # fast's party input is blocked: not per chunk
+            return loopback and not program.blocked and not program.aggregates
+        return (self.input_mode == "shares"
                 and ((program.aggregates and (full or loopback))
-                     or (program.blocked and loopback)))
+                     or (not program.aggregates and loopback)))
 
     @property
     def client_hosts(self) -> int:

@@ -75,19 +75,26 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     cfg = RunConfig(out=Path("o"), program=program, clients=200, rows=10, dim=2,
                     noise="none", seed=1).validate()
     work = build_workload(cfg)
-    # local and fast on loopback stream: no global layout. local's servers read no share
-    # file; fast's write theirs, laid out per chunk of clients in blocks of this shape.
+    # On loopback every program streams: no global layout. local's servers read no share
+    # file; fast's write theirs, laid out per chunk of clients in blocks of this shape;
+    # reference's data owner (its default input) writes its input text per chunk.
+    assert cfg.streams and work.layout is None
+    assert (work.blocks is not None) == (blocked and not aggregates)
+    assert work.slots is None
+    assert public_input_for(cfg, work) == ""  # none, or written while streaming
+    # local streams through an emulated network too (over TLS); none to SSH hosts
+    assert dataclasses.replace(cfg, network="t3.large").streams == aggregates
+    assert not dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
+    shares = dataclasses.replace(cfg, input_mode="shares", sharing="seeded")
+    assert shares.streams  # seeded shares stream too
+    if not blocked:  # reference's servers write one row per slot as the shares arrive
+        assert build_workload(shares).slots is not None
     if blocked:
-        assert cfg.streams and work.layout is None
-        assert (work.blocks is not None) != aggregates
-        # local streams through an emulated network too (over TLS); neither to SSH hosts
-        assert dataclasses.replace(cfg, network="t3.large").streams == aggregates
-        assert not dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
         cfg = dataclasses.replace(cfg, sharing="seeded")
-        assert cfg.streams  # seeded shares stream too
-        cfg = dataclasses.replace(cfg, network="t3.large-baseline")
-        assert not cfg.streams  # the upload through an emulated network is of files
-        work = build_workload(cfg)
+    # the upload through an emulated network is of files
+    cfg = dataclasses.replace(cfg, network="t3.large-baseline")
+    assert not cfg.streams
+    work = build_workload(cfg)
     assert work.layout is not None
     assert work.layout.kind == ("blocked" if blocked else "plain")
     schedule = public_input_for(cfg, work)
