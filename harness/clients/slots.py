@@ -16,6 +16,7 @@ data owner of ``--input party`` its noisy rows as MP-SPDZ input text
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -111,13 +112,26 @@ def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseS
     def group(acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
         return group_slots(acc, m, clients)
 
+    def write(values: np.ndarray, counts: np.ndarray) -> None:
+        fh.write(format_integers(values))
+        out.add(counts)
+
     noisy = NoisyChunks(plan, sketch, rows, noise, fp, group)
     out = SlotSchedule(schedule, plan.n * plan.s, m)
-    for k in range(plan.chunks):
-        counts, ring = noisy.chunk(k)
-        # A row of text is one slot's d values: the (d, slots) columns, transposed.
-        fh.write(format_integers(ring.view(np.int64).T.ravel()))
-        out.add(counts)
+    # Chunk k is formatted and written on a second thread while k + 1 is made (numpy
+    # releases the GIL): the two halves of the work take both cores.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="owner-text") as pool:
+        pending: Future | None = None
+        for k in range(plan.chunks):
+            counts, ring = noisy.chunk(k)
+            # A row of text is one slot's d values: the (d, slots) columns, transposed
+            # into a copy, which the next chunk's values do not overwrite.
+            values = ring.view(np.int64).T.copy().ravel()
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(write, values, counts)
+        if pending is not None:
+            pending.result()
     out.finish()
     wall = time.perf_counter() - started
     count = plan.n * plan.s * plan.d

@@ -78,8 +78,9 @@ def test_servers_rows_sum_by_the_schedule_to_the_plaintext(tmp_path, fmt, partie
     assert not list(tmp_path.rglob("*.part"))
 
 
-def test_the_data_owners_text_sums_by_the_schedule_to_the_plaintext(tmp_path):
-    n, d, m, s = 2500, 4, 6, 2
+@pytest.mark.parametrize("d", [4, 1])
+def test_the_data_owners_text_sums_by_the_schedule_to_the_plaintext(tmp_path, d):
+    n, m, s = 2500, 6, 2
     sketch = Sketch.sparse(n, m, s, seed=4)
     rows = SyntheticRows(n, d, 1.0, seed=4)
     plan = StreamPlan(n, d, m, s, 2, ADDITIVE.name, workers=1, chunk=300)
