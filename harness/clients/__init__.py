@@ -4,7 +4,7 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
-(:mod:`.layout`; per chunk of clients, :mod:`.blocks`), the streaming
+(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), the streaming
 preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`), the
 split between several client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`,
 streamed by :mod:`.stream_seeded`) and their AES-256-CTR
@@ -14,7 +14,14 @@ May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothin
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 """
 
-from harness.clients.blocks import BlockShape, BlockWriter, RunBlocks, ScheduleWriter
+from harness.clients.blocks import (
+    BlockShape,
+    BlockWriter,
+    ChunkFile,
+    FileShape,
+    RunBlocks,
+    ScheduleWriter,
+)
 from harness.clients.encoding import FixedPoint
 from harness.clients.keystream import libcrypto
 from harness.clients.layout import Layout
@@ -74,8 +81,10 @@ from harness.clients.sharing import (
     share_format,
 )
 from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
+from harness.clients.slots import SlotShape, write_owner_text
 from harness.clients.stream import (
     ChannelBuffer,
+    NoisyChunks,
     ProducerTotals,
     SketchGroups,
     StreamBroken,
@@ -95,6 +104,9 @@ __all__ = [
     "ADDITIVE",
     "BlockShape",
     "BlockWriter",
+    "ChunkFile",
+    "FileShape",
+    "SlotShape",
     "RunBlocks",
     "ScheduleWriter",
     "ArrayRows",
@@ -102,6 +114,7 @@ __all__ = [
     "ClientSplit",
     "SketchGroups",
     "EXPORT_LIMIT",
+    "NoisyChunks",
     "NpyRows",
     "Rows",
     "StreamBroken",
@@ -161,5 +174,6 @@ __all__ = [
     "tamper_share_file",
     "tamper_text_file",
     "upload_files",
+    "write_owner_text",
     "write_share_file",
 ]

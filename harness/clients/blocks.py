@@ -20,13 +20,17 @@ from n, m and s alone), capped so the carry stays small. The public schedule
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 import numpy as np
 
 from harness.clients.layout import CHUNK_SHARES, choose_block_rows
 
-__all__ = ["BlockShape", "BlockWriter", "RunBlocks", "ScheduleWriter"]
+if TYPE_CHECKING:
+    from harness.clients.stream import StreamPlan
+
+__all__ = ["BlockShape", "BlockWriter", "BlockedFile", "ChunkFile", "FileShape", "RunBlocks",
+           "ScheduleWriter"]
 
 # The schedule's first line, the number of engine chunks, is known only at the end:
 # it is written as this many spaces first and filled in (C++ streams skip the blanks).
@@ -35,12 +39,42 @@ _COUNT_WIDTH = 20
 _CARRY_BYTES = 1 << 25
 
 
+class ChunkFile(Protocol):
+    """A server's share file (and, for one server, the public schedule) made as chunks come."""
+
+    def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
+        """Chunk after chunk in the plan's order: its shares ``(d, slots, words)``,
+        grouped by accumulator with ``counts`` slots per accumulator."""
+
+    def finish(self) -> dict:
+        """Write what is held; the file's shape (``file_rows``, ``padding_rows``, ...)."""
+
+
+class FileShape(Protocol):
+    """How the servers of a streamed run lay out their share files: blocked per chunk of
+    clients (:class:`BlockShape`, ``fast``) or one row per slot
+    (:class:`~harness.clients.slots.SlotShape`, ``reference``)."""
+
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
+        """The writer into ``fh`` (its header written) and, if given, ``schedule``."""
+
+    def describe(self) -> dict:
+        """The layout's public description, for result.json."""
+
+
 @dataclass(frozen=True)
 class BlockShape:
     """R rows per block and K blocks per engine chunk, fixed before the stream starts."""
 
     block_rows: int
     chunk_blocks: int
+
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
+        return BlockedFile(fh, schedule, self, plan)
+
+    def describe(self) -> dict:
+        return {"kind": "blocked-per-chunk", "block_rows": self.block_rows,
+                "chunk_blocks": self.chunk_blocks}
 
     @classmethod
     def choose(cls, n: int, m: int, s: int, d: int, share_words: int) -> BlockShape:
@@ -171,3 +205,34 @@ class ScheduleWriter:
         self.fh.seek(0)
         self.fh.write(str(chunks).rjust(_COUNT_WIDTH).encode())
         return chunks
+
+
+class BlockedFile:
+    """The ``fast`` program's share file: rows carried until their blocks fill, blocks
+    gathered into engine chunks, and each block's accumulator in the schedule."""
+
+    def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, shape: BlockShape,
+                 plan: StreamPlan) -> None:
+        self.shape, self.slots = shape, plan.n * plan.s
+        self.runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, plan.fmt.words))
+        self.blocks = BlockWriter(fh, shape, plan.d * plan.fmt.words)
+        self.schedule = ScheduleWriter(schedule, shape, plan.m) if schedule else None
+
+    def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
+        # A file row is one slot's d shares of words each.
+        self._emit(self.runs.add(counts, shares.transpose(1, 0, 2)))
+
+    def _emit(self, made: tuple[np.ndarray, np.ndarray]) -> None:
+        block_acc, blocks = made
+        self.blocks.add(blocks.reshape(*blocks.shape[:2], int(np.prod(blocks.shape[2:]))))
+        if self.schedule is not None:
+            self.schedule.add(block_acc)
+
+    def finish(self) -> dict:
+        self._emit(self.runs.finish())
+        chunks = self.blocks.finish()
+        if self.schedule is not None and self.schedule.finish() != chunks:
+            raise RuntimeError("layout bug: the schedule and the share file disagree")
+        file_rows = chunks * self.shape.block_rows * self.shape.chunk_blocks
+        return {"engine_chunks": chunks, "file_rows": file_rows,
+                "padding_rows": file_rows - self.slots}

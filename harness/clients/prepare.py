@@ -170,10 +170,12 @@ def format_integers(values: np.ndarray) -> bytes:
     width = len(str(int(magnitude.max())))
     text = np.empty((values.size, width + 2), dtype=np.uint8)
     text[:, 0] = np.where(values < 0, ord("-"), ord("+"))
-    rest = magnitude.copy()
+    # Up to 9 digits fit in uint32, whose divisions cost half; one divmod per digit.
+    rest = magnitude.astype(np.uint32) if width <= 9 else magnitude
+    digit = np.empty_like(rest)
     for k in range(width, 0, -1):
-        text[:, k] = rest % 10 + ord("0")
-        rest //= 10
+        np.divmod(rest, 10, out=(rest, digit))
+        np.add(digit, ord("0"), out=text[:, k], casting="unsafe")
     text[:, -1] = ord(" ")
     text[-1, -1] = ord("\n")
     return text.tobytes()

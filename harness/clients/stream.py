@@ -30,6 +30,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,7 +49,7 @@ from harness.clients.stream_seeded import SeededShares
 from harness.errors import InputError
 from harness.fileio import open_private
 
-__all__ = ["ChannelBuffer", "ProducerTotals", "SketchGroups", "StreamBroken",
+__all__ = ["ChannelBuffer", "NoisyChunks", "ProducerTotals", "SketchGroups", "StreamBroken",
            "chunk_groups", "group_slots", "produce", "run_starts"]
 
 def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -203,55 +204,60 @@ class _FullShares:
         return [words] * plan.parties
 
 
-def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
-            fp: FixedPoint, buffers: list[ChannelBuffer], conns: list[Any]) -> ProducerTotals:
-    """Worker ``worker``'s chunks: noisy rows, encoded, shared into each server's buffer.
+class NoisyChunks:
+    """A worker's chunks of noisy, encoded values, and its share of the plaintext sums.
 
-    ``conns[i]`` carries ("chunk", k, slot, words, counts) to server i and its
-    ("free", slot) back; a server that is gone shows as EOF here and is named.
+    :meth:`chunk` groups chunk k's slots by accumulator and gives their values
+    encoded in the ring, column by column, ``(d, slots)``; the buffers are reused,
+    so a result is valid until the next call. The noise comes from a fresh CSPRNG
+    per instance. Shared by the clients that split the values among the servers
+    (:func:`produce`) and the data owner who types them in (:mod:`.owner`).
     """
-    rng = noise_rng()
-    sharer: ChunkSharer = SeededShares(plan) if plan.seeded else _FullShares(plan)
-    d, m, S = plan.d, plan.m, plan.parties
-    most = plan.clients_per_chunk * plan.s
-    values = np.empty((most, d))
-    chunk_rows = np.empty((plan.clients_per_chunk, d))
-    drawn = np.empty((most, d))
-    # Column-major per chunk, (d, slots): a server sums each column's accumulator runs
-    # as contiguous 1-D reductions, four times faster than (slots, d) rows of d words.
-    encoded = np.empty(most * d, dtype=np.int64)
-    expected = np.zeros((2 * m, d), dtype=np.uint64)
-    abs_sums = np.zeros((2 * m, d))
-    noise_sum = noise_sq = 0.0
-    sigma = noise.sigma2 ** 0.5 if noise.kind == "gaussian" and not noise.zero_output else 0.0
-    busy_by = [0] * S  # which slots each server still holds
-    wait_s = 0.0
-    started = time.perf_counter()
-    cpu = time.process_time()
-    columns = SketchGroups(sketch, plan)
-    mine = plan.chunks_of(worker)
-    for sent, k in enumerate(mine):
+
+    def __init__(self, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                 fp: FixedPoint,
+                 group: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]) -> None:
+        self.plan, self.rows, self.noise, self.fp, self._group = plan, rows, noise, fp, group
+        self.rng = noise_rng()
+        d, m = plan.d, plan.m
+        most = plan.clients_per_chunk * plan.s
+        self.values = np.empty((most, d))
+        self.chunk_rows = np.empty((plan.clients_per_chunk, d))
+        self.drawn = np.empty((most, d))
+        # Column-major per chunk, (d, slots): a server sums each column's accumulator runs
+        # as contiguous 1-D reductions, four times faster than (slots, d) rows of d words.
+        self.encoded = np.empty(most * d, dtype=np.int64)
+        self.expected = np.zeros((2 * m, d), dtype=np.uint64)
+        self.abs_sums = np.zeros((2 * m, d))
+        self.noise_sum = self.noise_sq = 0.0
+        self.sigma = (noise.sigma2 ** 0.5 if noise.kind == "gaussian" and not noise.zero_output
+                      else 0.0)
+        self.columns = SketchGroups(sketch, plan)
+
+    def chunk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Chunk k's slot counts per accumulator and its grouped values, (d, slots) uint64."""
+        plan, noise, fp, d = self.plan, self.noise, self.fp, self.plan.d
         start, stop = plan.span(k)
-        clients, counts = sharer.group(columns.chunk(k), stop - start)
+        clients, counts = self._group(self.columns.chunk(k), stop - start)
         slots = clients.size
         live, offsets = run_starts(counts)
-        vals = values[:slots]
+        vals = self.values[:slots]
         if noise.zero_output:  # R_D outputs zeros: neither data nor noise leaves a client
             vals[:] = 0.0
         else:
             # mode="clip": with "raise" numpy copies through a buffer to be safe from a
             # bad index; these are a permutation's.
-            np.take(rows.read_into(start, stop, chunk_rows), clients, axis=0, out=vals,
-                    mode="clip")
+            np.take(self.rows.read_into(start, stop, self.chunk_rows), clients, axis=0,
+                    out=vals, mode="clip")
         lattice = None
-        if sigma:
-            noise_draw = drawn[:slots]
-            rng.standard_normal(out=noise_draw)
-            noise_draw *= sigma
+        if self.sigma:
+            noise_draw = self.drawn[:slots]
+            self.rng.standard_normal(out=noise_draw)
+            noise_draw *= self.sigma
             vals += noise_draw
             flat = noise_draw.ravel()
         elif noise.kind != "none" and not noise.zero_output:
-            sample = noise.sample(rng, (slots, d))
+            sample = noise.sample(self.rng, (slots, d))
             if noise.integer:
                 lattice = sample
                 flat = sample.ravel() / fp.scale
@@ -259,12 +265,13 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
                 vals += sample
                 flat = sample.ravel()
         else:
-            flat = drawn[:0].ravel()
-        noise_sum += float(flat.sum())
-        noise_sq += float(np.einsum("i,i->", flat, flat))  # no BLAS threads: cores are busy
+            flat = self.drawn[:0].ravel()
+        self.noise_sum += float(flat.sum())
+        # No BLAS threads: the cores are busy.
+        self.noise_sq += float(np.einsum("i,i->", flat, flat))
         vals *= fp.scale
         np.rint(vals, out=vals)
-        enc = encoded[: slots * d].reshape(d, slots)
+        enc = self.encoded[: slots * d].reshape(d, slots)
         np.copyto(enc, vals.T, casting="unsafe")  # transposed in the same pass as the cast
         # The bucket bound from the chunk's largest |value| (two reads, no temporary):
         # sum |x| <= count * max |x|, sound and cheap; the ring's 2^63 is checked on it.
@@ -277,9 +284,29 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
             raise InputError(
                 f"fixed-point overflow: a bucket of chunk {k} sums values past the ring's "
                 f"bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
-        abs_sums[live] += bound
+        self.abs_sums[live] += bound
         ring = enc.view(np.uint64)
-        expected[live] += np.add.reduceat(ring, offsets, axis=1).T
+        self.expected[live] += np.add.reduceat(ring, offsets, axis=1).T
+        return counts, ring
+
+
+def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+            fp: FixedPoint, buffers: list[ChannelBuffer], conns: list[Any]) -> ProducerTotals:
+    """Worker ``worker``'s chunks: noisy rows, encoded, shared into each server's buffer.
+
+    ``conns[i]`` carries ("chunk", k, slot, words, counts) to server i and its
+    ("free", slot) back; a server that is gone shows as EOF here and is named.
+    """
+    sharer: ChunkSharer = SeededShares(plan) if plan.seeded else _FullShares(plan)
+    S = plan.parties
+    busy_by = [0] * S  # which slots each server still holds
+    wait_s = 0.0
+    started = time.perf_counter()
+    cpu = time.process_time()
+    noisy = NoisyChunks(plan, sketch, rows, noise, fp, sharer.group)
+    mine = plan.chunks_of(worker)
+    for sent, k in enumerate(mine):
+        counts, ring = noisy.chunk(k)
         for i in range(S):  # a slot is reused only once its server has summed it
             if busy_by[i] == 2:
                 waited = time.perf_counter()
@@ -297,8 +324,8 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
             busy_by[i] -= 1
         _tell(conns[i], i, ("end", len(mine)))
     busy = time.perf_counter() - started - wait_s
-    return ProducerTotals(expected, abs_sums, noise_sum, noise_sq, busy, wait_s,
-                          time.process_time() - cpu, sharer.expand_s)
+    return ProducerTotals(noisy.expected, noisy.abs_sums, noisy.noise_sum, noisy.noise_sq,
+                          busy, wait_s, time.process_time() - cpu, sharer.expand_s)
 
 
 def _tell(conn: Any, server: int, message: tuple) -> None:

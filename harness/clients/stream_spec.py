@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from harness.clients.blocks import BlockShape
+from harness.clients.blocks import BlockShape, FileShape
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import NpyRows, Rows, SyntheticRows
 from harness.clients.noise import NoiseSpec
@@ -44,7 +44,7 @@ class StreamSpec:
     plan: StreamPlan
     sketch: Sketch
     as_input: bool = False
-    blocks: BlockShape | None = None
+    blocks: FileShape | None = None  # the share files' shape, when servers write them
     noise: NoiseSpec | None = None
     frac_bits: int = 16
     # {"kind": "synthetic", "seed": S} or {"kind": "npy", "file": NAME}; with eta.
@@ -62,7 +62,7 @@ class StreamSpec:
             "sketch": {"m": self.sketch.m, "n": self.sketch.n, "s": self.sketch.s,
                        "seed": self.sketch.seed},
             "as_input": self.as_input,
-            "blocks": dataclasses.asdict(self.blocks) if self.blocks else None,
+            "blocks": self.blocks.describe() if self.blocks else None,
             "noise": dataclasses.asdict(self.noise) if self.noise else None,
             "frac_bits": self.frac_bits, "rows": self.rows})
 
@@ -80,9 +80,7 @@ class StreamSpec:
         sk = raw["sketch"]
         sketch = Sketch(_int(sk["m"]), count=_int(sk["n"]), sparsity=_int(sk["s"]),
                         seed=_int(sk["seed"]))
-        blocks = (BlockShape(_int(raw["blocks"]["block_rows"]),
-                             _int(raw["blocks"]["chunk_blocks"]))
-                  if raw.get("blocks") else None)
+        blocks = _shape(raw["blocks"]) if raw.get("blocks") else None
         noise = raw.get("noise")
         if noise is not None:
             noise = NoiseSpec(**{k: v for k, v in noise.items()
@@ -143,6 +141,17 @@ def write_rows(rows: Rows, start: int, stop: int, out: IO[bytes], chunk: int = 1
         out.write(data)
         written += len(data)
     return written
+
+
+def _shape(raw: dict) -> FileShape:
+    """A share file's shape from its public description."""
+    from harness.clients.slots import SlotShape
+
+    if raw.get("kind") == "blocked-per-chunk":
+        return BlockShape(_int(raw["block_rows"]), _int(raw["chunk_blocks"]))
+    if raw.get("kind") == "slots-per-chunk":
+        return SlotShape()
+    raise ValueError(f"unknown share file shape {raw!r}")
 
 
 def _int(value: object) -> int:

@@ -46,6 +46,7 @@ from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
 from harness.engine.stream import stream_inputs, warm_up, worker_count
+from harness.engine.stream_file import write_owner
 from harness.engine.tls_stream import TlsRoute
 from harness.engine.transport import ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
@@ -129,10 +130,18 @@ class LocalCluster(PartyStaging):
 
     def _stream(self, job: ClientJob) -> Prepared:
         """Clients and servers side by side; each server leaves only its aggregate, or
-        (``job.blocks``, the fast program) its blocked share file."""
+        (``job.blocks``, the fast and reference programs) its share file. With
+        ``--input party`` the data owner writes its input text instead, a chunk at a time."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
                           job.share_format.name, workers=worker_count(),
                           sharing=job.sharing)
+        if job.input_mode == "party":
+            public = self.workdir / "public-input"
+            prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
+                                   self.input_file(), public)
+            job.fp.check_bucket_bound(prepared.abs_sums)
+            self._streamed_s, self._streamed_upload, self._schedule = [], None, public
+            return prepared
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
         schedule = self.workdir / "public-input" if job.blocks is not None else None

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from harness.clients import (
-        BlockShape,
         ClientSplit,
+        FileShape,
         FixedPoint,
         Layout,
         NoiseSpec,
@@ -70,9 +70,12 @@ class ClientJob:
     ``layout`` is None for a streamed job: the ``local`` program's servers sum the
     shares as they arrive, grouped per chunk (:mod:`harness.clients.stream`), and
     ``as_input`` says whether they hand their aggregates to the MPC as input text.
-    A streamed job with ``blocks`` is the ``fast`` program's: its servers write the
-    shares into blocked share files of that shape, laid out per chunk of clients
-    (:mod:`harness.clients.blocks`), and the program's public input beside them.
+    A streamed job with ``blocks`` is the ``fast`` or ``reference`` program's: its
+    servers write the shares into share files of that shape as they arrive (blocked
+    per chunk of clients, :mod:`harness.clients.blocks`, or one row per slot,
+    :mod:`harness.clients.slots`), and the program's public input beside them. A
+    streamed job with ``input_mode == "party"`` has no ``blocks``: the data owner
+    writes its input text and the public input a chunk of clients at a time.
 
     ``split`` is set when several client hosts share the clients: each prepares its
     own range, and ``layout`` is then the hosts' layouts joined end to end.
@@ -88,7 +91,7 @@ class ClientJob:
     sharing: str = "full"
     timeout: float = 900.0
     as_input: bool = False
-    blocks: BlockShape | None = None
+    blocks: FileShape | None = None
     split: ClientSplit | None = None
 
     @property
@@ -172,8 +175,9 @@ class Cluster(Protocol):
             port: int | None = None) -> list[PartyRun]:
         """Start every party on the compiled program; one failing party stops all.
 
-        A streamed job whose servers wrote the program's public input themselves
-        (``ClientJob.blocks``) runs on that file; ``public_input`` is then empty."""
+        A streamed job whose servers (``ClientJob.blocks``) or data owner wrote the
+        program's public input themselves runs on that file; ``public_input`` is then
+        empty."""
         ...
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from harness.clients import (
-    BlockShape,
+    FileShape,
     FixedPoint,
     NoiseSpec,
     Prepared,
@@ -117,7 +117,7 @@ def channel_root(workdir: Path) -> Path:
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
                   timeout: float, transport: TransportFactory = ShmTransport,
-                  blocks: BlockShape | None = None, schedule: Path | None = None) -> Streamed:
+                  blocks: FileShape | None = None, schedule: Path | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
@@ -125,8 +125,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     (:mod:`harness.engine.transport`): shared memory here, or TLS through an
     emulated network.
 
-    ``blocks``: the servers do not sum, they write the clients' shares into blocked
-    share files of this shape (the ``fast`` program's, :mod:`.stream_file`), and
+    ``blocks``: the servers do not sum, they write the clients' shares into share
+    files of this shape (``fast``'s blocked or ``reference``'s one row per slot,
+    :mod:`.stream_file`), and
     server 0 the public ``schedule`` the program reads beside them.
 
     The processes start through :mod:`multiprocessing`, so a Python script that
@@ -264,7 +265,7 @@ def _raise(failures: list[tuple[str, str, str]]) -> None:
 
 def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
                     servers: list[dict[str, Any]], wall: float,
-                    blocks: BlockShape | None = None) -> Streamed:
+                    blocks: FileShape | None = None) -> Streamed:
     """One streamed run from its parts: every client worker's totals and every server's
     figures (as :func:`serve_party` returns them), over ``wall`` seconds."""
     m, d = plan.m, plan.d
@@ -315,8 +316,7 @@ def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
     streamed = Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
     if blocks is not None:
         first = servers[0]
-        streamed.layout = {"kind": "blocked-per-chunk", "block_rows": blocks.block_rows,
-                           "chunk_blocks": blocks.chunk_blocks,
+        streamed.layout = {**blocks.describe(),
                            "clients_per_chunk": plan.clients_per_chunk,
                            **{key: first[key] for key in ("file_rows", "padding_rows")}}
     return streamed
@@ -360,7 +360,7 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 
 
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
-                 as_input: bool, blocks: BlockShape | None, schedule: Path | None,
+                 as_input: bool, blocks: FileShape | None, schedule: Path | None,
                  report: Connection) -> None:
     """Server ``party`` in its own process (:func:`serve_party`), reporting to the parent."""
     _quiet()

@@ -1,43 +1,49 @@
-"""A streamed ``fast`` run's server: its share file written as the chunks arrive.
+"""The servers' share files of a streamed ``fast`` or ``reference`` run, written as chunks arrive.
 
-MP-SPDZ reads the ``fast`` program's shares from each party's
+MP-SPDZ reads these programs' shares from each party's
 ``Persistence/Transactions-P<i>.data``, so there a server does not sum its
-stream: it lays each chunk out in the blocked file (:mod:`harness.clients.blocks`)
-and appends it (an accumulator's rows short of a block wait for the next chunk).
+stream: it hands each chunk to its file's writer (:class:`harness.clients.FileShape`):
+``fast``'s lays it out in blocks (:mod:`harness.clients.blocks`; an
+accumulator's rows short of a block wait for the next chunk), ``reference``'s
+appends one row per slot (:mod:`harness.clients.slots`).
 Every party's file must hold the same slots in the same rows,
 so chunks are taken in the plan's order, not as they come: chunk k from its
 worker's stream, then k + 1. Each worker sends its chunks in increasing order
 and each server frees a slot once it is written, so no worker waits on a chunk
 that a server has not yet asked for.
 
-Party 0 also writes the public schedule (each block's accumulator) as it goes.
-A file is written beside its name and renamed only when complete.
+Party 0 also writes the public schedule as it goes. With ``--input party`` no
+server takes a stream: the data owner writes its input text and the schedule a
+chunk at a time (:func:`write_owner`). Every file is written beside its name
+and renamed only when complete (:func:`written`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
-
-import numpy as np
+from typing import BinaryIO
 
 from harness.clients import (
-    BlockShape,
-    BlockWriter,
     ChannelBuffer,
-    RunBlocks,
-    ScheduleWriter,
+    FileShape,
+    FixedPoint,
+    NoiseSpec,
+    Prepared,
+    Rows,
     Sketch,
     SketchGroups,
     StreamPlan,
+    write_owner_text,
 )
 from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts
 from harness.fileio import open_private
 
-__all__ = ["partial", "serve_file"]
+__all__ = ["partial", "serve_file", "write_owner", "written"]
 
 
 def partial(path: Path) -> Path:
@@ -45,41 +51,44 @@ def partial(path: Path) -> Path:
     return path.with_name(path.name + ".part")
 
 
-def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
-               buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
-               schedule: Path | None, reader: ChunkReader) -> dict:
-    """Write every chunk into ``dest`` in the blocked layout, in the plan's order.
-
-    ``reader`` gives each chunk's shares of this server (:mod:`.chunks`): as sent,
-    or, with seeded sharing, with the seeds expanded and the full words among them.
-
-    Returns the busy seconds and the file's shape (engine chunks, rows, padding rows).
-    A stream refused or lost leaves neither file, whole or in part.
-    """
+@contextmanager
+def written(dest: Path, schedule: Path | None) -> Iterator[tuple[BinaryIO, BinaryIO | None]]:
+    """``dest`` and ``schedule`` opened beside their names (0600), renamed into place
+    when the block completes; on any failure neither is left, whole or in part."""
     try:
-        return _write(party, plan, sketch, conns, buffers, dest, shape, schedule, reader)
+        with open_private(partial(dest)) as fh, \
+                (open_private(partial(schedule)) if schedule else nullcontext()) as sh:
+            yield fh, sh
+        os.replace(partial(dest), dest)
+        if schedule is not None:
+            os.replace(partial(schedule), schedule)
     except BaseException:
         for path in (dest, schedule):
             if path is not None:
                 partial(path).unlink(missing_ok=True)
+                path.unlink(missing_ok=True)  # the file renamed before the schedule failed
         raise
 
 
-def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
-           buffers: list[ChannelBuffer], dest: Path, shape: BlockShape,
-           schedule: Path | None, reader: ChunkReader) -> dict:
-    fmt = plan.fmt
-    width = plan.d * fmt.words
-    runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, fmt.words))
+def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
+               buffers: list[ChannelBuffer], dest: Path, shape: FileShape,
+               schedule: Path | None, reader: ChunkReader) -> dict:
+    """Write every chunk into ``dest`` in ``shape``'s layout, in the plan's order.
+
+    ``reader`` gives each chunk's shares of this server (:mod:`.chunks`): as sent,
+    or, with seeded sharing, with the seeds expanded and the full words among them.
+
+    Returns the busy seconds and the file's shape (rows, padding rows, and for the
+    blocked layout its engine chunks). A stream refused or lost leaves neither
+    file, whole or in part.
+    """
     received = [0] * plan.workers
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
     busy = 0.0
-    with open_private(partial(dest)) as fh, \
-            (open_private(partial(schedule)) if schedule else nullcontext()) as sh:
-        fh.write(fmt.header)
-        blocks_out = BlockWriter(fh, shape, width)
-        schedule_out = ScheduleWriter(sh, shape, plan.m) if sh is not None else None
+    with written(dest, schedule) as (fh, sh):
+        fh.write(plan.fmt.header)
+        out = shape.open(fh, sh, plan)
         for k in range(plan.chunks):
             w = (k // plan.group) % plan.workers
             message = _receive(conns[w], w, received[w], len(owed[w]))
@@ -92,9 +101,9 @@ def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                 raise Refused(f"got {words} words for chunk {k} from client worker {w}, "
                               f"not the {plan.chunk_words(k, party)} the plan announces")
             check_counts(party, plan, columns, k, w, counts)
-            # (d, slots, words); a file row is one slot's d shares of words each.
+            # (d, slots, words), grouped by accumulator.
             counts, shares = reader.read(k, counts, columns, buffers[w], slot, words)
-            _emit(runs.add(counts, shares.transpose(1, 0, 2)), blocks_out, schedule_out)
+            out.add(counts, shares)
             try:
                 conns[w].send(("free", slot))
             except OSError:
@@ -108,25 +117,19 @@ def _write(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                 raise Refused(f"got more than announced from client worker {w}: "
                               f"{message[0]} after its {received[w]} chunks")
         began = time.perf_counter()
-        _emit(runs.finish(), blocks_out, schedule_out)
-        chunks = blocks_out.finish()
-        if schedule_out is not None and schedule_out.finish() != chunks:
-            raise RuntimeError("layout bug: the schedule and the share file disagree")
-    os.replace(partial(dest), dest)
-    if schedule is not None:
-        os.replace(partial(schedule), schedule)
-    file_rows = chunks * shape.block_rows * shape.chunk_blocks
+        shaped = out.finish()
     return {"busy_s": busy + time.perf_counter() - began, "expand_s": reader.expand_s,
-            "engine_chunks": chunks,
-            "file_rows": file_rows, "padding_rows": file_rows - plan.n * plan.s}
+            **shaped}
 
 
-def _emit(made: tuple[np.ndarray, np.ndarray], blocks_out: BlockWriter,
-          schedule_out: ScheduleWriter | None) -> None:
-    block_acc, blocks = made
-    blocks_out.add(blocks.reshape(*blocks.shape[:2], int(np.prod(blocks.shape[2:]))))
-    if schedule_out is not None:
-        schedule_out.add(block_acc)
+def write_owner(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                fp: FixedPoint, dest: Path, schedule: Path) -> Prepared:
+    """``--input party``: the data owner's input text and the public schedule, written
+    a chunk of clients at a time (:func:`harness.clients.write_owner_text`) with the
+    share files' guarantees: renamed into place when complete, nothing left on failure."""
+    with written(dest, schedule) as (fh, sh):
+        assert sh is not None
+        return write_owner_text(plan, sketch, rows, noise, fp, fh, sh)
 
 
 def _receive(conn: Connection, w: int, got: int, owed: int) -> tuple:

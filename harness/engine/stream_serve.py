@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients import (
-    BlockShape,
     ChannelBuffer,
+    FileShape,
     Sketch,
     SketchGroups,
     StreamPlan,
@@ -40,11 +40,11 @@ __all__ = ["serve_party"]
 
 
 def serve_party(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
-                as_input: bool, blocks: BlockShape | None = None,
+                as_input: bool, blocks: FileShape | None = None,
                 schedule: Path | None = None) -> dict[str, float]:
     """Server ``party``: sums its stream into ``dest`` (:func:`_serve`), or, with
-    ``blocks``, writes it into its blocked share file (and ``schedule``, the public
-    input, when given). Its figures: busy and CPU seconds, seed expansion, and what
+    ``blocks``, writes it into its share file of that shape (and ``schedule``, the
+    public input, when given). Its figures: busy and CPU seconds, seed expansion, and what
     the transport measured (the upload's seconds and bytes)."""
     try:
         cpu = time.process_time()

@@ -103,6 +103,9 @@ def end_to_end_parts(result: RunResult) -> str:
     t = result.timings
     if "stream_wall_s" in t:  # clients and servers side by side, then the MPC's opening
         after = (result.t_end_to_end_s or 0.0) - t["prepare_s"]
+        if "stream_servers_s" not in t:  # --input party: no server takes a stream
+            return (f"stream {t['prepare_s']:.3f} (the data owner's input text, a chunk "
+                    f"at a time) + MPC {after:.3f}")
         stages = [f"clients {t['stream_clients_s']:.3f}"]
         if "stream_upload_s" in t:  # through an emulated network
             stages.append(f"upload {t['stream_upload_s']:.3f} "

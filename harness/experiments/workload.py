@@ -26,6 +26,7 @@ from harness.clients import (
     Prepared,
     Rows,
     Sketch,
+    SlotShape,
     SyntheticRows,
     all_rows,
     certify,
@@ -50,7 +51,8 @@ class Workload:
     ``rows`` are read a chunk at a time; ``layout`` is None for a streamed run,
     whose servers take the shares grouped per chunk instead of from a file;
     ``blocks`` is a streamed ``fast`` run's block shape (its files are laid out
-    per chunk of clients as they arrive).
+    per chunk of clients as they arrive), ``slots`` a streamed ``reference`` run's
+    with ``--input shares`` (one row per slot, in the order the chunks arrive).
     """
 
     rows: Rows
@@ -61,6 +63,7 @@ class Workload:
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
     blocks: BlockShape | None = None
     split: ClientSplit | None = None  # the clients' ranges, with several client hosts
+    slots: SlotShape | None = None
 
     @property
     def n(self) -> int:
@@ -156,15 +159,24 @@ def check_workload_size(n: int, d: int, m: int, s: int) -> None:
     """
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
                  "lower --clients, --dim or --sparsity (or --scale), or use --program "
-                 "local or fast on this machine, which stream")
+                 "local, fast or reference on this machine, which stream")
 
 
 def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
     """What a run holds must fit: in memory for runs that write whole share files; on
-    disk for a streamed ``fast`` run's share files (a streamed run holds chunks)."""
+    disk for a streamed ``fast`` or ``reference`` run's share files, or the data owner's
+    input text (a streamed run holds chunks)."""
     if not cfg.streams or cfg.dense:
         check_workload_size(n, d, cfg.rows, s)
-    elif not cfg.server_program.aggregates and cfg.hosts is None:  # hosts check their own
+    elif cfg.input_kind == "party":
+        # Fixed-width decimals: a sign, up to 20 digits and a blank per value.
+        check_disk(22.0 * n * s * d, Path(cfg.out),
+                   f"the data owner's input text at n={n}, d={d}, s={s}",
+                   "lower --clients, --dim or --sparsity")
+    elif not cfg.server_program.aggregates and (
+            # fast to hosts streams there, unless with full sharing and no client host:
+            # then here, into its share files
+            cfg.hosts is None or (cfg.sharing == "full" and not cfg.client_hosts)):
         check_disk(8.0 * cfg.party_count * n * s * d * cfg.share_format.words, Path(cfg.out),
                    f"the parties' share files at n={n}, d={d}, s={s}",
                    "lower --clients, --dim or --sparsity, or use --program local, which "
@@ -213,7 +225,7 @@ def build_workload(cfg: RunConfig) -> Workload:
         # now, before anything is drawn (a streamed run checks each chunk as it reads).
         rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
-    layout = blocks = split = None
+    layout = blocks = split = slots = None
     program = cfg.server_program
     if not cfg.streams and cfg.client_hosts > 1:
         # Each client host lays out its own range; the servers join them in host order.
@@ -224,7 +236,9 @@ def build_workload(cfg: RunConfig) -> Workload:
                   if program.blocked else Layout.plain(sketch, d))
     elif program.blocked and not program.aggregates:  # laid out per chunk of clients
         blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split)
+    elif not program.aggregates and cfg.input_kind == "shares":  # one row per slot
+        slots = SlotShape()
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -241,8 +255,9 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:
     """The public schedule the program reads (it depends only on the sketch); empty for
-    a streamed ``fast`` run, whose servers write it as the shares arrive."""
-    if work.blocks is not None:
+    a streamed run: ``local`` reads none, and ``fast``'s and ``reference``'s servers (or
+    data owner) write theirs as the chunks come."""
+    if work.layout is None:
         return ""
     return cfg.server_program.public_input(work.sketch, work.layout)
 
@@ -252,7 +267,7 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks, split=work.split)
+                     blocks=work.blocks or work.slots, split=work.split)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

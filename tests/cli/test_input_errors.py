@@ -57,8 +57,12 @@ def no_drawing(monkeypatch):
     (["--seed", "-1"], "--seed must lie in [0, "),
     (["--clients", "10000000000000"], "--clients must be at most "),
     (["--clients", "1000000000", "--dim", "100000"], "GB of disk"),  # fast streams to disk
+    # reference streams too: its data owner's input text, or its servers' share files
     (["--clients", "1000000000", "--dim", "100000", "--program", "reference"],
-     "GB of memory"),
+     "the data owner's input text at n=1000000000"),
+    (["--clients", "1000000000", "--dim", "100000", "--program", "reference", "--input",
+      "shares"], "the parties' share files at n=1000000000"),
+    (["--clients", "1000000000", "--dim", "100000", "--dense"], "GB of memory"),
     (["--dim", "100000000"], "--dim must be at most 16777216"),
     (["--timeout", "nan"], "--timeout must be a finite number"),
     (["--timeout", "0"], "--timeout must lie in (0, "),

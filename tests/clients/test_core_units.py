@@ -234,7 +234,11 @@ def test_party_input_text_round_trips_every_int64():
 
     extremes = np.array([0, 1, -1, 9, -10, 2**63 - 1, -(2**63)], dtype=np.int64)
     drawn = np.random.default_rng(5).integers(-(2**62), 2**62, size=10_000)
-    for values in (extremes, drawn, np.array([7], dtype=np.int64)):
+    # up to nine digits, and one past: the narrow and the wide path
+    nine = np.array([999_999_999, -999_999_999, 5, -123_456], dtype=np.int64)
+    ten = np.array([1_000_000_000, -4_294_967_296, 4_294_967_297, 0], dtype=np.int64)
+    small = np.random.default_rng(6).integers(-(10**6), 10**6, size=10_000)
+    for values in (extremes, drawn, np.array([7], dtype=np.int64), nine, ten, small):
         text = format_integers(values)
         assert text.endswith(b"\n")
         assert [int(x) for x in text.split()] == values.tolist()

@@ -75,25 +75,29 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     cfg = RunConfig(out=Path("o"), program=program, clients=200, rows=10, dim=2,
                     noise="none", seed=1).validate()
     work = build_workload(cfg)
-    # local and fast on loopback stream: no global layout. local's servers read no share
-    # file; fast's write theirs, laid out per chunk of clients in blocks of this shape.
-    if blocked:
-        assert cfg.streams and work.layout is None
-        assert (work.blocks is not None) != aggregates
-        # both stream through an emulated network too (over TLS), full or seeded, and
-        # to SSH hosts
-        assert dataclasses.replace(cfg, network="t3.large").streams
-        assert dataclasses.replace(cfg, hosts=Path("hosts.toml")).streams
-        cfg = dataclasses.replace(cfg, sharing="seeded")
-        assert cfg.streams  # seeded shares stream too
-        assert dataclasses.replace(cfg, network="t3.large-baseline").streams
-        if aggregates:  # local's servers read their own sums only: no schedule, no layout
-            assert public_input_for(cfg, work) == ""
-            return
-        # fast with the data owner's input: no client shares, one global blocked layout
-        cfg = dataclasses.replace(cfg, sharing="full", input_mode="party").validate()
-        assert not cfg.streams
-        work = build_workload(cfg)
+    # On loopback every program streams: no global layout. local's servers read no share
+    # file; fast's write theirs, laid out per chunk of clients in blocks of this shape;
+    # reference's data owner (its default input) writes its input text per chunk.
+    assert cfg.streams and work.layout is None
+    assert (work.blocks is not None) == (blocked and not aggregates)
+    assert work.slots is None
+    assert public_input_for(cfg, work) == ""  # none, or written while streaming
+    shares = dataclasses.replace(cfg, input_mode="shares", sharing="seeded")
+    assert shares.streams  # seeded shares stream too
+    if not blocked:  # reference's servers write one row per slot as the shares arrive
+        assert build_workload(shares).slots is not None
+    # local and fast stream anywhere: through an emulated network (over TLS) and to SSH
+    # hosts; reference only on this machine's loopback
+    for elsewhere in ({"network": "t3.large"}, {"hosts": Path("hosts.toml")}):
+        assert dataclasses.replace(shares, **elsewhere).streams == blocked
+    if aggregates:
+        return
+    # fast with the data owner's input (blocked, not per chunk), or reference through an
+    # emulated network: whole files, one global layout
+    cfg = (dataclasses.replace(cfg, input_mode="party") if blocked
+           else dataclasses.replace(cfg, network="t3.large-baseline")).validate()
+    assert not cfg.streams
+    work = build_workload(cfg)
     assert work.layout is not None
     assert work.layout.kind == ("blocked" if blocked else "plain")
     schedule = public_input_for(cfg, work)

@@ -82,16 +82,19 @@ def test_a_streamed_run_records_the_seed_it_drew(tmp_path, mp_spdz, program_cach
                           Sketch.sparse(5000, 10, 1, seed=seed).rows)
 
 
-def test_a_bad_row_of_a_streamed_npy_file_is_one_line_and_no_output(tmp_path, mp_spdz):
+@pytest.mark.parametrize("program", ["local", "reference"])
+def test_a_bad_row_of_a_streamed_npy_file_is_one_line_and_no_output(tmp_path, mp_spdz,
+                                                                    program):
     # The file is read a chunk at a time while streaming: the chunk holding the bad row
-    # fails in a client worker, which stops every process; the user sees one line.
+    # fails in a client worker, which stops every process (or, for reference's data
+    # owner, in the one process writing its input text); the user sees one line.
     matrix = np.random.default_rng(1).uniform(-1, 1, size=(300_000, 2))
     matrix[234_567, 1] = np.nan
     path = tmp_path / "a.npy"
     np.save(path, matrix)
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--program", "local", "--data", str(path),
+        [sys.executable, "-m", "harness", "run", "--program", program, "--data", str(path),
          "--rows", "10", "--noise", "none", "--out", str(out), "--no-install"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr

@@ -1,0 +1,149 @@
+"""One row per slot, per chunk of clients: the ``reference`` program's streamed inputs.
+
+The ``reference`` program reads row after row, each with its (bucket, sign)
+from the public input, so it cares about no order but that the rows and the
+schedule agree. A streamed run therefore keeps the order in which the chunks
+arrive, grouped by accumulator within each chunk (public: it depends on the
+sketch alone), and the schedule is written in that order as the chunks come:
+its first number, the n * s rows, is known before the first chunk. No padding,
+no carry: memory is one chunk's rows whatever n is.
+
+A server writes its shares this way (:class:`SlotShape`, :class:`SlotFile`); the
+data owner of ``--input party`` its noisy rows as MP-SPDZ input text
+(:func:`write_owner_text`).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from harness.clients.blocks import ChunkFile
+from harness.clients.encoding import FixedPoint
+from harness.clients.matrices import Rows
+from harness.clients.noise import NoiseSpec
+from harness.clients.prepare import Prepared, format_integers
+from harness.clients.sketch import Sketch
+from harness.clients.stream import NoisyChunks, StreamPlan, group_slots
+
+__all__ = ["SlotFile", "SlotSchedule", "SlotShape", "write_owner_text"]
+
+
+class SlotSchedule:
+    """The reference program's public input as a stream: the rows, then (bucket, sign)
+    of each row, a chunk at a time."""
+
+    def __init__(self, fh: BinaryIO, rows: int, m: int) -> None:
+        self.fh, self.rows, self.m = fh, rows, m
+        self.written = 0
+        fh.write(f"{rows}\n".encode())
+        self._accumulators = np.arange(2 * m, dtype=np.int64)
+
+    def add(self, counts: np.ndarray) -> None:
+        """A chunk's rows, grouped by accumulator with ``counts`` rows each."""
+        acc = np.repeat(self._accumulators, counts)
+        pairs = np.empty((acc.size, 2), dtype=np.int64)
+        np.remainder(acc, self.m, out=pairs[:, 0])
+        pairs[:, 1] = np.where(acc < self.m, 1, -1)  # accumulator a + m: bucket a, sign -1
+        if acc.size:
+            self.fh.write(format_integers(pairs.ravel()))
+        self.written += acc.size
+
+    def finish(self) -> None:
+        if self.written != self.rows:
+            raise RuntimeError(f"layout bug: the schedule announced {self.rows} rows and "
+                               f"holds {self.written}")
+
+
+@dataclass(frozen=True)
+class SlotShape:
+    """A share file of one row per slot, in the order the chunks arrive."""
+
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
+        return SlotFile(fh, schedule, plan)
+
+    def describe(self) -> dict:
+        return {"kind": "slots-per-chunk"}
+
+
+class SlotFile:
+    """A server's share file: each chunk's slots as rows of d shares, as they come."""
+
+    def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> None:
+        self.fh, self.rows = fh, plan.n * plan.s
+        self.schedule = SlotSchedule(schedule, self.rows, plan.m) if schedule else None
+        self._out = np.empty((plan.clients_per_chunk * plan.s, plan.d, plan.fmt.words),
+                             dtype=np.uint64)
+        self.written = 0
+
+    def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
+        slots = shares.shape[1]
+        out = self._out[:slots]
+        np.copyto(out, shares.transpose(1, 0, 2))  # (d, slots, words) to rows of slots
+        self.fh.write(out.data.cast("B"))
+        if self.schedule is not None:
+            self.schedule.add(counts)
+        self.written += slots
+
+    def finish(self) -> dict:
+        if self.written != self.rows:
+            raise RuntimeError(f"layout bug: {self.written} rows written of {self.rows}")
+        if self.schedule is not None:
+            self.schedule.finish()
+        return {"file_rows": self.rows, "padding_rows": 0}
+
+
+def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
+                     fp: FixedPoint, fh: BinaryIO, schedule: BinaryIO) -> Prepared:
+    """The data owner's noisy rows as MP-SPDZ input text, a chunk of clients at a time.
+
+    Each chunk is read from ``rows``, made noisy from a CSPRNG and encoded as the
+    clients of a shared run do (:class:`NoisyChunks`), then formatted and written
+    with its schedule; the plaintext sums are accumulated as it goes.
+    """
+    started = time.perf_counter()
+    cpu = time.process_time()
+    m = plan.m
+
+    def group(acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
+        return group_slots(acc, m, clients)
+
+    def write(values: np.ndarray, counts: np.ndarray) -> None:
+        fh.write(format_integers(values))
+        out.add(counts)
+
+    noisy = NoisyChunks(plan, sketch, rows, noise, fp, group)
+    out = SlotSchedule(schedule, plan.n * plan.s, m)
+    # Chunk k is formatted and written on a second thread while k + 1 is made (numpy
+    # releases the GIL): the two halves of the work take both cores.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="owner-text") as pool:
+        pending: Future | None = None
+        for k in range(plan.chunks):
+            counts, ring = noisy.chunk(k)
+            # A row of text is one slot's d values: the (d, slots) columns, transposed
+            # into a copy, which the next chunk's values do not overwrite.
+            values = ring.view(np.int64).T.copy().ravel()
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(write, values, counts)
+        if pending is not None:
+            pending.result()
+    out.finish()
+    wall = time.perf_counter() - started
+    count = plan.n * plan.s * plan.d
+    mean = noisy.noise_sum / count
+    expected, abs_sums = noisy.expected, noisy.abs_sums
+    prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
+                        [8 * count] + [0] * (plan.parties - 1), wall,
+                        {"noise_mean": mean, "noise_var": noisy.noise_sq / count - mean**2})
+    prepared.stages = {"stream_wall_s": wall, "stream_clients_s": wall,
+                       "stream_workers": 1.0,
+                       "stream_clients_cpu_s": time.process_time() - cpu}
+    prepared.layout = {"kind": "party-text-per-chunk",
+                       "clients_per_chunk": plan.clients_per_chunk,
+                       "file_rows": plan.n * plan.s, "padding_rows": 0}
+    return prepared
