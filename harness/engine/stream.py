@@ -331,6 +331,14 @@ def _quiet() -> None:
     on, holding its connections and its SSH session's output open.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The fork server lives on while any process holds the parent's end of its "alive"
+    # pipe, and each child inherits one: dropped here, so that the fork server ends with
+    # the parent, and this child (PDEATHSIG) with the fork server.
+    server = multiprocessing.forkserver._forkserver
+    alive = server._forkserver_alive_fd  # type: ignore[attr-defined]
+    if alive is not None:
+        os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
     if ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL)) == 0 \
             and os.getppid() == 1:
         os._exit(1)  # the fork server was gone already: nobody to work for
