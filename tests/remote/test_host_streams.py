@@ -110,22 +110,29 @@ def test_fast_with_full_shares_streams_here_and_needs_only_mp_spdz_on_the_hosts(
     assert left_behind(fakes) == ([], [])
 
 
+def _sockets(pid: int) -> int:
+    try:
+        return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
 def _kill_when_seen(root: Path, step: bytes, killed: list[int], stop: threading.Event,
-                    after: float) -> None:
-    """SIGKILL the host agent's ``step`` under ``root`` once it has run ``after`` s."""
-    seen: dict[int, float] = {}
+                    sockets: int) -> None:
+    """SIGKILL the host agent's ``step`` under ``root`` once it holds ``sockets``
+    sockets (a server: its listener and a client's connection; mid-stream)."""
     while not stop.is_set() and not killed:
         for pid, _ in processes_under(root):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"harness.remote.agent" in cmdline and step in cmdline:
-                first = seen.setdefault(pid, time.monotonic())
-                if time.monotonic() - first >= after:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    break
+            if (b"harness.remote.agent" in cmdline and step in cmdline
+                    and _sockets(pid) >= sockets):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                break
         time.sleep(0.002)
 
 
@@ -140,7 +147,7 @@ def test_a_server_killed_mid_stream_is_named_and_nothing_is_left(
     killed: list[int] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_when_seen,
-                              args=(victim.workdir, b"serve", killed, stop, 1.5))
+                              args=(victim.workdir, b"serve", killed, stop, 2))
     killer.start()
     try:
         out = tmp_path / "out"
@@ -168,7 +175,7 @@ def test_a_client_host_killed_mid_stream_is_named_and_nothing_is_left(
     killed: list[int] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_when_seen,
-                              args=(victim.workdir, b"stream", killed, stop, 0.5))
+                              args=(victim.workdir, b"stream", killed, stop, 0))
     killer.start()
     try:
         out = tmp_path / "out"
