@@ -40,6 +40,8 @@ from test_aws import (  # noqa: F401 - fixtures, used by name
 from harness import cli
 from harness import infra as aws
 from harness.errors import InputError
+from harness.infra._ssh import known_hosts_line
+from harness.infra.aws import provision
 from harness.remote.hosts import load_inventory
 
 BASE_PORT = 14000
@@ -143,6 +145,23 @@ def test_the_security_group_admits_every_client_host_to_every_server_and_nobody_
     assert not admitted(group, 22, addresses=("198.51.100.9",))
     # Nothing else is open to anyone: no rule names an address range but the caller's.
     assert [r["CidrIp"] for p in group["IpPermissions"] for r in p["IpRanges"]] == [MY_CIDR]
+
+
+def test_the_client_hosts_keys_are_pinned_with_the_servers(
+        session: boto3.Session, monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
+    waited: list[str] = []
+    monkeypatch.setattr(provision, "wait_for_ssh",
+                        lambda host, port, timeout: waited.append(host))
+    monkeypatch.setattr(provision, "scan_host_key",
+                        lambda host, port: known_hosts_line(host, port, "ssh-ed25519", "AAAA"))
+    result = aws.up(session, options(state_dir, parties=2, client_hosts=2, wait_ssh=True,
+                                     setup=None), log=Log())
+    addresses = [i.public_ip for i in result.instances]
+    assert len(set(addresses)) == 4 and waited == addresses
+    assert result.known_hosts.read_text().splitlines() == [
+        f"{a} ssh-ed25519 AAAA" for a in addresses]
+    inv = load_inventory(result.inventory)
+    assert [c.ssh_host for c in inv.clients] == addresses[2:]
 
 
 def test_down_removes_every_client_host_and_status_no_longer_lists_them(
