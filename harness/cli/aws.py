@@ -12,6 +12,7 @@ from typing import Any
 
 from harness import infra as aws
 from harness.cli.common import number
+from harness.errors import InputError
 from harness.remote import DEFAULT_BASE_PORT
 
 __all__ = ["add_commands"]
@@ -70,7 +71,16 @@ def _add_up(commands: Any) -> None:
                         "this machine's) (default: release)")
     p.add_argument("--client", action="store_true",
                    help="one more instance as the inventory's [client] host, which prepares "
-                        "and sends the clients' shares inside the region")
+                        "and sends the clients' shares inside the region (the same as "
+                        "--client-hosts 1)")
+    p.add_argument("--client-hosts", default=None, metavar="N",
+                   type=number("--client-hosts", low=0, high=aws.MAX_CLIENT_HOSTS,
+                               integer=True),
+                   help="N more instances for the clients, in [0, "
+                        f"{aws.MAX_CLIENT_HOSTS}]: the inventory's [client] host for 1, "
+                        "[[client]] hosts client0, client1, ... for more, each preparing "
+                        "its share of the clients and streaming it to every server "
+                        "(default: 0, or 1 with --client)")
     p.add_argument("--no-setup", dest="setup", action="store_const", const=None,
                    help="only launch and write the inventory; run `ltm hosts setup` later")
     p.add_argument("--harness-spec", default=None, metavar="SPEC",
@@ -81,8 +91,9 @@ def _add_up(commands: Any) -> None:
     p.add_argument("--base-port", default=DEFAULT_BASE_PORT,
                    type=number("--base-port", low=1024, high=65535 - aws.MPC_PORT_SPAN + 1,
                                integer=True),
-                   help=f"first MPC port; {aws.MPC_PORT_SPAN} ports are opened between the "
-                        f"parties (default: {DEFAULT_BASE_PORT})")
+                   help=f"first MPC port (server i listens on it + i); {aws.MPC_PORT_SPAN} ports "
+                        "are opened to the cluster's own instances only, the parties and "
+                        f"the client hosts (default: {DEFAULT_BASE_PORT})")
     p.add_argument("--placement-strategy", default="auto", choices=aws.PLACEMENT_STRATEGIES,
                    help="placement group strategy; auto: cluster, or spread for burstable "
                         "(t3) types, which EC2 keeps out of cluster groups (default: auto)")
@@ -126,7 +137,7 @@ def _up(args: argparse.Namespace) -> int:
     options = aws.UpOptions(
         parties=args.parties, cluster=args.cluster, instance_type=args.instance_type,
         ami=args.ami, ssh_cidr=args.ssh_cidr, harness_spec=args.harness_spec, setup=args.setup,
-        client=args.client,
+        client_hosts=_client_hosts(args),
         state_dir=args.state_dir, inventory=args.inventory, base_port=args.base_port,
         placement_strategy=args.placement_strategy, volume_gb=args.volume_size,
         wait_ssh=args.wait_ssh, ssh_timeout=args.ssh_timeout, yes=args.yes,
@@ -138,12 +149,19 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _client_hosts(args: argparse.Namespace) -> int:
+    """How many client hosts: ``--client`` is ``--client-hosts 1``."""
+    if args.client_hosts is None:
+        return 1 if args.client else 0
+    if args.client and args.client_hosts != 1:
+        raise InputError(f"--client means --client-hosts 1, which contradicts --client-hosts "
+                         f"{args.client_hosts}; drop --client")
+    return int(args.client_hosts)
+
+
 def _print_up(result: aws.UpResult) -> None:
     print(f"Cluster {result.cluster!r} is up in {result.region}:")
-    names = [f"p{i}" for i in range(len(result.instances))]
-    if result.client:
-        names[-1] = "client"
-    for name, instance in zip(names, result.instances, strict=True):
+    for name, instance in zip(result.names, result.instances, strict=True):
         print(f"  {name}  {instance.instance_id}  public {instance.public_ip}  "
               f"private {instance.private_ip}")
     print(f"Inventory: {result.inventory}")

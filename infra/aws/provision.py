@@ -41,6 +41,7 @@ from .lookup import (
 )
 from .session import Aborted, AwsError, caller_cidr, confirm, normalise_cidr, region_of, say
 from .state import (
+    MAX_CLIENT_HOSTS,
     MPC_PORT_SPAN,
     Ask,
     Created,
@@ -50,6 +51,7 @@ from .state import (
     UpOptions,
     UpResult,
     default_state_dir,
+    instance_names,
     write_state_file,
 )
 from .teardown import POLL_SECONDS, rollback, wait_for_states
@@ -79,7 +81,8 @@ class _Plan:
 
 def up(session: Any, options: UpOptions, *, log: Log = say, ask: Ask = input,
        stdin: TextIO | None = None) -> UpResult:
-    """Launch ``options.parties`` instances and write their hosts inventory.
+    """Launch ``options.parties`` instances (and ``options.client_hosts`` more for the
+    clients) and write their hosts inventory.
 
     Prints the plan and its hourly cost and asks before creating anything. On
     any error or interrupt after that, deletes what it created and re-raises.
@@ -134,6 +137,10 @@ def _validate(options: UpOptions) -> None:
     if not 2 <= options.parties <= MPC_PORT_SPAN:
         raise InputError(f"--parties must be between 2 and {MPC_PORT_SPAN}, "
                          f"got {options.parties}")
+    if not 0 <= options.client_hosts <= MAX_CLIENT_HOSTS:
+        raise InputError(f"--client-hosts must be between 0 and {MAX_CLIENT_HOSTS}, got "
+                         f"{options.client_hosts}; for more, give each group of clients "
+                         "a cluster of its own")
     if not 1024 <= options.base_port <= 65535 - MPC_PORT_SPAN + 1:
         raise InputError(f"--base-port must be between 1024 and {65535 - MPC_PORT_SPAN + 1}, "
                          f"got {options.base_port}")
@@ -147,8 +154,9 @@ def _validate(options: UpOptions) -> None:
 def _make_plan(ec2: Any, region: str, options: UpOptions) -> _Plan:
     # Everything that can fail without cost is checked here, before the question.
     ssh_cidr = normalise_cidr(options.ssh_cidr) if options.ssh_cidr else caller_cidr()
+    # The client hosts share the placement group: spread's limit counts them too.
     strategy = placement_strategy(options.placement_strategy, options.instance_type,
-                                  options.parties)
+                                  _count(options))
     existing = cluster_statuses(ec2, options.cluster)
     if existing:
         raise InputError(f"cluster {options.cluster!r} already exists in {region} "
@@ -180,13 +188,15 @@ def _print_plan(plan: _Plan, log: Log) -> None:
     log(f"Cluster {o.cluster!r} in {plan.region} ({plan.subnet.zone}): {_count(o)} x "
         f"{o.instance_type}, placement group strategy {plan.strategy!r}")
     log(f"Image: {plan.image.image_id} ({plan.image.name or 'unnamed'})")
-    log(f"SSH open to {plan.ssh_cidr}; MPC ports {o.base_port}-"
+    log(f"SSH open to {plan.ssh_cidr}; MPC and stream ports {o.base_port}-"
         f"{o.base_port + MPC_PORT_SPAN - 1} open between the cluster's instances only")
     if o.placement_strategy == "auto" and plan.strategy != "cluster":
         log(f"  (EC2 keeps burstable types such as {o.instance_type} out of 'cluster' "
             "placement groups; choose e.g. --instance-type c5.large for the tightest packing)")
-    if o.client:
-        log(f"  ({o.parties} servers and one host for the clients)")
+    if o.client_hosts:
+        hosts = "one host" if o.client_hosts == 1 else f"{o.client_hosts} hosts"
+        log(f"  ({o.parties} servers and {hosts} for the clients, which stream their "
+            "shares to every server)")
     log(cost_estimate(o.instance_type, _count(o)))
 
 
@@ -221,7 +231,8 @@ def _provision(ec2: Any, plan: _Plan, created: Created, log: Log,
         placement_strategy=plan.strategy,
         host_keys_recorded=recorded,
         set_up=set_up,
-        client=plan.options.client,
+        client_hosts=plan.options.client_hosts,
+        names=instance_names(plan.options.parties, plan.options.client_hosts),
     )
 
 
@@ -278,11 +289,12 @@ def _create_security_group(ec2: Any, plan: _Plan, created: Created) -> str:
     ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[
         {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
          "IpRanges": [{"CidrIp": plan.ssh_cidr, "Description": "SSH from the ltm caller"}]},
-        # Naming the group itself admits exactly the instances that wear it.
+        # Naming the group itself admits exactly the instances that wear it: the parties
+        # and the client hosts, which stream their shares to base_port + i of server i.
         {"IpProtocol": "tcp", "FromPort": o.base_port,
          "ToPort": o.base_port + MPC_PORT_SPAN - 1,
          "UserIdGroupPairs": [{"GroupId": group_id,
-                               "Description": "MPC between the cluster's parties"}]},
+                               "Description": "MPC and client streams within the cluster"}]},
     ])
     return group_id
 
@@ -342,10 +354,10 @@ def wait_until_running(ec2: Any, ids: list[str], *, delay: float = POLL_SECONDS,
 
 
 def _name_instances(ec2: Any, plan: _Plan, instances: tuple[InstanceInfo, ...]) -> None:
-    for party, instance in enumerate(instances):
+    names = instance_names(plan.options.parties, plan.options.client_hosts)
+    for name, instance in zip(names, instances, strict=True):
         ec2.create_tags(Resources=[instance.instance_id],
-                        Tags=[{"Key": "Name", "Value": f"{plan.options.cluster}-"
-                                                       f"{_instance_name(party, plan.options)}"}])
+                        Tags=[{"Key": "Name", "Value": f"{plan.options.cluster}-{name}"}])
 
 
 def _record_host_keys(plan: _Plan, instances: tuple[InstanceInfo, ...], created: Created,
@@ -378,23 +390,20 @@ def _scan_host_key(host: str, attempts: int = 3, pause: float = 5.0) -> str:
 
 
 def _count(options: UpOptions) -> int:
-    return options.parties + (1 if options.client else 0)
+    return options.parties + options.client_hosts
 
 
 def _inventory(plan: _Plan, instances: tuple[InstanceInfo, ...]) -> Inventory:
+    names = instance_names(plan.options.parties, plan.options.client_hosts)
     hosts = tuple(
-        Host(name=_instance_name(party, plan.options), ssh_host=str(i.public_ip),
-             user=LOGIN_USER, key=str(plan.key_file), mpc_host=str(i.private_ip),
-             mp_spdz=REMOTE_MP_SPDZ)
-        for party, i in enumerate(instances)
+        Host(name=name, ssh_host=str(i.public_ip), user=LOGIN_USER, key=str(plan.key_file),
+             mpc_host=str(i.private_ip), mp_spdz=REMOTE_MP_SPDZ)
+        for name, i in zip(names, instances, strict=True)
     )
-    # The last instance (launch order) is the clients' host with --client.
+    # In launch order, the parties come first and the client hosts after them; the
+    # inventory writes one client host as [client], several as [[client]] entries.
     parties = plan.options.parties
     return Inventory(hosts=hosts[:parties], known_hosts=plan.known_hosts,
                      base_port=plan.options.base_port, cluster=plan.options.cluster,
-                     region=plan.region, clients=(hosts[parties],) if plan.options.client else ())
-
-
-def _instance_name(index: int, options: UpOptions) -> str:
-    return "client" if options.client and index == options.parties else f"p{index}"
+                     region=plan.region, clients=hosts[parties:])
 

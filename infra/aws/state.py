@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_INSTANCE_TYPE",
     "DEFAULT_VOLUME_GB",
     "LIVE_STATES",
+    "MAX_CLIENT_HOSTS",
     "MPC_PORT_SPAN",
     "PLACEMENT_STRATEGIES",
     "TAG_CLUSTER",
@@ -32,6 +33,7 @@ __all__ = [
     "UpOptions",
     "UpResult",
     "default_state_dir",
+    "instance_names",
     "local_files",
     "write_state_file",
 ]
@@ -43,6 +45,9 @@ DEFAULT_INSTANCE_TYPE = "t3.large"
 DEFAULT_VOLUME_GB = 20
 # The MPC rule opens a fixed span, so the same group serves any party count up to it.
 MPC_PORT_SPAN = 100
+# At most this many client hosts: each opens a TLS stream to every server, and a slip of
+# the keyboard should not launch (and bill) a fleet. Above it, split the clients up.
+MAX_CLIENT_HOSTS = 16
 PLACEMENT_STRATEGIES = ("auto", "cluster", "spread", "partition")
 # EC2 keeps terminated instances visible for a while; they are gone for our purposes.
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
@@ -99,7 +104,9 @@ class UpOptions:
     harness_spec: str | None = None  # a published harness the instances pip-install
     # `ltm hosts setup --mp-spdz` once SSH answers: "release", "local", or None (skip it)
     setup: str | None = "release"
-    client: bool = False  # one more instance, the inventory's [client] (the clients' host)
+    # More instances, after the parties: the hosts that prepare and stream the clients'
+    # shares; one is the inventory's [client], several its [[client]] entries.
+    client_hosts: int = 0
     state_dir: Path | None = None  # None: default_state_dir()
     inventory: Path | None = None  # None: <state_dir>/<cluster>.toml
     base_port: int = DEFAULT_BASE_PORT
@@ -121,7 +128,8 @@ class UpResult:
     placement_strategy: str
     host_keys_recorded: bool
     set_up: bool = False
-    client: bool = False  # the last instance is the [client] host
+    client_hosts: int = 0  # the last ones of ``instances``
+    names: tuple[str, ...] = ()  # the inventory's name of each of ``instances``
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,15 @@ class DownResult:
     key_pairs: tuple[str, ...] = ()
     placement_groups: tuple[str, ...] = ()
     local_files: tuple[Path, ...] = ()
+
+
+def instance_names(parties: int, client_hosts: int) -> tuple[str, ...]:
+    """The inventory's names, in launch order: ``p0`` .. for the parties, then ``client``
+    for one client host (a ``[client]`` table) or ``client0``, ``client1`` .. for several
+    (``[[client]]`` entries, which :mod:`harness.remote.hosts` names so by default)."""
+    clients = ("client",) if client_hosts == 1 else tuple(f"client{k}"
+                                                          for k in range(client_hosts))
+    return tuple(f"p{i}" for i in range(parties)) + clients
 
 
 # --- the record of what `up` created ----------------------------------------

@@ -456,6 +456,7 @@ AWS_UP_OPTIONS = {
     "--ssh-timeout": wild_number(),
     "--base-port": st.one_of(wild_number(), small_int(1000, 65535)),
     "--volume-size": st.one_of(wild_number(), small_int(1, 20)),
+    "--client-hosts": st.one_of(wild_number(), small_int(0, 3)),
     "--cluster": st.sampled_from(["demo", "", "bad name!", "x" * 60]),
     "--ssh-cidr": st.sampled_from(["203.0.113.7/32", "0.0.0.0/0", "::1", "x"]),
     "--placement-strategy": st.sampled_from(["auto", "cluster", "spread", "moon"]),

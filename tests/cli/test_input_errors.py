@@ -352,6 +352,8 @@ def test_install_prefix_under_a_file(tmp_path, capsys):
     (["hosts", "trust", "--timeout", "inf", "HOSTS"], "--timeout must be a finite number"),
     (["aws", "up", "--parties", "3", "--volume-size", "1000000000"],
      "--volume-size must lie in [8, 16384]"),
+    (["aws", "up", "--parties", "3", "--client-hosts", "1000"],
+     "--client-hosts must lie in [0, 16]"),
 ])
 def test_absurd_values_of_every_command_are_refused(tmp_path, capsys, no_drawing, argv,
                                                     needle):

@@ -275,8 +275,10 @@ def test_up_writes_the_inventory_and_a_private_key(session: boto3.Session, ec2: 
 def test_up_with_a_client_host_adds_one_instance_as_the_inventorys_client(
         session: boto3.Session, ec2: Any, state_dir: Path) -> None:
     log = Log()
-    result = aws.up(session, options(state_dir, parties=3, client=True), log=log)
-    assert len(result.instances) == 4 and result.client
+    result = aws.up(session, options(state_dir, parties=3, client_hosts=1), log=log)
+    assert len(result.instances) == 4 and result.client_hosts == 1
+    assert result.names == ("p0", "p1", "p2", "client")
+    assert "[client]\n" in result.inventory.read_text()  # the table older inventories use
     inv = load_inventory(result.inventory)
     assert [h.name for h in inv.hosts] == ["p0", "p1", "p2"]
     assert len(inv.clients) == 1 and inv.clients[0].name == "client"

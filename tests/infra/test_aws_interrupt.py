@@ -181,6 +181,24 @@ def test_up_waiting_for_ssh_stops_at_once_and_removes_everything(
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_up_with_client_hosts_interrupted_removes_them_with_the_servers(
+        cli_session: boto3.Session, ec2: Any, pgs: PlacementGroups, lag: Lag,
+        state_dir: Path, capsys: pytest.CaptureFixture[str], sig: int) -> None:
+    lag.pending = True  # caught while the 2 servers and 2 client hosts start
+    out, _ = interrupted(up_args(state_dir, "--client-hosts", "2", "--no-wait-ssh"), sig,
+                         lag.seen_slow.is_set, capsys)
+    ids = launched_ids(out)
+    assert len(ids) == 4
+    assert (f"up interrupted while waiting for the instances to run: 4 instance(s) launched "
+            f"({', '.join(ids)}); running: none; SSH answered: none; removing what it "
+            "created") in out, out
+    assert lag.terminated == set(ids)
+    assert "Removed everything `ltm aws up` had created." in out, out
+    assert leftovers(ec2, pgs) == NOTHING
+    assert list(state_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_up_waiting_for_instances_stops_at_once_and_down_finishes_what_ec2_is_slow_at(
         cli_session: boto3.Session, ec2: Any, pgs: PlacementGroups, lag: Lag,
         state_dir: Path, capsys: pytest.CaptureFixture[str], sig: int) -> None:
