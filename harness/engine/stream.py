@@ -62,6 +62,7 @@ __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stre
 # a server's "ended early" says more than a worker's "server closed its stream".
 _GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class StreamError(PartyError):
@@ -194,7 +195,13 @@ class _Processes:
         got, sent = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=target, args=(*args, sent), name=name, daemon=True)
         self.procs.append((name, proc, got))  # before start: a signal may come
-        proc.start()
+        # A start is one request to the fork server: a signal in its middle would leave
+        # the fork server a torn request (and its traceback). It comes just after.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         sent.close()
 
     def collect(self, deadline: float) -> dict[str, Any]:
