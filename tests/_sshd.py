@@ -24,7 +24,7 @@ from harness.engine.cluster import find_free_ports
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
 __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
-           "processes_under", "write_inventory_file"]
+           "processes_under", "trusted_inventory", "write_inventory_file"]
 
 SSHD = Path("/usr/sbin/sshd")
 _START_SECONDS = 10.0
@@ -243,3 +243,18 @@ def write_inventory_file(path: Path, hosts: list[Host], base_port: int,
                     base_port=base_port, clients=(client,) if client else clients)
     path.write_text(format_inventory(inv, base_dir=path.parent))
     return path
+
+
+def trusted_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
+                      clients: int = 0) -> tuple[Path, list[FakeHost]]:
+    """``parties`` servers and ``clients`` client hosts, all with the harness, in an
+    inventory whose host keys are pinned; the inventory's path and the hosts."""
+    from harness.remote.ssh import trust_hosts
+
+    fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
+    fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]
+    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
+    path = write_inventory_file(tmp_path / "hosts.toml", hosts[:parties],
+                                mpc_base_port(parties), clients=tuple(hosts[parties:]))
+    trust_hosts(path, echo=lambda line: None)
+    return path, fakes

@@ -53,7 +53,7 @@ from harness.remote.streaming import decode_totals
 if TYPE_CHECKING:
     from harness.engine import ClientJob
 
-__all__ = ["ClientHost"]
+__all__ = ["ClientHost", "combine_parts"]
 
 _SIGNALS = {int(s): s.name for s in signal.Signals}
 
@@ -237,3 +237,23 @@ class ClientHost:
         finally:
             self.client.close()
             self.client = None
+
+
+def combine_parts(parts: list[Prepared], clients: list[int]) -> Prepared:
+    """The client hosts' parts as one: the plaintext sketches summed (in the ring, as the
+    servers' sums are), bytes per server summed, the slowest host's seconds (they
+    prepare at once), and the noise statistics pooled by each host's clients."""
+    expected = np.zeros_like(parts[0].expected)
+    abs_sums = np.zeros_like(parts[0].abs_sums)
+    for part in parts:
+        expected += part.expected  # uint64: wraps modulo 2^64, like the shares
+        abs_sums += part.abs_sums
+    upload = [sum(sizes) for sizes in zip(*(p.upload_bytes for p in parts), strict=True)]
+    stats: dict = {}
+    if all("noise_mean" in p.stats and "noise_var" in p.stats for p in parts):
+        weights = np.asarray(clients, dtype=np.float64) / sum(clients)
+        means = np.asarray([p.stats["noise_mean"] for p in parts])
+        seconds = np.asarray([p.stats["noise_var"] for p in parts]) + means ** 2
+        mean = float(weights @ means)
+        stats = {"noise_mean": mean, "noise_var": float(weights @ seconds) - mean ** 2}
+    return Prepared(expected, abs_sums, upload, max(p.seconds for p in parts), stats)

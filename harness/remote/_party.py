@@ -10,7 +10,6 @@ the party's exit status as the SSH command's status.
 from __future__ import annotations
 
 import shlex
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from harness.engine import Completed
 from harness.errors import InputError, LtmError, MpSpdzError
 from harness.fileio import open_private, private_dir
 from harness.remote._connect import ConnectOptions, connect, describe
+from harness.remote._listen import RECEIVER_PID, Listening
 from harness.remote._results import Abandoned
 from harness.remote._shell import (
     BAD_WORKDIR,
@@ -36,17 +36,14 @@ from harness.remote._shell import (
     workdir_problem,
 )
 from harness.remote._steps import HostSteps
-from harness.remote.agent import LOST
 from harness.remote.hosts import Host
 
 __all__ = ["ConnectionLost", "RemoteParty", "Upload"]
 
 PGID_FILE = "party.pgid"
-RECEIVER_PID = "receiver.pid"
 _POLL_SECONDS = 0.01
 _CHUNK = 1 << 16
 _NO_BINARY, _NO_SETSID = 3, 4
-_SIGNALS = {int(s): s.name for s in signal.Signals}
 
 
 class ConnectionLost(LtmError):
@@ -75,7 +72,7 @@ def _kill_script(directory: str, wait_for_pgid: bool) -> str:
             'i=$((i+1)); done; exit 0')
 
 
-class RemoteParty:
+class RemoteParty(Listening):
     """Party ``index`` on ``host``; every method is safe to call from one worker thread."""
 
     def __init__(self, index: int, host: Host, log_dir: Path,
@@ -225,104 +222,6 @@ class RemoteParty:
                            f"{tail or out.strip() or 'no output'}")
         self._took(replies)
 
-    def _took(self, replies: dict[str, dict]) -> None:
-        """The seconds the host agent reports for each step it ran."""
-        if "expand" in replies:
-            self.expand_s = float(replies["expand"]["seconds"])
-        if "aggregate" in replies:
-            self.aggregate_s = float(replies["aggregate"]["seconds"])
-        if "join" in replies:
-            self.join_s = float(replies["join"]["seconds"])
-
-    def _no_harness(self, why: str) -> LtmError:
-        return LtmError(f"{self.label}: the harness is not installed on that host, and {why}; "
-                        "run `ltm hosts setup` first")
-
-    def start_receive(self, port: int, names: list[list[str]], steps: HostSteps,
-                      timeout: float) -> None:
-        """Listen (TLS, the client hosts' certificate pinned) for this server's files
-        (``names[k]`` from client host k, under its working directory); as soon as they
-        are in, run ``steps``."""
-        args = ["receive", "0.0.0.0", str(port), f"Player-Data/P{self.index}.pem",
-                f"Player-Data/P{self.index}.key", "client.pem"]
-        if len(names) == 1:
-            args += [arg for name in names[0] for arg in ("--file", name)]
-        else:  # one connection from each client host, each with its own files
-            for host_names in names:
-                args += ["--sender", *host_names]
-        args += steps.receive_args(self.index)
-        self._listen(args, port, timeout, steps.why_harness(receive=True))
-
-    def start_serve(self, args: list[str], port: int, timeout: float, why: str) -> None:
-        """A streamed run: the agent's ``serve`` takes this server's stream on ``port``."""
-        self._listen(["serve", *args], port, timeout, why)
-
-    def _listen(self, args: list[str], port: int, timeout: float, why: str) -> None:
-        """Start an agent step that listens on ``port``; return once it says it does."""
-        assert self.client is not None and self.remote_dir is not None
-        command = (f"cd {shlex.quote(self.remote_dir)} && echo $$ > {RECEIVER_PID} && "
-                   f"{harness_check()} && exec {agent_command(*args)}")
-        transport = self.client.get_transport()
-        assert transport is not None
-        channel = transport.open_session(timeout=EXEC_TIMEOUT)
-        channel.settimeout(timeout)
-        channel.exec_command(command)
-        self._receiver = channel
-        # One file object for every read: a second one would miss what this one buffered.
-        self._receiver_out = channel.makefile("r")
-        line = _text(self._receiver_out.readline())
-        try:
-            listening = "listening" in read_steps(line)
-        except ValueError:
-            listening = False
-        if not listening:
-            if channel.recv_exit_status() == NO_HARNESS:
-                raise self._no_harness(why)
-            raise LtmError(f"{self.label}: cannot take the clients' shares on port {port}: "
-                           f"{self._receiver_error()}")
-
-    def finish_receive(self) -> None:
-        replies = self._finish("receive", "receiving its shares from the client host")
-        self.received_bytes = int(replies["receive"]["bytes"])
-        self._took(replies)
-
-    def finish_serve(self) -> dict:
-        """The ``serve`` step's figures, once this server's stream has ended."""
-        return self._finish("serve", "taking its stream of shares")["serve"]
-
-    def serve_failure(self) -> tuple[str, bool] | None:
-        """Why the listening step failed, if it already has (without waiting), and
-        whether only because it lost a client's stream (a consequence, not a cause)."""
-        channel = self._receiver
-        if channel is None or not channel.exit_status_ready():
-            return None
-        rc = channel.recv_exit_status()
-        if rc == 0:
-            return None
-        if rc < 0:  # sshd reports a signal, not a status, for the process it ran
-            return f"{self.label}: its `agent serve` was killed there (no exit status)", False
-        if rc > 128 and rc - 128 in _SIGNALS:
-            return (f"{self.label}: its `agent serve` was killed by {_SIGNALS[rc - 128]} "
-                    f"there (status {rc})", False)
-        return f"{self.label}: {self._receiver_error()}", rc == LOST
-
-    def _finish(self, step: str, what: str) -> dict[str, dict]:
-        channel, out_file = self._receiver, self._receiver_out
-        assert channel is not None and out_file is not None
-        out = _text(out_file.read())
-        try:
-            replies = read_steps(out)
-        except ValueError:
-            replies = {}
-        if channel.recv_exit_status() != 0 or step not in replies:
-            raise LtmError(f"{self.label}: {what} failed: {self._receiver_error()}")
-        return replies
-
-    def _receiver_error(self) -> str:
-        assert self._receiver is not None
-        err = _text(self._receiver.makefile_stderr("r").read())
-        return " | ".join(err.strip().splitlines()[-3:]) or "no output"
-
     # --- the run -------------------------------------------------------------------
 
     def start(self, args: list[str]) -> None:
@@ -433,8 +332,3 @@ def _drain(channel: paramiko.Channel, out, err) -> bool:
         err.write(channel.recv_stderr(_CHUNK))
         busy = True
     return busy
-
-
-def _text(data: str | bytes) -> str:
-    # paramiko's read() gives bytes whatever the mode; readline() gives str.
-    return data.decode(errors="replace") if isinstance(data, bytes) else data

@@ -13,28 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
+from _sshd import processes_under, trusted_inventory
 
 from harness.cli import main
 from harness.experiments import RunConfig, run
 from harness.remote._client import ClientHost
-from harness.remote.ssh import trust_hosts
 
 pytestmark = [
     pytest.mark.root, pytest.mark.mpspdz,
     pytest.mark.skipif(os.geteuid() != 0, reason="the fake hosts are sshd servers logged into "
                        "as root"),
 ]
-
-
-def inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int, clients: int):
-    fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
-    fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]
-    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
-    path = write_inventory_file(tmp_path / "hosts.toml", hosts[:parties],
-                                mpc_base_port(parties), clients=tuple(hosts[parties:]))
-    trust_hosts(path, echo=lambda line: None)
-    return path, fakes
 
 
 def remote_dirs(fakes) -> list[Path]:
@@ -53,7 +42,7 @@ def no_processes_left(root: Path, seconds: float = 5.0) -> list:
     ("local", "ps-rep-ring", "full"), ("local", "ps-rep-ring", "seeded")])
 def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing):
-    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=2)
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 3, clients=2)
     rows_sent: dict[str, int] = {}
     original = ClientHost._put_rows
 
@@ -95,7 +84,7 @@ def test_a_client_host_killed_while_it_prepares_files_stops_the_run_and_is_named
     monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
     # The reference program reads whole share files, from one client host (a streamed
     # run's client host is killed in tests/remote/test_host_streams.py).
-    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 2, clients=1)
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2, clients=1)
     victim = fakes[-1]  # client0
     killed: list[int] = []
     stop = threading.Event()

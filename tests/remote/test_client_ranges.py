@@ -28,7 +28,7 @@ from harness.clients import save_plan as save_expand_plan
 from harness.clients.layout import accumulator_index
 from harness.engine.aggregate import aggregate_shares
 from harness.errors import InputError
-from harness.remote.ssh import combine_parts
+from harness.remote._client import combine_parts
 from harness.remote.transfer import join
 
 M, D = 12, 3

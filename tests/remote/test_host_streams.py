@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
+from _sshd import mpc_base_port, processes_under, trusted_inventory, write_inventory_file
 
 from harness.cli import main
 from harness.clients import ADDITIVE
@@ -26,16 +26,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the fake hosts are sshd servers logged into "
                        "as root"),
 ]
-
-
-def inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int, clients: int = 0):
-    fakes = [farm.add(f"p{i}", harness=True) for i in range(parties)]
-    fakes += [farm.add(f"client{k}", harness=True) for k in range(clients)]
-    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
-    path = write_inventory_file(tmp_path / "hosts.toml", hosts[:parties],
-                                mpc_base_port(parties), clients=tuple(hosts[parties:]))
-    trust_hosts(path, echo=lambda line: None)
-    return path, fakes
 
 
 def left_behind(fakes, seconds: float = 5.0) -> tuple[list, list]:
@@ -56,7 +46,7 @@ def left_behind(fakes, seconds: float = 5.0) -> tuple[list, list]:
 def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing,
         parties):
-    path, fakes = inventory(tmp_path, farm, mp_spdz.root, parties)
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, parties)
     uploaded: list[str] = []
     original = RemoteParty.upload
 
@@ -136,32 +126,43 @@ def _kill_when_seen(root: Path, step: bytes, killed: list[int], stop: threading.
         time.sleep(0.002)
 
 
-@pytest.mark.parametrize("clients", [0, 2])
-def test_a_server_killed_mid_stream_is_named_and_nothing_is_left(
-        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch, clients):
-    import harness.engine.programs as programs
-
-    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
-    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 3, clients=clients)
-    victim = fakes[1]
+def _run_and_kill(tmp_path: Path, path: Path, victim, step: bytes, sockets: int,
+                  capsys) -> tuple[int, str, Path]:
+    """``ltm run`` on the hosts while the victim's agent ``step`` is killed mid-stream;
+    its exit code, its stderr and its --out."""
     killed: list[int] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_when_seen,
-                              args=(victim.workdir, b"serve", killed, stop, 2))
+                              args=(victim.workdir, step, killed, stop, sockets))
     killer.start()
+    out = tmp_path / "out"
     try:
-        out = tmp_path / "out"
         code = main(["run", "--hosts", str(path), "--program", "local", "--clients", "2000000",
                      "--rows", "10", "--dim", "3", "--out", str(out)])
     finally:
         stop.set()
         killer.join()
     err = capsys.readouterr().err
-    assert killed, "the server's stream was never seen"
+    assert killed, f"the victim's `agent {step.decode()}` was never seen: {err}"
     assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    assert "(no party was started)" in err
+    assert not (out / "result.json").exists()  # no partial output
+    return code, err, out
+
+
+@pytest.mark.parametrize("clients", [0, 2])
+def test_a_server_killed_mid_stream_is_named_and_nothing_is_left(
+        tmp_path, farm, mp_spdz, program_cache, capsys, monkeypatch, clients):
+    import harness.engine.programs as programs
+
+    monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 3, clients=clients)
+    victim = fakes[1]
+    # once a client has connected: the listener and that connection
+    _, err, _ = _run_and_kill(tmp_path, path, victim, b"serve", 2, capsys)
+    # the server first, before what the clients then saw
     assert err.index(f"p1 (root@127.0.0.1:{victim.port})") < err.index("the clients then")
-    assert "`agent serve` was killed there" in err and "(no party was started)" in err
-    assert not (out / "result.json").exists()
+    assert "`agent serve` was killed there" in err
     assert left_behind(fakes) == ([], [])
 
 
@@ -170,25 +171,11 @@ def test_a_client_host_killed_mid_stream_is_named_and_nothing_is_left(
     import harness.engine.programs as programs
 
     monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
-    path, fakes = inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
     victim = fakes[-1]  # client1
-    killed: list[int] = []
-    stop = threading.Event()
-    killer = threading.Thread(target=_kill_when_seen,
-                              args=(victim.workdir, b"stream", killed, stop, 0))
-    killer.start()
-    try:
-        out = tmp_path / "out"
-        code = main(["run", "--hosts", str(path), "--program", "local", "--clients", "2000000",
-                     "--rows", "10", "--dim", "3", "--out", str(out)])
-    finally:
-        stop.set()
-        killer.join()
-    err = capsys.readouterr().err
-    assert killed, "the client host's stream was never seen"
-    assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
+    _, err, _ = _run_and_kill(tmp_path, path, victim, b"stream", 0, capsys)
     assert (f"the client host client1 (root@127.0.0.1:{victim.port}): `agent stream` was "
             "killed by SIGKILL there (status 137)") in err
-    assert "client0" not in err and "(no party was started)" in err
-    assert not (out / "result.json").exists()
+    # the servers that lost its streams are not blamed, nor the other client host
+    assert "client0" not in err and "p0 (" not in err
     assert left_behind(fakes) == ([], [])
