@@ -86,6 +86,7 @@ from harness.engine.stream import (
     stream_inputs,
     worker_count,
 )
+from harness.engine.stream_file import write_owner
 from harness.engine.stream_serve import serve_party
 from harness.engine.tls_stream import TlsRoute, TlsTransport
 from harness.engine.upload import (
@@ -127,6 +128,7 @@ __all__ = [
     "channel_root",
     "serve_party",
     "stream_clients",
+    "write_owner",
     "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",

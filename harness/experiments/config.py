@@ -84,21 +84,26 @@ class RunConfig:
         takes its TLS stream on its own host, from this machine or from the inventory's
         client hosts (``fast`` with full sharing and no client host streams here into
         its share files, which go by SFTP: those hosts need only MP-SPDZ); and
-        ``reference`` on this machine's loopback, with the clients' shares (full or
-        seeded) or the data owner's input (``--input party``). Its clients and servers
-        then hold nothing proportional to n (:mod:`harness.engine.stream`): ``local``'s
-        servers write no share file, ``fast``'s and ``reference``'s write theirs as the
-        shares arrive, laid out per chunk of clients, and with ``--input party`` the data
-        owner writes its input text a chunk at a time; through a network, preparation,
-        upload, expansion of the seeds and aggregation (or writing) overlap. Every other
-        run writes whole share files and must fit in memory."""
+        ``reference``: with the clients' shares on this machine (loopback or
+        ``--network``) or, with full sharing and no client host, to hosts (streamed
+        here, sent by SFTP); with the data owner's input (``--input party``) on the
+        loopback or to hosts (its text written here a chunk at a time). Its clients and
+        servers then hold nothing proportional to n (:mod:`harness.engine.stream`):
+        ``local``'s servers write no share file, ``fast``'s and ``reference``'s write
+        theirs as the shares arrive, laid out per chunk of clients; through a network,
+        preparation, upload, expansion of the seeds and aggregation (or writing)
+        overlap. Every other run writes whole share files and must fit in memory."""
         program = self.server_program
-        here = self.hosts is None and self.network is None
         if self.input_mode == "party":  # fast's party input is blocked: not per chunk
-            return here and not program.blocked and not program.aggregates
+            # reference's data owner writes its text here (sent over SFTP to a host)
+            return self.network is None and not program.blocked and not program.aggregates
         if self.input_mode != "shares":
             return False
-        return program.aggregates or program.blocked or here
+        if program.aggregates or program.blocked or self.hosts is None:
+            return True
+        # reference to hosts: its files are streamed here and sent whole; with seeded
+        # shares or a client host they are prepared whole, as before
+        return self.sharing == "full" and not self.client_hosts
 
     @property
     def client_hosts(self) -> int:

@@ -103,9 +103,14 @@ def end_to_end_parts(result: RunResult) -> str:
     t = result.timings
     if "stream_wall_s" in t:  # clients and servers side by side, then the MPC's opening
         after = (result.t_end_to_end_s or 0.0) - t["prepare_s"]
+        sent = ""
+        if "stream_upload_s" not in t and result.upload_measured:
+            # to hosts that have only MP-SPDZ: streamed here into files, then sent
+            sent = f" + upload {t['client_upload_s']:.3f}"
+            after -= t["client_upload_s"]
         if "stream_servers_s" not in t:  # --input party: no server takes a stream
             return (f"stream {t['prepare_s']:.3f} (the data owner's input text, a chunk "
-                    f"at a time) + MPC {after:.3f}")
+                    f"at a time){sent} + MPC {after:.3f}")
         stages = [f"clients {t['stream_clients_s']:.3f}"]
         if "stream_upload_s" in t:  # through an emulated network
             stages.append(f"upload {t['stream_upload_s']:.3f} "
@@ -114,11 +119,6 @@ def end_to_end_parts(result: RunResult) -> str:
         if "stream_expand_s" in t:  # seeded: expanding the seeds is part of the servers' time
             stages[-1] += f", expanding {t['stream_expand_s']:.3f}"
         overlap = f", overlap {t['stream_overlap']:.2f}x" if "stream_overlap" in t else ""
-        sent = ""
-        if "stream_upload_s" not in t and result.upload_measured:
-            # fast to hosts that have only MP-SPDZ: streamed here into files, then sent
-            sent = f" + upload {t['client_upload_s']:.3f}"
-            after -= t["client_upload_s"]
         return (f"stream {t['prepare_s']:.3f} ({', '.join(stages[:-1])} and {stages[-1]} "
                 f"side by side{overlap}){sent} + MPC {after:.3f}")
     upload = (f"upload {t['client_upload_s']:.3f}" if result.upload_measured

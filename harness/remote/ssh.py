@@ -44,6 +44,7 @@ from harness.engine import (
     save_plan,
     stream_inputs,
     worker_count,
+    write_owner,
 )
 from harness.errors import InputError, LtmError
 from harness.remote._client import ClientHost, combine_parts
@@ -166,7 +167,8 @@ class SshCluster(PartyStaging):
     def _stream(self, job: ClientJob) -> Prepared:
         """Each server sums (or writes) its stream on its host as the clients make it;
         the parties' group stays open, with their directories, for :meth:`run`."""
-        if job.blocks is not None and job.sharing == "full" and not self._clients:
+        if job.input_mode == "party" or (
+                job.blocks is not None and job.sharing == "full" and not self._clients):
             return self._stream_here(job)
         group = self._party_group(self.inventory.base_port, job.timeout)
         try:
@@ -186,19 +188,26 @@ class SshCluster(PartyStaging):
         return streamed.prepared
 
     def _stream_here(self, job: ClientJob) -> Prepared:
-        """The ``fast`` program with full sharing and no client host: the hosts need only
-        MP-SPDZ. The stream runs here (bounded memory) into each server's blocked share
-        file and the public schedule, which :meth:`run` uploads like any other file."""
+        """``fast`` or ``reference`` with full sharing and no client host, or the data
+        owner's input: the hosts need only MP-SPDZ. The stream runs here (bounded
+        memory) into each server's share file (or party 0's input text) and the public
+        schedule, which :meth:`run` uploads like any other file."""
         plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
                           job.share_format.name, workers=worker_count(), sharing=job.sharing)
         schedule = self.workdir / "public-input"
+        self._schedule_here = schedule
+        if job.input_mode == "party":  # the data owner's text, for party 0's host
+            prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
+                                   self.input_file(), schedule)
+            job.fp.check_bucket_bound(prepared.abs_sums)
+            return prepared
         streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp,
                                  [self.share_file(i) for i in range(self.parties)],
                                  as_input=False, workdir=self.workdir, timeout=job.timeout,
                                  blocks=job.blocks, schedule=schedule)
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         streamed.upload = None  # the files go by SFTP, timed as any upload is
-        self._streamed, self._schedule_here = streamed, schedule
+        self._streamed = streamed
         streamed.prepared.stages.update(streamed.stages)
         streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
