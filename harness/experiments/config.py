@@ -84,9 +84,8 @@ class RunConfig:
         takes its TLS stream on its own host, from this machine or from the inventory's
         client hosts (``fast`` with full sharing and no client host streams here into
         its share files, which go by SFTP: those hosts need only MP-SPDZ); and
-        ``reference``: with the clients' shares on this machine (loopback or
-        ``--network``) or, with full sharing and no client host, to hosts (streamed
-        here, sent by SFTP); with the data owner's input (``--input party``) on the
+        ``reference``: with the clients' shares on this machine's loopback or, with
+        full sharing and no client host, to hosts (streamed here, sent by SFTP); with the data owner's input (``--input party``) on the
         loopback or to hosts (its text written here a chunk at a time). Its clients and
         servers then hold nothing proportional to n (:mod:`harness.engine.stream`):
         ``local``'s servers write no share file, ``fast``'s and ``reference``'s write
@@ -99,8 +98,10 @@ class RunConfig:
             return self.network is None and not program.blocked and not program.aggregates
         if self.input_mode != "shares":
             return False
-        if program.aggregates or program.blocked or self.hosts is None:
+        if program.aggregates or program.blocked:
             return True
+        if self.hosts is None:  # reference: on the loopback (its files sent whole else)
+            return self.network is None
         # reference to hosts: its files are streamed here and sent whole; with seeded
         # shares or a client host they are prepared whole, as before
         return self.sharing == "full" and not self.client_hosts

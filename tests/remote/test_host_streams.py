@@ -75,28 +75,37 @@ def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
     assert left_behind(fakes) == ([], [])
 
 
-def test_fast_with_full_shares_streams_here_and_needs_only_mp_spdz_on_the_hosts(
-        tmp_path, farm, mp_spdz, program_cache):
-    # Hosts without the harness: the stream runs here into each server's blocked share
-    # file (bounded memory), and the files go by SFTP.
+@pytest.mark.parametrize(("program", "input_mode", "kind"), [
+    ("fast", "shares", "blocked-per-chunk"), ("reference", "shares", "slots-per-chunk"),
+    ("reference", "party", "party-text-per-chunk")])
+def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
+        tmp_path, farm, mp_spdz, program_cache, program, input_mode, kind):
+    # fast or reference with full shares and no client host, or the data owner's input:
+    # the stream runs here into each server's share file (or party 0's input text), with
+    # bounded memory, and the files go by SFTP to hosts without the harness.
     fakes = [farm.add(f"p{i}") for i in range(3)]
     path = write_inventory_file(tmp_path / "hosts.toml",
                                 [f.as_host(farm.client_key, mp_spdz.root) for f in fakes],
                                 mpc_base_port(3))
     trust_hosts(path, echo=lambda line: None)
-    cfg = RunConfig(out=tmp_path / "out", clients=5000, rows=10, dim=3, seed=5,
-                    cache_dir=program_cache, parties=3, program="fast", hosts=path)
+    cfg = RunConfig(out=tmp_path / "out", clients=3000, rows=10, dim=3, seed=5,
+                    cache_dir=program_cache, parties=3, program=program,
+                    input_mode=input_mode, hosts=path)
+    assert cfg.validate().streams
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
-    assert result["parameters"]["layout"]["kind"] == "blocked-per-chunk"
+    assert result["parameters"]["layout"]["kind"] == kind
     assert "stream_upload_s" not in result["timings"] and result["upload_measured"]
     t = result["timings"]
     # the files' upload follows the stream: counted once, after it
     assert result["t_end_to_end_s"] == pytest.approx(
         t["prepare_s"] + t["client_upload_s"] + result["t_mpc_s"])
-    # what went by SFTP: each server's whole blocked share file, padding included
-    rows = result["parameters"]["layout"]["file_rows"]
-    assert result["client_upload_bytes"] == [len(ADDITIVE.header) + 8 * rows * 3] * 3
+    sent = result["client_upload_bytes"]
+    if input_mode == "shares":  # each server's whole share file, padding included
+        rows = result["parameters"]["layout"]["file_rows"]
+        assert sent == [len(ADDITIVE.header) + 8 * rows * 3] * 3
+    else:  # the data owner's text, to party 0 only
+        assert sent[0] > 3000 * 3 and sent[1:] == [0, 0]
     assert left_behind(fakes) == ([], [])
 
 
