@@ -85,8 +85,9 @@ class RunConfig:
         client hosts (``fast`` with full sharing and no client host streams here into
         its share files, which go by SFTP: those hosts need only MP-SPDZ); and
         ``reference``: with the clients' shares on this machine's loopback or, with
-        full sharing and no client host, to hosts (streamed here, sent by SFTP); with the data owner's input (``--input party``) on the
-        loopback or to hosts (its text written here a chunk at a time). Its clients and
+        full sharing and no client host, to hosts (streamed here, sent by SFTP); with
+        the data owner's input (``--input party``) on the loopback or to hosts (its
+        text written here a chunk at a time). Its clients and
         servers then hold nothing proportional to n (:mod:`harness.engine.stream`):
         ``local``'s servers write no share file, ``fast``'s and ``reference``'s write
         theirs as the shares arrive, laid out per chunk of clients; through a network,
@@ -189,10 +190,6 @@ class RunConfig:
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
         resolved = dataclasses.replace(self, input_mode=input_mode, parties=parties)
-        if self.hosts is not None and resolved.inputs_aggregates:
-            raise InputError(f"--protocol {spec.name} --program local inputs each server's "
-                             "aggregate through the protocol, which --hosts does not run "
-                             "remotely yet; run it with local parties")
         if (self.hosts is not None and input_mode == "shares" and not program.blocked
                 and resolved.client_hosts > 1):
             raise InputError(f"--program {self.program} reads every slot in sketch order, "

@@ -75,6 +75,22 @@ def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
     assert left_behind(fakes) == ([], [])
 
 
+def test_a_protocol_without_client_shares_inputs_each_hosts_aggregate(
+        tmp_path, farm, mp_spdz, program_cache):
+    # spdz2k: the clients share additively, each server sums its stream on its host
+    # into its MP-SPDZ input text, and the protocol takes the sums as private inputs.
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2)
+    cfg = RunConfig(out=tmp_path / "out", clients=3000, rows=10, dim=3, seed=5,
+                    cache_dir=program_cache, parties=2, program="local", protocol="spdz2k",
+                    hosts=path)
+    assert cfg.validate().inputs_aggregates
+    result = run(cfg)
+    assert result["verification"]["ok"], result["verification"]
+    assert result["timings"]["stream_upload_bytes"] > 0
+    assert all(row["aggregate_s"] > 0 for row in result["parties"])
+    assert left_behind(fakes) == ([], [])
+
+
 @pytest.mark.parametrize(("program", "input_mode", "kind"), [
     ("fast", "shares", "blocked-per-chunk"), ("reference", "shares", "slots-per-chunk"),
     ("reference", "party", "party-text-per-chunk")])
