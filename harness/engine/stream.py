@@ -26,9 +26,9 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +50,16 @@ from harness.clients import (
 from harness.engine.chunks import Lost as _Lost
 from harness.engine.chunks import Refused as _Refused
 from harness.engine.stream_file import partial
+from harness.engine.stream_procs import Processes, StreamError
 from harness.engine.stream_serve import serve_party
 from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
-from harness.errors import InputError, PartyError
+from harness.errors import InputError
 from harness.fileio import private_dir
 
 __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
            "warm_up", "worker_count"]
 
-# Seconds a failed process's peers get to report their own error before all are stopped:
-# a server's "ended early" says more than a worker's "server closed its stream".
-_GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
-_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-
-
-class StreamError(PartyError):
-    """A server or client worker of a streamed run failed; names which."""
 
 
 @dataclass
@@ -141,7 +134,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     complete = False
     try:
         carrier = transport(plan, root, ctx)
-        with _Processes(ctx) as procs:
+        with Processes(ctx) as procs:
             for i in range(plan.parties):
                 procs.start(f"server P{i}", _server_main,
                             (i, plan, sketch, carrier.server_end(i), dests[i], as_input, blocks,
@@ -173,7 +166,7 @@ def stream_clients(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpe
     root = channel_root(workdir)
     try:
         carrier = transport(plan, root, ctx)
-        with _Processes(ctx) as procs:
+        with Processes(ctx) as procs:
             for w in workers:
                 procs.start(f"client worker {w}", _worker_main,
                             (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
@@ -182,92 +175,6 @@ def stream_clients(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpe
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return [results[f"client worker {w}"] for w in workers]
-
-
-class _Processes:
-    """The run's child processes, each reporting over its own pipe; all killed on exit."""
-
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
-        self.procs: list[tuple[str, Any, Connection]] = []
-
-    def start(self, name: str, target: Callable[..., None], args: tuple) -> None:
-        got, sent = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=target, args=(*args, sent), name=name, daemon=True)
-        self.procs.append((name, proc, got))  # before start: a signal may come
-        # A start is one request to the fork server: a signal in its middle would leave
-        # the fork server a torn request (and its traceback). It comes just after.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
-        try:
-            proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        sent.close()
-
-    def collect(self, deadline: float) -> dict[str, Any]:
-        return _collect(self.procs, deadline)
-
-    def __enter__(self) -> _Processes:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for _, proc, got in self.procs:
-            if proc.pid is not None:
-                proc.kill()
-                proc.join()
-            got.close()
-
-
-def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
-    """Every process's result, or the most telling failure once one fails."""
-    results: dict[str, Any] = {}
-    waiting = {got: (name, proc) for name, proc, got in procs}
-    failures: list[tuple[str, str, str]] = []  # (who, kind, message)
-    kind: str
-    payload: Any
-    grace_until = None
-    while waiting:
-        now = time.perf_counter()
-        limit = grace_until if grace_until is not None else deadline
-        if now >= limit:
-            break
-        for got in _ready(list(waiting), limit - now):
-            name, proc = waiting.pop(got)
-            try:
-                kind, payload = got.recv()
-            except (EOFError, OSError):
-                proc.join(1)
-                kind, payload = "died", f"exited with status {proc.exitcode} mid-stream"
-            if kind == "ok":
-                results[name] = payload
-                continue
-            failures.append((name, kind, payload))
-            if grace_until is None:
-                grace_until = time.perf_counter() + _GRACE_S
-    if failures:
-        _raise(failures)
-    if waiting:
-        names = ", ".join(sorted(name for name, _ in waiting.values()))
-        raise StreamError(f"the streamed run timed out ({names} still running); raise "
-                          "--timeout", party=next(iter(waiting.values()))[0])
-    return results
-
-
-def _ready(conns: list[Connection], timeout: float | None) -> list[Connection]:
-    """The connections with something to read (or closed), as connections."""
-    return [c for c in wait(conns, timeout) if isinstance(c, Connection)]
-
-
-def _raise(failures: list[tuple[str, str, str]]) -> None:
-    # The cause before its consequences: bad input (one line for the user), a server's
-    # refusal of its stream, a process that died; then those that lost a stream to them.
-    rank = {"input": 0, "error": 1, "died": 2, "lost": 3, "broken": 4}
-    failures.sort(key=lambda f: (rank.get(f[1], 9), not f[0].startswith("server")))
-    who, kind, message = failures[0]
-    if kind == "input":
-        raise InputError(message)
-    raise StreamError(f"the streamed run failed: {who} {message}; every server and client "
-                      "worker was stopped and no output was written", party=who)
 
 
 def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],

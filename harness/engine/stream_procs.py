@@ -1,0 +1,133 @@
+"""The processes of a streamed run: started together, watched together, stopped together.
+
+Each process reports once over its own pipe (``("ok", figures)`` or its failure).
+:class:`Processes` starts them (a start is never torn by a signal), collects
+every report, and, on its way out, kills whatever still runs. When one fails, its
+peers get a moment to report their own error, and the most telling failure is
+raised: bad input first (one line for the user), then a server's refusal of its
+stream, a process that died, and last those that only lost a stream to another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from harness.errors import InputError, PartyError
+
+__all__ = ["Processes", "StreamError"]
+
+# Seconds a failed process's peers get to report their own error before all are stopped:
+# a server's "ended early" says more than a worker's "server closed its stream".
+_GRACE_S = 2.0
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+class StreamError(PartyError):
+    """A server or client worker of a streamed run failed; names which."""
+
+
+class Processes:
+    """The run's child processes, each reporting over its own pipe; all killed on exit."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self.procs: list[tuple[str, Any, Connection]] = []
+
+    def start(self, name: str, target: Callable[..., None], args: tuple) -> None:
+        got, sent = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=target, args=(*args, sent), name=name, daemon=True)
+        self.procs.append((name, proc, got))  # before start: a signal may come
+        with _signals_deferred():
+            proc.start()
+        sent.close()
+
+    def collect(self, deadline: float) -> dict[str, Any]:
+        return _collect(self.procs, deadline)
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for _, proc, got in self.procs:
+            if proc.pid is not None:
+                proc.kill()
+                proc.join()
+            got.close()
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """A process's start is a request to the fork server, then the new process's
+    preparation data: a stopping signal in its middle would leave either torn (and a
+    traceback from the fork server or the child). It is handled just after, as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers run in the main thread only
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum))
+                for sig in _STOPPING}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
+
+
+def _collect(procs: list[tuple[str, Any, Connection]], deadline: float) -> dict[str, Any]:
+    """Every process's result, or the most telling failure once one fails."""
+    results: dict[str, Any] = {}
+    waiting = {got: (name, proc) for name, proc, got in procs}
+    failures: list[tuple[str, str, str]] = []  # (who, kind, message)
+    kind: str
+    payload: Any
+    grace_until = None
+    while waiting:
+        now = time.perf_counter()
+        limit = grace_until if grace_until is not None else deadline
+        if now >= limit:
+            break
+        for got in _ready(list(waiting), limit - now):
+            name, proc = waiting.pop(got)
+            try:
+                kind, payload = got.recv()
+            except (EOFError, OSError):
+                proc.join(1)
+                kind, payload = "died", f"exited with status {proc.exitcode} mid-stream"
+            if kind == "ok":
+                results[name] = payload
+                continue
+            failures.append((name, kind, payload))
+            if grace_until is None:
+                grace_until = time.perf_counter() + _GRACE_S
+    if failures:
+        _raise(failures)
+    if waiting:
+        names = ", ".join(sorted(name for name, _ in waiting.values()))
+        raise StreamError(f"the streamed run timed out ({names} still running); raise "
+                          "--timeout", party=next(iter(waiting.values()))[0])
+    return results
+
+
+def _ready(conns: list[Connection], timeout: float | None) -> list[Connection]:
+    """The connections with something to read (or closed), as connections."""
+    return [c for c in wait(conns, timeout) if isinstance(c, Connection)]
+
+
+def _raise(failures: list[tuple[str, str, str]]) -> None:
+    # The cause before its consequences: bad input (one line for the user), a server's
+    # refusal of its stream, a process that died; then those that lost a stream to them.
+    rank = {"input": 0, "error": 1, "died": 2, "lost": 3, "broken": 4}
+    failures.sort(key=lambda f: (rank.get(f[1], 9), not f[0].startswith("server")))
+    who, kind, message = failures[0]
+    if kind == "input":
+        raise InputError(message)
+    raise StreamError(f"the streamed run failed: {who} {message}; every server and client "
+                      "worker was stopped and no output was written", party=who)
