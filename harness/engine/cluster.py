@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
-from harness.clients import Prepared, StreamPlan, expand_party
+from harness.clients import Prepared, expand_party
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
@@ -45,7 +45,7 @@ from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
-from harness.engine.stream import stream_inputs, warm_up, worker_count
+from harness.engine.stream import stream_inputs, warm_up
 from harness.engine.stream_file import write_owner
 from harness.engine.tls_stream import TlsRoute
 from harness.engine.transport import ShmTransport, TransportFactory
@@ -132,9 +132,7 @@ class LocalCluster(PartyStaging):
         """Clients and servers side by side; each server leaves only its aggregate, or
         (``job.blocks``, the fast and reference programs) its share file. With
         ``--input party`` the data owner writes its input text instead, a chunk at a time."""
-        plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
-                          job.share_format.name, workers=worker_count(),
-                          sharing=job.sharing)
+        plan = job.stream_plan(self.parties)
         if job.input_mode == "party":
             public = self.workdir / "public-input"
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,

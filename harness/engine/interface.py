@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Rows,
         ShareFormat,
         Sketch,
+        StreamPlan,
     )
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
@@ -104,6 +105,16 @@ class ClientJob:
         if self.layout is None:
             raise ValueError("a streamed job has no share-file layout")
         return self.layout
+
+    def stream_plan(self, parties: int, hosts: tuple[int, ...] = ()) -> StreamPlan:
+        """The public plan of this job's stream to ``parties`` servers: one client worker
+        per core here, or ``hosts[h]`` on each client host h."""
+        from harness.clients import StreamPlan
+        from harness.engine.stream import worker_count
+
+        return StreamPlan(self.n, self.d, self.sketch.m, self.sketch.s, parties,
+                          self.share_format.name, workers=sum(hosts) or worker_count(),
+                          sharing=self.sharing, hosts=hosts)
 
     @property
     def data(self) -> np.ndarray:

@@ -32,7 +32,6 @@ from harness.engine import (
     assemble_stream,
     make_certificates,
     stream_clients,
-    worker_count,
 )
 from harness.errors import LtmError
 from harness.remote._client import ClientHost
@@ -58,11 +57,7 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
     ``staging[i]`` is party i's local staging directory (its certificates and key);
     the clients' per-run certificate is the client hosts' one, or made here.
     """
-    plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, len(staging),
-                      job.share_format.name,
-                      workers=sum(c.workers() for c in clients) if clients else worker_count(),
-                      sharing=job.sharing,
-                      hosts=tuple(c.cores for c in clients) if clients else ())
+    plan = job.stream_plan(len(staging), tuple(c.workers() for c in clients))
     if plan.chunks < plan.workers:  # few clients: smaller chunks, so every host has some
         plan = dataclasses.replace(plan, chunk=-(-plan.n // plan.workers))
     spec = StreamSpec(plan, job.sketch, job.as_input, job.blocks)

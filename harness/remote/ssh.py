@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from harness.clients import ClientSplit, Prepared, StreamPlan, upload_files
+from harness.clients import ClientSplit, Prepared, upload_files
 from harness.clients import save_plan as save_expand_plan
 from harness.engine import (
     PROTOCOL,
@@ -43,7 +43,6 @@ from harness.engine import (
     protocol_for,
     save_plan,
     stream_inputs,
-    worker_count,
     write_owner,
 )
 from harness.errors import InputError, LtmError
@@ -192,8 +191,7 @@ class SshCluster(PartyStaging):
         owner's input: the hosts need only MP-SPDZ. The stream runs here (bounded
         memory) into each server's share file (or party 0's input text) and the public
         schedule, which :meth:`run` uploads like any other file."""
-        plan = StreamPlan(job.n, job.d, job.sketch.m, job.sketch.s, self.parties,
-                          job.share_format.name, workers=worker_count(), sharing=job.sharing)
+        plan = job.stream_plan(self.parties)
         schedule = self.workdir / "public-input"
         self._schedule_here = schedule
         if job.input_mode == "party":  # the data owner's text, for party 0's host
