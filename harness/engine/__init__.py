@@ -28,6 +28,7 @@ from harness.engine.certs import (
 )
 from harness.engine.checkup import doctor
 from harness.engine.chunks import Lost as StreamLost
+from harness.engine.chunks import Violation as StreamViolation
 from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
@@ -121,6 +122,7 @@ __all__ = [
     "ServerProgram",
     "StreamError",
     "StreamLost",
+    "StreamViolation",
     "Streamed",
     "TlsRoute",
     "TlsTransport",
