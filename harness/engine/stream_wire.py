@@ -113,8 +113,9 @@ def read_fields(reader: DeadlineReader, count: int, limit: int) -> tuple[list[An
         (length,) = _LEN.unpack(reader.exactly(_LEN.size))
         if length > _MAX_HEADER:
             raise Violation(f"an array field's header of {length} bytes")
+        header = reader.exactly(length)
         try:
-            kind, dims = json.loads(reader.exactly(length))
+            kind, dims = json.loads(header)
             dtype = np.dtype(str(kind))
             shape = tuple(int(x) for x in dims)
         except Exception as exc:  # any malformed header: refused, whatever numpy says
