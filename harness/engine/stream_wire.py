@@ -28,7 +28,7 @@ import numpy as np
 from harness.clients import StreamPlan
 
 __all__ = ["ACK", "FRAME", "HELLO", "MAGIC", "DeadlineReader", "Violation", "chunk_frame",
-           "counts_limit", "end_frame", "message", "pack_fields", "read_fields"]
+           "counts_limit", "end_frame", "pack_fields", "read_fields", "read_message"]
 
 HELLO = struct.Struct("!4sI")
 MAGIC = b"LTMs"
@@ -131,25 +131,31 @@ def read_fields(reader: DeadlineReader, count: int, limit: int) -> tuple[list[An
     return fields, size
 
 
-def message(plan: StreamPlan, kind: int, k: int, words: int, fields: list[Any]) -> tuple:
-    """The stream's message a frame stands for (its slot added by the caller):
-    ``("chunk", k, words, counts)`` or ``("end", count)``, or :class:`Violation`."""
+def read_message(reader: DeadlineReader, plan: StreamPlan) -> tuple[tuple, int]:
+    """The next frame as the stream's message, ``("chunk", k, words, counts)`` or
+    ``("end", count)`` (the caller adds a chunk's slot), and its bytes on the wire
+    before a chunk's words. Anything else is a :class:`Violation` that names it."""
+    kind, k, words, count = FRAME.unpack(reader.exactly(FRAME.size))
+    if kind not in (CHUNK, END):
+        raise Violation(f"a frame of unknown kind {kind}")
+    what = f"chunk {k}" if kind == CHUNK else f"an end of {k} chunks"
+    try:
+        fields, size = read_fields(reader, count, counts_limit(plan))
+    except Violation as exc:
+        raise Violation(f"{what} with {exc}") from None
     if kind == END:
         if fields:
-            raise Violation(f"an end with {len(fields)} fields, not none")
-        return ("end", k)
-    if kind != CHUNK:
-        raise Violation(f"a frame of unknown kind {kind}")
+            raise Violation(f"{what} with {len(fields)} fields, not none")
+        return ("end", k), FRAME.size + size
     if len(fields) != 1:
-        raise Violation(f"chunk {k} with {len(fields)} fields, not its slot counts alone")
+        raise Violation(f"{what} with {len(fields)} fields, not its slot counts alone")
     (counts,) = fields
     if (not isinstance(counts, np.ndarray) or counts.dtype.kind not in "iu"
             or counts.shape != (2 * plan.m,)):
-        what = (f"an array of {counts.dtype} {counts.shape}"
-                if isinstance(counts, np.ndarray) else "an integer")
-        raise Violation(f"chunk {k} with {what} as its slot counts, not {2 * plan.m} "
-                        "integers")
-    return ("chunk", k, words, counts)
+        got = (f"an array of {counts.dtype} {counts.shape}"
+               if isinstance(counts, np.ndarray) else "an integer")
+        raise Violation(f"{what} with {got} as its slot counts, not {2 * plan.m} integers")
+    return ("chunk", k, words, counts), FRAME.size + size
 
 
 def counts_limit(plan: StreamPlan) -> int:

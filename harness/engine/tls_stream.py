@@ -41,16 +41,13 @@ from harness.clients import ChannelBuffer, StreamPlan
 from harness.engine.stream_accept import accept_workers
 from harness.engine.stream_wire import (
     ACK,
-    FRAME,
     HELLO,
     MAGIC,
     DeadlineReader,
     Violation,
     chunk_frame,
-    counts_limit,
     end_frame,
-    message,
-    read_fields,
+    read_message,
 )
 from harness.engine.transport import ClientEnd, Link, ServerEnd
 from harness.engine.upload import tls_context
@@ -264,11 +261,9 @@ class _Receiver:
         why = "lost"
         try:
             while True:
-                kind, k, words, count = FRAME.unpack(self.wire.exactly(FRAME.size))
+                said, size = read_message(self.wire, self.plan)
                 self.first = self.first or time.perf_counter()
-                fields, size = read_fields(self.wire, count, counts_limit(self.plan))
-                said = message(self.plan, kind, k, words, fields)
-                self.bytes += FRAME.size + size
+                self.bytes += size
                 if said[0] == "end":
                     self.last = time.perf_counter()
                     # Acknowledged first: once the summing thread has every end, the

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import re
-import socket
 import ssl
 import threading
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _strangers import PROMPTLY, Strangers, reach
 
 from harness.clients import (
     ADDITIVE,
@@ -43,7 +43,6 @@ from harness.fileio import private_dir
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it
-PROMPTLY = 60.0  # what the tests wait at most, far below it
 
 
 def _route(tmp_path: Path, parties: int, timeout: float = TIMEOUT) -> TlsRoute:
@@ -68,81 +67,6 @@ def _reference(sketch: Sketch, data: np.ndarray, fp: FixedPoint) -> np.ndarray:
     return out
 
 
-def _reach(port: int, source: str = "127.0.0.1") -> socket.socket:
-    """A TCP connection to the server's port, once it listens (it is queued there
-    before any client worker's)."""
-    deadline = time.monotonic() + PROMPTLY
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", port), timeout=PROMPTLY,
-                                            source_address=(source, 0))
-        except ConnectionRefusedError:
-            assert time.monotonic() < deadline, "the server never listened"
-            time.sleep(0.01)
-
-
-class _Strangers:
-    """Connections to every server's port that are not the run's client workers; each
-    misbehaves in a thread of its own and holds on until :meth:`leave`."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        [(self.key, self.cert, _)] = make_certificates(1, tmp_path / "stranger-cert")
-        self.gone = threading.Event()
-        self.held: list[socket.socket] = []
-        self.threads: list[threading.Thread] = []
-
-    def come(self, port: int) -> None:
-        for act in (self._silent, self._garbage, self._tls_without_cert, self._tls_other_cert,
-                    self._trickle):
-            sock = _reach(port)
-            self.held.append(sock)
-            thread = threading.Thread(target=self._quietly, args=(act, sock), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _quietly(self, act, sock: socket.socket) -> None:
-        try:
-            act(sock)
-        except OSError:
-            pass  # dropped by the server: as it should be
-        self.gone.wait(PROMPTLY)
-
-    def _silent(self, sock: socket.socket) -> None:
-        pass
-
-    def _garbage(self, sock: socket.socket) -> None:
-        sock.sendall(b"GET / HTTP/1.1\r\nHost: ltm\r\n\r\n" + bytes(range(256)) * 8)
-
-    def _tls(self, sock: socket.socket, with_cert: bool) -> None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        if with_cert:
-            ctx.load_cert_chain(self.cert, self.key)
-        with ctx.wrap_socket(sock) as tls:
-            tls.sendall(HELLO.pack(MAGIC, 0))  # as client worker 0
-            tls.recv(1)
-
-    def _tls_without_cert(self, sock: socket.socket) -> None:
-        self._tls(sock, with_cert=False)
-
-    def _tls_other_cert(self, sock: socket.socket) -> None:
-        self._tls(sock, with_cert=True)
-
-    def _trickle(self, sock: socket.socket) -> None:
-        for byte in b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" * 100:
-            if self.gone.is_set():
-                return
-            sock.sendall(bytes([byte]))
-            time.sleep(0.2)
-
-    def leave(self) -> None:
-        self.gone.set()
-        for sock in self.held:
-            sock.close()
-        for thread in self.threads:
-            thread.join(PROMPTLY)
-
-
 def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
     plan, parties = _plan(), 2
     sketch = Sketch.sparse(N, M, 1, seed=4)
@@ -154,14 +78,14 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
     dests = [tmp_path / f"P{i}" / "aggregate" for i in range(parties)]
     ctx = multiprocessing.get_context("fork")
     carrier = route(plan, private_dir(tmp_path / "channels"), ctx)
-    strangers = _Strangers(tmp_path)
+    strangers = None
     try:
         with Processes(ctx) as procs:
             for i in range(parties):
                 procs.start(f"server P{i}", _server_main, (i, plan, sketch, carrier.server_end(i),
                                                            dests[i], False, None, None))
-            for port in route.ports:  # the strangers first, then the run's own workers
-                strangers.come(port)
+            # The strangers first, then the run's own workers.
+            strangers = Strangers(tmp_path, [("127.0.0.1", port) for port in route.ports])
             for w in range(plan.workers):
                 procs.start(f"client worker {w}", _worker_main,
                             (w, plan, sketch, rows, NoiseSpec("none", n=N, m=M, d=D, s=1), fp,
@@ -169,7 +93,8 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
             # Far below the stream's timeout: a server held up by a stranger fails here.
             results = procs.collect(time.perf_counter() + PROMPTLY)
     finally:
-        strangers.leave()
+        if strangers is not None:
+            strangers.leave()
     assert sorted(results) == ["client worker 0", "client worker 1", "server P0", "server P1"]
     shares = [read_share_file(p, ADDITIVE).reshape(M, D) for p in dests]
     assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64),
@@ -201,7 +126,7 @@ class _Server:
         """A connection as client worker 0, with the clients' real key."""
         r = self.route
         tls = tls_context(False, r.client_cert, r.client_key, r.certs[0]).wrap_socket(
-            _reach(r.ports[0]))
+            reach("127.0.0.1", r.ports[0]))
         tls.sendall(HELLO.pack(MAGIC, 0))
         return tls
 
@@ -261,20 +186,27 @@ _MALFORMED = {
     "a second chunk with too few fields": (
         lambda plan: _chunk0(plan) + chunk_frame(1, _WORDS, []),
         "violation", r"after 1 of its 8 chunks: it sent chunk 1 with 0 fields"),
+    # Two chunks arrived whole, and wait in the server's two slots: they are counted.
+    "a third chunk's field of a petabyte": (
+        lambda plan: _chunk0(plan) + chunk_frame(1, _WORDS, [_counts([_SLOTS])])
+        + bytes(8 * _WORDS) + FRAME.pack(1, 2, _WORDS, 1)
+        + _array_field(b'["<i8", [10]]', 1 << 50),
+        "violation", r"after 2 of its 8 chunks: it sent chunk 2 with an array field of"),
     "an end with fields": (
         lambda plan: end_frame(0, [np.zeros(3, np.int64)]),
-        "violation", r"it sent an end with 1 fields, not none$"),
+        "violation", r"it sent an end of 0 chunks with 1 fields, not none$"),
     "an unknown frame": (
         lambda plan: FRAME.pack(7, 0, 0, 0),
         "violation", r"it sent a frame of unknown kind 7$"),
     "an array field of a petabyte": (
         lambda plan: FRAME.pack(1, 0, _WORDS, 1) + _array_field(b'["<i8", [10]]', 1 << 50),
-        "violation", r"it sent an array field of int64 \(10,\) in 1125899906842624 bytes$"),
+        "violation", r"after 0 of its 8 chunks: it sent chunk 0 with an array field of int64 "
+                     r"\(10,\) in 1125899906842624 bytes$"),
     "an array field whose size wraps": (  # 2^64 elements: 0 in int64
         lambda plan: FRAME.pack(1, 0, _WORDS, 1)
         + _array_field(b'["<i8", [4294967296, 4294967296]]', 0),
-        "violation", r"it sent an array field of int64 \(4294967296, 4294967296\) in 0 "
-                     r"bytes$"),
+        "violation", r"it sent chunk 0 with an array field of int64 \(4294967296, "
+                     r"4294967296\) in 0 bytes$"),
 }
 
 
