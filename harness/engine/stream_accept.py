@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from harness.engine.chunks import Refused
+from harness.engine.chunks import Lost
 from harness.engine.stream_wire import HELLO, MAGIC, DeadlineReader
 
 __all__ = ["accept_workers"]
@@ -66,8 +66,10 @@ class _Doors:
                         return [s for s in self.streams if s is not None]
                 left = self.deadline - time.monotonic()
                 if left <= 0:
-                    raise Refused(f"client worker(s) {self._missing()} never connected "
-                                  "within the timeout; raise --timeout")
+                    # A consequence, as a lost stream is: the workers' own failure (or
+                    # the run's timeout) is the cause, named where it happened.
+                    raise Lost(f"client worker(s) {self._missing()} never connected within "
+                               "the timeout")
                 for key, _ in selector.select(left):
                     if key.fileobj is self.wake:
                         self.wake.recv(4096)

@@ -261,6 +261,10 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
     workdir = entry.get("workdir", DEFAULT_WORKDIR)
     if not isinstance(workdir, str) or not workdir:
         raise InputError(f"{path}: {where} has an invalid 'workdir': give a directory path")
+    listen = entry.get("listen")
+    if listen is not None and (not isinstance(listen, str) or not listen):
+        raise InputError(f"{path}: {where} has an invalid 'listen': give an address of that "
+                         "host for its ports, or leave it out to use mpc_host")
     return Host(
         name=entry["name"],
         ssh_host=entry["ssh_host"],
@@ -271,7 +275,7 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
                        "e.g. ssh_port = 22"),
         key=None if key is None else str(_resolve(path, key)),
         workdir=workdir,
-        listen=_optional_str(path, f"{where}: listen", entry.get("listen")),
+        listen=listen,
     )
 
 
