@@ -3,7 +3,8 @@
 :class:`Strangers` connects to each given port, in a process of its own, five
 times: plain TCP saying nothing, plain TCP saying garbage, TLS without a client
 certificate, TLS with a certificate that is not the run's, and a trickle of
-bytes. It returns once every connection is established (queued at the server
+bytes (from a network namespace, if given). It returns once every connection is
+established (queued at the server
 before any client worker's, when the workers start after it); each then
 misbehaves in a thread and holds on until :meth:`Strangers.leave`.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from harness.engine import make_certificates
 from harness.engine.stream_wire import HELLO, MAGIC
+from harness.engine.tls_stream import enter_namespace
 
 __all__ = ["PROMPTLY", "Strangers", "reach"]
 
@@ -40,11 +42,13 @@ class Strangers:
     """See the module's docstring. A spawned process: the test process may hold threads
     (inside OpenSSL, say) that a forked child would inherit mid-call."""
 
-    def __init__(self, tmp_path: Path, ports: list[tuple[str, int]]) -> None:
+    def __init__(self, tmp_path: Path, ports: list[tuple[str, int]],
+                 namespace: str = "") -> None:
         [(key, cert, _)] = make_certificates(1, tmp_path / "stranger-cert")
         ctx = multiprocessing.get_context("spawn")
         ready, said = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=_main, args=(ports, cert, key, said), daemon=True)
+        self.proc = ctx.Process(target=_main, args=(ports, cert, key, said, namespace),
+                                daemon=True)
         self.proc.start()
         said.close()
         assert ready.poll(PROMPTLY), "the strangers never reached the ports"
@@ -55,7 +59,9 @@ class Strangers:
         self.proc.join()
 
 
-def _main(ports: list[tuple[str, int]], cert: Path, key: Path, said) -> None:
+def _main(ports: list[tuple[str, int]], cert: Path, key: Path, said, namespace: str) -> None:
+    if namespace:  # where the run's client workers connect from
+        enter_namespace(namespace)
     acts = [_silent, _garbage, _tls_without_cert, _tls_other_cert(cert, key), _trickle]
     socks = []
     for host, port in ports:
