@@ -11,7 +11,7 @@ stream's deadline (a sender trickling a byte at a time cannot hold a server past
 ``--timeout``), a field is read into a buffer of its announced size, bounded by the
 plan before a byte of it is read (linear time, bounded memory), and a frame becomes
 one of the stream's messages only if each of its fields has the type, dtype and
-shape the plan expects: else :class:`Violation`, with the reason.
+shape the plan expects: else :class:`Malformed`, with the reason.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 from harness.clients import StreamPlan
 
-__all__ = ["ACK", "FRAME", "HELLO", "MAGIC", "DeadlineReader", "Violation", "chunk_frame",
+__all__ = ["ACK", "FRAME", "HELLO", "MAGIC", "DeadlineReader", "Malformed", "chunk_frame",
            "counts_limit", "end_frame", "pack_fields", "read_fields", "read_message"]
 
 HELLO = struct.Struct("!4sI")
@@ -40,7 +40,7 @@ _LEN = struct.Struct("!Q")
 _MAX_HEADER = 4096  # an array field's dtype and shape, as JSON
 
 
-class Violation(Exception):
+class Malformed(Exception):
     """What an authenticated client sent is not a message of the stream (the reason)."""
 
 
@@ -109,22 +109,22 @@ def read_fields(reader: DeadlineReader, count: int, limit: int) -> tuple[list[An
             size += 9
             continue
         if tag != _ARRAY:
-            raise Violation(f"a field of unknown kind {tag!r}")
+            raise Malformed(f"a field of unknown kind {tag!r}")
         (length,) = _LEN.unpack(reader.exactly(_LEN.size))
         if length > _MAX_HEADER:
-            raise Violation(f"an array field's header of {length} bytes")
+            raise Malformed(f"an array field's header of {length} bytes")
         header = reader.exactly(length)
         try:
             kind, dims = json.loads(header)
             dtype = np.dtype(str(kind))
             shape = tuple(int(x) for x in dims)
         except Exception as exc:  # any malformed header: refused, whatever numpy says
-            raise Violation(f"a malformed array field ({type(exc).__name__})") from None
+            raise Malformed(f"a malformed array field ({type(exc).__name__})") from None
         (nbytes,) = _LEN.unpack(reader.exactly(_LEN.size))
         # In Python integers: a shape whose product wraps in int64 cannot pass.
         if (dtype.kind not in "biuf" or min(shape, default=0) < 0 or nbytes > limit
                 or nbytes != dtype.itemsize * math.prod(shape)):
-            raise Violation(f"an array field of {dtype} {shape} in {nbytes} bytes")
+            raise Malformed(f"an array field of {dtype} {shape} in {nbytes} bytes")
         array = np.frombuffer(reader.exactly(nbytes), dtype=dtype).reshape(shape)
         fields.append(array)
         size += 1 + 2 * _LEN.size + length + nbytes
@@ -134,27 +134,27 @@ def read_fields(reader: DeadlineReader, count: int, limit: int) -> tuple[list[An
 def read_message(reader: DeadlineReader, plan: StreamPlan) -> tuple[tuple, int]:
     """The next frame as the stream's message, ``("chunk", k, words, counts)`` or
     ``("end", count)`` (the caller adds a chunk's slot), and its bytes on the wire
-    before a chunk's words. Anything else is a :class:`Violation` that names it."""
+    before a chunk's words. Anything else is a :class:`Malformed` that names it."""
     kind, k, words, count = FRAME.unpack(reader.exactly(FRAME.size))
     if kind not in (CHUNK, END):
-        raise Violation(f"a frame of unknown kind {kind}")
+        raise Malformed(f"a frame of unknown kind {kind}")
     what = f"chunk {k}" if kind == CHUNK else f"an end of {k} chunks"
     try:
         fields, size = read_fields(reader, count, counts_limit(plan))
-    except Violation as exc:
-        raise Violation(f"{what} with {exc}") from None
+    except Malformed as exc:
+        raise Malformed(f"{what} with {exc}") from None
     if kind == END:
         if fields:
-            raise Violation(f"{what} with {len(fields)} fields, not none")
+            raise Malformed(f"{what} with {len(fields)} fields, not none")
         return ("end", k), FRAME.size + size
     if len(fields) != 1:
-        raise Violation(f"{what} with {len(fields)} fields, not its slot counts alone")
+        raise Malformed(f"{what} with {len(fields)} fields, not its slot counts alone")
     (counts,) = fields
     if (not isinstance(counts, np.ndarray) or counts.dtype.kind not in "iu"
             or counts.shape != (2 * plan.m,)):
         got = (f"an array of {counts.dtype} {counts.shape}"
                if isinstance(counts, np.ndarray) else "an integer")
-        raise Violation(f"{what} with {got} as its slot counts, not {2 * plan.m} integers")
+        raise Malformed(f"{what} with {got} as its slot counts, not {2 * plan.m} integers")
     return ("chunk", k, words, counts), FRAME.size + size
 
 

@@ -44,7 +44,7 @@ from harness.engine.stream_wire import (
     HELLO,
     MAGIC,
     DeadlineReader,
-    Violation,
+    Malformed,
     chunk_frame,
     end_frame,
     read_message,
@@ -286,7 +286,7 @@ class _Receiver:
                 self.pipe.send(("chunk", k, slot, words, counts))
                 held += 1
                 arrived += 1
-        except Violation as exc:
+        except Malformed as exc:
             why, reason = "violation", str(exc)
         except TimeoutError:
             why, reason = "expired", "the stream's deadline passed"

@@ -382,7 +382,7 @@ def test_bad_input_found_while_streaming_is_one_line_and_removes_the_network(tmp
 
 
 def test_message_fields_cross_as_numbers_and_nothing_else():
-    from harness.engine.stream_wire import DeadlineReader, Violation, pack_fields, read_fields
+    from harness.engine.stream_wire import DeadlineReader, Malformed, pack_fields, read_fields
 
     counts = np.arange(8, dtype=np.int64).reshape(2, 4)
     a, b = socket.socketpair()
@@ -395,9 +395,9 @@ def test_message_fields_cross_as_numbers_and_nothing_else():
         # An object array would be unpickled: refused, as is a size that lies.
         header = b'["|O", [1]]'
         a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
-        with pytest.raises(Violation, match="an array field of object"):
+        with pytest.raises(Malformed, match="an array field of object"):
             read_fields(wire, 1, 64)
         header = b'["<i8", [4]]'
         a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
-        with pytest.raises(Violation, match="an array field of int64"):
+        with pytest.raises(Malformed, match="an array field of int64"):
             read_fields(wire, 1, 64)
