@@ -11,7 +11,8 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 what parties print (:mod:`.parse`), the servers' local aggregation
 (:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
 (:mod:`.stream`, carried by a :mod:`.transport`: shared memory, or TLS through the
-emulated network, :mod:`.tls_stream`).
+emulated network, :mod:`.tls_stream`, with its wire format :mod:`.stream_wire` and
+its port :mod:`.stream_accept`).
 
 May import: the top-level shared modules and :mod:`harness.clients` (for the
 share-file format and layout the programs read).
@@ -28,6 +29,7 @@ from harness.engine.certs import (
 )
 from harness.engine.checkup import doctor
 from harness.engine.chunks import Lost as StreamLost
+from harness.engine.chunks import Violation as StreamViolation
 from harness.engine.cluster import (
     PROTOCOL,
     LocalCluster,
@@ -121,6 +123,7 @@ __all__ = [
     "ServerProgram",
     "StreamError",
     "StreamLost",
+    "StreamViolation",
     "Streamed",
     "TlsRoute",
     "TlsTransport",

@@ -12,6 +12,7 @@ take chunks this way.
 
 from __future__ import annotations
 
+from multiprocessing.connection import Connection
 from typing import Protocol
 
 import numpy as np
@@ -19,7 +20,8 @@ import numpy as np
 from harness.clients import ChannelBuffer, SeededReader, SketchGroups, StreamPlan
 from harness.errors import LtmError
 
-__all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "check_counts", "reader_for"]
+__all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "Violation", "check_counts",
+           "reader_for", "receive"]
 
 
 class Refused(LtmError):
@@ -30,21 +32,55 @@ class Lost(Refused):
     """A server's client worker went away: a consequence, named after its cause."""
 
 
+class Violation(Refused):
+    """An authenticated client worker sent what is no message of the stream: a cause."""
+
+
+def receive(conn: Connection, w: int, got: int, owed: int) -> tuple:
+    """Client worker ``w``'s next message, ``got`` of its ``owed`` chunks taken so far.
+
+    A transport that reads a wire says why it stopped, with the chunks that arrived
+    whole: ``("failed", why, arrived, reason)``, raised here as a lost stream, a
+    protocol violation or a stream too slow for the timeout.
+    """
+    try:
+        message: tuple = conn.recv()
+    except (EOFError, OSError):
+        raise Lost(f"lost client worker {w}'s stream after {got} of {owed} chunks") from None
+    if message[0] != "failed":
+        return message
+    _, why, arrived, reason = message
+    if why == "violation":
+        raise Violation(f"refused client worker {w}'s stream, a protocol violation after "
+                        f"{arrived} of its {owed} chunks: it sent {reason}")
+    if why == "expired":
+        raise Refused(f"client worker {w}'s stream did not end within the timeout: "
+                      f"{arrived} of its {owed} chunks arrived; raise --timeout")
+    raise Lost(f"lost client worker {w}'s stream after {arrived} of {owed} chunks ({reason})")
+
+
 def check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,
-                 counts: np.ndarray) -> None:
-    """Refuse chunk k's announced slot counts per accumulator unless they sum to its
-    slots and, for the groups of chunks this server checks, equal the seed's."""
+                 counts: object) -> np.ndarray:
+    """Chunk k's announced slot counts per accumulator, as int64; refused unless they
+    are 2m integers that sum to its slots and, for the groups of chunks this server
+    checks, equal the seed's."""
     start, stop = plan.span(k)
-    if (counts.shape != (2 * plan.m,) or counts.dtype.kind not in "iu"
-            or int(counts.min()) < 0 or int(counts.sum()) != (stop - start) * plan.s):
+    slots = (stop - start) * plan.s
+    # Each count within [0, slots] first, then their sum in Python integers: uint64 or
+    # int64 counts cannot wrap around to the right total.
+    if (not isinstance(counts, np.ndarray) or counts.shape != (2 * plan.m,)
+            or counts.dtype.kind not in "iu" or int(counts.min()) < 0
+            or int(counts.max()) > slots or sum(counts.tolist()) != slots):
         raise Refused(f"got chunk {k} from client worker {w} with slot counts that do not "
-                       f"add up to its {(stop - start) * plan.s} slots")
+                       f"add up to its {slots} slots")
+    counts = counts.astype(np.int64)
     # Every group is checked by one server in turn: one sketch draw in all, not S.
     if (k // plan.group) % plan.parties == party:
         drawn = np.bincount(columns.chunk(k), minlength=2 * plan.m)
         if not np.array_equal(drawn, counts):
             raise Refused(f"got chunk {k} from client worker {w} grouped unlike the public "
                            "sketch: its slot counts per accumulator differ from the seed's")
+    return counts
 
 
 class ChunkReader(Protocol):

@@ -49,6 +49,7 @@ from harness.clients import (
 )
 from harness.engine.chunks import Lost as _Lost
 from harness.engine.chunks import Refused as _Refused
+from harness.engine.chunks import Violation as _Violation
 from harness.engine.stream_file import partial
 from harness.engine.stream_procs import Processes, StreamError
 from harness.engine.stream_serve import serve_party
@@ -289,6 +290,8 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
     try:
         _tell(report, "ok", serve_party(party, plan, sketch, end, dest, as_input, blocks,
                                         schedule))
+    except _Violation as exc:
+        _tell(report, "violation", str(exc))
     except _Lost as exc:
         _tell(report, "lost", str(exc))
     except _Refused as exc:

@@ -40,7 +40,7 @@ from harness.clients import (
     StreamPlan,
     write_owner_text,
 )
-from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts
+from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts, receive
 from harness.fileio import open_private
 
 __all__ = ["partial", "serve_file", "write_owner", "written"]
@@ -91,7 +91,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
         out = shape.open(fh, sh, plan)
         for k in range(plan.chunks):
             w = (k // plan.group) % plan.workers
-            message = _receive(conns[w], w, received[w], len(owed[w]))
+            message = receive(conns[w], w, received[w], len(owed[w]))
             began = time.perf_counter()
             if message[0] != "chunk" or message[1] != k:
                 raise Refused(f"got {message[0]} {message[1]} from client worker {w}, which "
@@ -100,7 +100,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
             if words != plan.chunk_words(k, party):
                 raise Refused(f"got {words} words for chunk {k} from client worker {w}, "
                               f"not the {plan.chunk_words(k, party)} the plan announces")
-            check_counts(party, plan, columns, k, w, counts)
+            counts = check_counts(party, plan, columns, k, w, counts)
             # (d, slots, words), grouped by accumulator.
             counts, shares = reader.read(k, counts, columns, buffers[w], slot, words)
             out.add(counts, shares)
@@ -112,7 +112,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
             received[w] += 1
             busy += time.perf_counter() - began
         for w, conn in enumerate(conns):
-            message = _receive(conn, w, received[w], len(owed[w]))
+            message = receive(conn, w, received[w], len(owed[w]))
             if message[0] != "end" or message[1] != received[w]:
                 raise Refused(f"got more than announced from client worker {w}: "
                               f"{message[0]} after its {received[w]} chunks")
@@ -130,11 +130,3 @@ def write_owner(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
     with written(dest, schedule) as (fh, sh):
         assert sh is not None
         return write_owner_text(plan, sketch, rows, noise, fp, fh, sh)
-
-
-def _receive(conn: Connection, w: int, got: int, owed: int) -> tuple:
-    try:
-        message: tuple = conn.recv()
-    except (EOFError, OSError):
-        raise Lost(f"lost client worker {w}'s stream after {got} of {owed} chunks") from None
-    return message

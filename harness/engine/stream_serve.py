@@ -31,7 +31,14 @@ from harness.clients import (
     run_starts,
     write_share_file,
 )
-from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts, reader_for
+from harness.engine.chunks import (
+    ChunkReader,
+    Lost,
+    Refused,
+    check_counts,
+    reader_for,
+    receive,
+)
 from harness.engine.stream_file import serve_file
 from harness.engine.transport import ServerEnd
 from harness.fileio import open_private
@@ -84,11 +91,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
         for conn in _ready(open_streams):
             w = owner[id(conn)]
             mine = owed[w]
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                raise Lost(f"lost client worker {w}'s stream after {received[w]} of "
-                            f"{len(mine)} chunks") from None
+            message = receive(conn, w, received[w], len(mine))
             began = time.perf_counter()
             if message[0] == "end":
                 if message[1] != received[w] or received[w] != len(mine):
@@ -106,7 +109,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
             if words != plan.chunk_words(k, party):
                 raise Refused(f"got {words} words for chunk {k} from client worker {w}, "
                                f"not the {plan.chunk_words(k, party)} the plan announces")
-            check_counts(party, plan, columns[w], k, w, counts)
+            counts = check_counts(party, plan, columns[w], k, w, counts)
             # (d, slots, words): each column's accumulator runs are contiguous.
             counts, shares = reader.read(k, counts, columns[w], buffers[w], slot, words)
             live, offsets = run_starts(counts)

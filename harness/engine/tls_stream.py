@@ -10,53 +10,52 @@ upload and aggregation overlap. Both sides pin the other's per-run certificate,
 as the files' upload does (:mod:`harness.engine.upload`): the servers' are
 MP-SPDZ's ``P<i>.pem``, the clients' is made for the run.
 
-On the wire a connection carries a hello (the worker's index), then frames:
-``(CHUNK, k, words, fields)`` followed by the message's further fields (integers
-or numeric arrays, e.g. a chunk's slot counts) and the chunk's words, and one
-``(END, count, 0, fields)``, which the server acknowledges once it has read it.
-The fields are decoded as plain numbers, never unpickled: a client cannot make a
-server run anything. Behind each socket a thread turns the frames into the
-stream's usual messages over a pipe in its own process, with a two-slot buffer on
-each side, so the worker and the server's summing see what they see over shared
-memory, checks included: a chunk out of order or of the wrong size, an end too
-early or more than announced is refused by the server; a cut connection is a
-lost stream, named.
+On the wire (:mod:`.stream_wire`) a connection carries a hello (the worker's
+index), then one frame per chunk and one for the stream's end, which the server
+acknowledges once it has read it. The server takes its client workers'
+connections at once, dropping any stranger's (:mod:`.stream_accept`). Behind each
+socket a thread turns the frames back into the stream's usual messages over a pipe
+in its own process, with a two-slot buffer on each side, so the worker and the
+server's summing see what they see over shared memory, checks included: a chunk
+out of order or of the wrong size, an end too early or more than announced is
+refused by the server. What the thread cannot turn into a message is a protocol
+violation, named with its reason; a cut connection is a lost stream, named; and
+the whole stream has one deadline, the run's timeout, however slowly it trickles.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import multiprocessing
 import os
 import queue
 import socket
 import ssl
-import struct
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from harness.clients import ChannelBuffer, StreamPlan
+from harness.engine.stream_accept import accept_workers
+from harness.engine.stream_wire import (
+    ACK,
+    HELLO,
+    MAGIC,
+    DeadlineReader,
+    Malformed,
+    chunk_frame,
+    end_frame,
+    read_message,
+)
 from harness.engine.transport import ClientEnd, Link, ServerEnd
-from harness.engine.upload import read_exactly, tls_context
+from harness.engine.upload import tls_context
 from harness.retry import retry
 
 __all__ = ["TlsRoute", "TlsTransport", "enter_namespace"]
 
 _CLONE_NEWNET = 0x40000000  # <sched.h>; os.setns is 3.12+
-_HELLO = struct.Struct("!4sI")
-_MAGIC = b"LTMs"
-_FRAME = struct.Struct("!BQQB")  # kind, chunk index (or count at the end), words, fields
-_CHUNK, _END = 1, 2
-_INT, _ARRAY = b"i", b"a"
-_LEN = struct.Struct("!Q")
-_MAX_FIELD_BYTES = 1 << 26  # far above any per-chunk field (2m counts), far below memory
-_ACK = b"ok"
 _CONNECT_RETRY_S = 30.0  # a server still starting refuses connections for a moment
 
 
@@ -77,8 +76,8 @@ def enter_namespace(name: str) -> None:
 class TlsRoute:
     """Where the servers listen and how each side proves who it is; makes the transport.
 
-    Party i listens at ``addresses[i]:ports[i]`` (bound to ``bind`` when set, e.g.
-    ``0.0.0.0`` on a host whose public address is not its own) with its
+    Party i listens at ``addresses[i]:ports[i]`` (bound to ``bind`` when set: the
+    address a host's inventory entry gives it to listen on) with its
     ``certs[i]``/``keys[i]``; the clients connect with ``client_cert``/``client_key``.
     Through an emulated network each side first enters its namespace
     (``namespaces[i]``, ``client_namespace``); between hosts there are none.
@@ -110,9 +109,10 @@ class TlsRoute:
 
     @classmethod
     def on_host(cls, party: int, parties: int, port: int, cert: Path, key: Path,
-                client_cert: Path, timeout: float, bind: str = "0.0.0.0") -> TlsRoute:
-        """Server ``party``'s side on its own host: its key, the clients' pinned
-        certificate; the other servers' entries are never read there."""
+                client_cert: Path, timeout: float, bind: str) -> TlsRoute:
+        """Server ``party``'s side on its own host, listening on ``bind`` (one of its
+        addresses): its key, the clients' pinned certificate; the other servers'
+        entries are never read there."""
         return cls((), ("",) * parties, (port,) * parties, (cert,) * parties,
                    (key,) * parties, "", client_cert, Path(), timeout, bind)
 
@@ -185,65 +185,19 @@ class _Sender:
             while True:
                 message = self.todo.get()
                 if message[0] == "end":
-                    extra = message[2:]
-                    self.tls.sendall(_FRAME.pack(_END, message[1], 0, len(extra))
-                                     + _pack_fields(extra))
-                    if read_exactly(self.tls, len(_ACK)) != _ACK:
+                    self.tls.sendall(end_frame(message[1], message[2:]))
+                    ack = DeadlineReader(self.tls, time.monotonic() + self.timeout)
+                    if ack.exactly(len(ACK)) != ACK:
                         raise ConnectionError("the server did not acknowledge the stream")
                     return
                 _, k, slot, words, *fields = message
-                self.tls.sendall(_FRAME.pack(_CHUNK, k, words, len(fields))
-                                 + _pack_fields(fields))
+                self.tls.sendall(chunk_frame(k, words, fields))
                 with self.buffer.raw(slot, 8 * words) as view:
                     self.tls.sendall(view[: 8 * words])
                 self.freed.put(("free", slot))
         except Exception as exc:  # the worker names the server when it next calls
             self.error = f"{type(exc).__name__}: {exc}"
             self.freed.put(None)
-
-
-def _pack_fields(fields: Any) -> bytes:
-    """A message's fields past its fixed ones: integers, or numeric arrays."""
-    out = []
-    for field in fields:
-        if isinstance(field, np.ndarray):
-            array = np.ascontiguousarray(field)
-            header = json.dumps([array.dtype.str, list(array.shape)]).encode()
-            out += [_ARRAY, _LEN.pack(len(header)), header, _LEN.pack(array.nbytes),
-                    array.tobytes()]
-        else:
-            out += [_INT, struct.pack("!q", int(field))]
-    return b"".join(out)
-
-
-def _read_fields(tls: ssl.SSLSocket, count: int) -> tuple[list[Any], int]:
-    """The fields :func:`_pack_fields` wrote, checked as plain numbers; and their bytes."""
-    fields: list[Any] = []
-    size = 0
-    for _ in range(count):
-        tag = read_exactly(tls, 1)
-        if tag == _INT:
-            fields.append(struct.unpack("!q", read_exactly(tls, 8))[0])
-            size += 9
-            continue
-        if tag != _ARRAY:
-            raise ConnectionError(f"unknown field tag {tag!r}")
-        (length,) = _LEN.unpack(read_exactly(tls, _LEN.size))
-        if length > 4096:
-            raise ConnectionError("refused an array field with an oversized header")
-        try:
-            kind, dims = json.loads(read_exactly(tls, length))
-            dtype = np.dtype(str(kind))
-            shape = tuple(int(x) for x in dims)
-        except (ValueError, TypeError) as exc:
-            raise ConnectionError(f"refused a malformed array field: {exc}") from None
-        (nbytes,) = _LEN.unpack(read_exactly(tls, _LEN.size))
-        if (dtype.kind not in "biuf" or nbytes > _MAX_FIELD_BYTES or min(shape, default=0) < 0
-                or nbytes != dtype.itemsize * int(np.prod(shape))):
-            raise ConnectionError(f"refused an array field of {dtype} {shape}, {nbytes} bytes")
-        fields.append(np.frombuffer(read_exactly(tls, nbytes), dtype=dtype).reshape(shape))
-        size += 1 + 2 * _LEN.size + length + nbytes
-    return fields, size
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
@@ -273,7 +227,7 @@ class _ClientEnd:
             self.sockets.append(raw)
             tls = tls_context(False, r.client_cert, r.client_key, r.certs[i]).wrap_socket(raw)
             self.sockets.append(tls)
-            tls.sendall(_HELLO.pack(_MAGIC, self.worker))
+            tls.sendall(HELLO.pack(MAGIC, self.worker))
             buffer = ChannelBuffer(self.root / f"w{self.worker}-P{i}", plan.slot_bytes,
                                    create=True)
             self.buffers.append(buffer)
@@ -286,11 +240,17 @@ class _ClientEnd:
 
 class _Receiver:
     """One worker's stream into one server: frames read into the two slots in turn,
-    each announced over a pipe to the summing thread, which frees it when summed."""
+    each announced over a pipe to the summing thread, which frees it when summed.
+
+    Its last word, unless the stream ended as it should, says why it stopped:
+    ``("failed", "lost" | "violation" | "expired", chunks arrived, reason)``. The
+    pipe stays open (the server closes it): a slot freed meanwhile is no error.
+    """
 
     def __init__(self, tls: ssl.SSLSocket, buffer: ChannelBuffer, pipe: Any,
-                 slot_bytes: int) -> None:
-        self.tls, self.buffer, self.pipe, self.slot_bytes = tls, buffer, pipe, slot_bytes
+                 plan: StreamPlan, deadline: float) -> None:
+        self.tls, self.buffer, self.pipe, self.plan = tls, buffer, pipe, plan
+        self.wire = DeadlineReader(tls, deadline)
         self.first = self.last = 0.0
         self.bytes = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -298,47 +258,44 @@ class _Receiver:
 
     def _run(self) -> None:
         held = arrived = 0
+        why = "lost"
         try:
             while True:
-                kind, k, words, count = _FRAME.unpack(read_exactly(self.tls, _FRAME.size))
+                said, size = read_message(self.wire, self.plan)
                 self.first = self.first or time.perf_counter()
-                fields, size = _read_fields(self.tls, count)
-                self.bytes += _FRAME.size + size
-                if kind == _END:
+                self.bytes += size
+                if said[0] == "end":
                     self.last = time.perf_counter()
                     # Acknowledged first: once the summing thread has every end, the
                     # server may finish and close this socket.
-                    self.tls.sendall(_ACK)
-                    self.pipe.send(("end", k, *fields))
+                    self.tls.sendall(ACK)
+                    self.pipe.send(said)
                     return  # the pipe stays open: the summing thread may still free slots
-                if kind != _CHUNK:
-                    raise ConnectionError(f"unknown frame kind {kind}")
+                _, k, words, counts = said
                 slot = arrived % 2
                 if held == 2:
                     self.pipe.recv()  # ("free", slot): this worker's chunks are summed in order
                     held -= 1
                 nbytes = 8 * words
-                if nbytes > self.slot_bytes:  # refused by the server, naming the chunk
-                    self.pipe.send(("chunk", k, slot, words, *fields))
+                if nbytes > self.plan.slot_bytes:  # refused by the server, naming the chunk
+                    self.pipe.send(("chunk", k, slot, words, counts))
                     return
-                self._read_into(slot, nbytes)
+                with self.buffer.raw(slot, nbytes) as view:
+                    self.wire.into(view[:nbytes])
                 self.bytes += nbytes
-                self.pipe.send(("chunk", k, slot, words, *fields))
+                self.pipe.send(("chunk", k, slot, words, counts))
                 held += 1
                 arrived += 1
-        except Exception:
-            # A cut stream: the summing thread sees EOF and names the worker it lost.
-            self.pipe.close()
-
-    def _read_into(self, slot: int, nbytes: int) -> None:
-        with self.buffer.raw(slot, nbytes) as view:
-            got = 0
-            while got < nbytes:
-                k = self.tls.recv_into(view[got:nbytes])
-                if not k:
-                    raise ConnectionError(f"the stream ended inside a chunk ({got} of "
-                                          f"{nbytes} bytes)")
-                got += k
+        except Malformed as exc:
+            why, reason = "violation", str(exc)
+        except TimeoutError:
+            why, reason = "expired", "the stream's deadline passed"
+        except Exception as exc:  # a cut stream: the summing thread names the worker
+            reason = str(exc) or type(exc).__name__
+        try:
+            self.pipe.send(("failed", why, arrived, reason))
+        except OSError:
+            pass  # the server is closing this stream already
 
 
 class _ServerEnd:
@@ -363,31 +320,20 @@ class _ServerEnd:
         if self.listener is None:
             self.listen()
         assert self.listener is not None
+        # One deadline for the whole stream, the run's timeout: not one per read.
+        deadline = time.monotonic() + r.timeout
         ctx = tls_context(True, r.certs[i], r.keys[i], r.client_cert)
-        streams: list[ssl.SSLSocket | None] = [None] * plan.workers
-        listener = self.listener
-        listener.settimeout(r.timeout)
-        while None in streams:
-            conn, _ = listener.accept()
-            self.sockets.append(conn)
-            conn.settimeout(r.timeout)
-            tls = ctx.wrap_socket(conn, server_side=True, suppress_ragged_eofs=False)
-            self.sockets.append(tls)
-            magic, w = _HELLO.unpack(read_exactly(tls, _HELLO.size))
-            if magic != _MAGIC or not 0 <= w < plan.workers or streams[w] is not None:
-                raise ConnectionError(f"refused a connection that is not a client "
-                                      f"worker's stream (hello {magic!r}, worker {w})")
-            streams[w] = tls
-        listener.close()
+        streams = accept_workers(self.listener, ctx, plan.workers, deadline, f"server P{i}")
+        self.sockets += streams
+        self.listener.close()
         ends = []
         for w, stream in enumerate(streams):
-            assert stream is not None
             buffer = ChannelBuffer(self.root / f"r{w}-P{i}", plan.slot_bytes, create=True)
             self.buffers.append(buffer)
             mine, theirs = multiprocessing.Pipe(duplex=True)
             self.sockets += [mine, theirs]
             ends.append(mine)
-            self.receivers.append(_Receiver(stream, buffer, theirs, plan.slot_bytes))
+            self.receivers.append(_Receiver(stream, buffer, theirs, plan, deadline))
         return self.buffers, ends
 
     def stats(self) -> dict[str, float]:

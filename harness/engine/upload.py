@@ -59,13 +59,16 @@ def tls_context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLConte
     return ctx
 
 
-def read_exactly(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        data = sock.recv(n - len(buf))
-        if not data:
+def read_exactly(sock: socket.socket, n: int) -> bytearray:
+    # One buffer of n bytes, filled in place: linear in n (appending to bytes is not).
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if not k:
             raise ConnectionError("the connection closed early")
-        buf += data
+        got += k
     return buf
 
 

@@ -27,6 +27,7 @@ from harness.remote._shell import (
 )
 from harness.remote._steps import HostSteps
 from harness.remote.agent import LOST
+from harness.remote.hosts import Host
 
 __all__ = ["RECEIVER_PID", "Listening"]
 
@@ -38,6 +39,7 @@ class Listening:
     """The listening agent steps of party ``index`` (see the module's docstring)."""
 
     index: int
+    host: Host
     client: paramiko.SSHClient | None
     remote_dir: str | None
     received_bytes: int | None
@@ -69,7 +71,7 @@ class Listening:
         """Listen (TLS, the client hosts' certificate pinned) for this server's files
         (``names[k]`` from client host k, under its working directory); as soon as they
         are in, run ``steps``."""
-        args = ["receive", "0.0.0.0", str(port), f"Player-Data/P{self.index}.pem",
+        args = ["receive", self.host.listen_address, str(port), f"Player-Data/P{self.index}.pem",
                 f"Player-Data/P{self.index}.key", "client.pem"]
         if len(names) == 1:
             args += [arg for name in names[0] for arg in ("--file", name)]

@@ -78,7 +78,8 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
         uploads.append(files)
         dest = (f"Player-Data/Input-P{i}-0" if job.as_input else HostSteps.share_file(i))
         args = [SPEC_FILE, str(i), str(base_port + i), f"Player-Data/P{i}.pem",
-                f"Player-Data/P{i}.key", "client.pem", dest, "--timeout", str(job.timeout)]
+                f"Player-Data/P{i}.key", "client.pem", dest, "--timeout", str(job.timeout),
+                "--bind", group.parties[i].host.listen_address]
         if job.blocks is not None:  # every server needs the public schedule: each writes it
             args += ["--schedule", SCHEDULE_FILE]
         serve.append(args)

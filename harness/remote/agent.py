@@ -21,8 +21,8 @@ installed there:
 
 A streamed run (:mod:`harness.remote.streaming`) has two more:
 
-* ``serve SPEC PARTY PORT CERT KEY PEER DEST [--schedule FILE]``: a server
-  binds PORT, prints ``{"step": "listening"}``, then sums its stream of shares
+* ``serve SPEC PARTY PORT CERT KEY PEER DEST --bind ADDRESS [--schedule FILE]``:
+  a server binds ADDRESS:PORT, prints ``{"step": "listening"}``, then sums its stream of shares
   from every client worker as it arrives (TLS, PEER pinned) into DEST, its
   aggregate (or, for ``fast``, writes its blocked share file DEST and the
   public schedule FILE);
@@ -33,7 +33,8 @@ Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
 prints ``{"step": "listening"}`` first, once its port accepts connections.
 Nothing else goes to stdout. A failure is one line on stderr and exit status 1
-(2 for a malformed command line).
+(2 for a malformed command line; for ``serve``, 3 when it only lost a client's
+stream, 4 when a client broke the stream's protocol).
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["LOST", "main"]
+__all__ = ["LOST", "VIOLATION", "main"]
 
 LOST = 3  # the exit status of a server whose stream was cut by the other side
+VIOLATION = 4  # ... whose client sent what is no message of the stream: a cause
 
 
 def _reply(step: str, **figures: object) -> None:
@@ -123,8 +125,8 @@ def receive(args: argparse.Namespace) -> None:
 def serve(args: argparse.Namespace) -> None:
     from harness.remote.streaming import serve as serve_stream
 
-    figures = serve_stream(args.spec, args.party, args.port, args.cert, args.key, args.peer,
-                           args.dest, args.schedule, args.timeout,
+    figures = serve_stream(args.spec, args.party, args.bind, args.port, args.cert, args.key,
+                           args.peer, args.dest, args.schedule, args.timeout,
                            on_listening=lambda: _reply("listening"))
     _reply("serve", **figures)
 
@@ -179,6 +181,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("port", type=int)
     for name in ("cert", "key", "peer", "dest"):
         s.add_argument(name, type=Path)
+    s.add_argument("--bind", required=True, help="the address to listen on (this host's)")
     s.add_argument("--schedule", type=Path)
     s.add_argument("--timeout", type=float, default=900.0)
     s = steps.add_parser("stream", help="a client host: stream its clients' shares")
@@ -194,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     os.umask(0o077)  # shares, seeds and aggregates are secret from creation
-    from harness.engine import StreamLost
+    from harness.engine import StreamLost, StreamViolation
     from harness.errors import LtmError
 
     try:
@@ -212,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             stream(args)
         else:
             receive(args)
+    except StreamViolation as exc:
+        # The cause of the run's failure, named first: not a consequence, as a lost stream is.
+        print(f"agent {args.step}: {exc}", file=sys.stderr)
+        return VIOLATION
     except StreamLost as exc:
         # A server that lost a client's stream: the consequence of that client's failure,
         # which the runner names first (status 3 says so).

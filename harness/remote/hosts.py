@@ -18,6 +18,7 @@ table per party, in party order (the first entry is party 0)::
     mp_spdz = "/home/ubuntu/.local/share/ltm-harness/mp-spdz"
     workdir = "/scratch/ltm"      # optional (default ~/.cache/ltm-harness/runs); it must
                                   # be the login user's own, mode 0700 (made so if new)
+    listen = "10.0.0.5"           # optional (default mpc_host): the address its ports bind
 
     [client]                      # optional: the machine that prepares the clients' shares
     name = "client"
@@ -75,7 +76,7 @@ DEFAULT_BASE_PORT = 14000
 DEFAULT_WORKDIR = "~/.cache/ltm-harness/runs"
 
 _REQUIRED_HOST_FIELDS = ("name", "ssh_host", "user", "mpc_host", "mp_spdz")
-_OPTIONAL_HOST_FIELDS = ("ssh_port", "key", "workdir")
+_OPTIONAL_HOST_FIELDS = ("ssh_port", "key", "workdir", "listen")
 _TOP_LEVEL_FIELDS = ("known_hosts", "base_port", "cluster", "region", "party", "client")
 CLIENT_MP_SPDZ = "~/.local/share/ltm-harness/mp-spdz"  # the client host runs no party
 # Where `ltm hosts setup` installs the harness on every host.
@@ -96,6 +97,11 @@ class Host:
     mpc_host: str  # the address the other parties reach this one at
     mp_spdz: str  # MP-SPDZ directory on that host
     workdir: str = DEFAULT_WORKDIR
+    listen: str | None = None  # the address its ports are bound to; None: mpc_host
+
+    @property
+    def listen_address(self) -> str:
+        return self.listen or self.mpc_host
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,10 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
     workdir = entry.get("workdir", DEFAULT_WORKDIR)
     if not isinstance(workdir, str) or not workdir:
         raise InputError(f"{path}: {where} has an invalid 'workdir': give a directory path")
+    listen = entry.get("listen")
+    if listen is not None and (not isinstance(listen, str) or not listen):
+        raise InputError(f"{path}: {where} has an invalid 'listen': give an address of that "
+                         "host for its ports, or leave it out to use mpc_host")
     return Host(
         name=entry["name"],
         ssh_host=entry["ssh_host"],
@@ -265,6 +275,7 @@ def _parse_host(path: Path, index: int, entry: dict[str, Any]) -> Host:
                        "e.g. ssh_port = 22"),
         key=None if key is None else str(_resolve(path, key)),
         workdir=workdir,
+        listen=listen,
     )
 
 
@@ -386,6 +397,8 @@ def _host_lines(host: Host) -> list[str]:
         f"mp_spdz = {_toml_str(host.mp_spdz)}",
         f"workdir = {_toml_str(host.workdir)}",
     ]
+    if host.listen is not None:
+        lines.append(f"listen = {_toml_str(host.listen)}")
     return lines
 
 

@@ -5,9 +5,10 @@ private working directory, from a public stream description
 (:class:`harness.clients.StreamSpec`, ``stream.json``) that the runner
 uploaded:
 
-* :func:`serve`, on each server: binds its port, says it is listening, then
-  takes one TLS connection per client worker (the clients' per-run certificate
-  pinned) and sums the chunks into its accumulators as they arrive
+* :func:`serve`, on each server: binds its port on the address its inventory
+  entry gives (``listen``, else ``mpc_host``), says it is listening, then takes
+  one TLS connection per client worker (the clients' per-run certificate
+  pinned; any other connection is dropped) and sums the chunks into its accumulators as they arrive
   (:func:`harness.engine.serve_party`), or, for the ``fast`` program, writes
   them into its blocked share file and the public schedule. Only its m x d
   aggregate (or that share file) is left, where MP-SPDZ then reads it.
@@ -30,19 +31,26 @@ import numpy as np
 
 from harness.clients import ProducerTotals, StreamSpec
 from harness.engine import TlsRoute, TlsTransport, channel_root, serve_party, stream_clients
+from harness.errors import LtmError
 
 __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
 
 
-def serve(spec_path: Path, party: int, port: int, cert: Path, key: Path, peer: Path,
-          dest: Path, schedule: Path | None, timeout: float,
+def serve(spec_path: Path, party: int, bind: str, port: int, cert: Path, key: Path,
+          peer: Path, dest: Path, schedule: Path | None, timeout: float,
           on_listening: object = None) -> dict:
-    """Server ``party``'s stream into ``dest`` (and ``schedule``); its figures."""
+    """Server ``party``'s stream into ``dest`` (and ``schedule``), listening on
+    ``bind:port``; its figures."""
     spec = StreamSpec.from_json(spec_path.read_text())
-    route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout)
+    route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout, bind)
     root = channel_root(Path.cwd())
     try:
-        end = TlsTransport(route, root).listening_end(party)
+        try:
+            end = TlsTransport(route, root).listening_end(party)
+        except OSError as exc:
+            raise LtmError(f"cannot listen on {bind}:{port} ({exc.strerror or exc}); if "
+                           f"{bind} is not an address of this host, give one as `listen` in "
+                           "its inventory entry") from None
         if callable(on_listening):
             on_listening()
         return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input,

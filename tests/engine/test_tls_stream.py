@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _strangers import Strangers
 
 from harness.clients import (
     ADDITIVE,
@@ -40,9 +41,13 @@ from harness.clients import (
 )
 from harness.engine import StreamError, make_certificates, stream_inputs
 from harness.engine.netns import NetworkEmulation
-from harness.engine.tls_stream import _FRAME, TlsRoute
+from harness.engine.stream import _server_main, _worker_main
+from harness.engine.stream_procs import Processes
+from harness.engine.stream_wire import FRAME as _FRAME
+from harness.engine.tls_stream import TlsRoute
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
+from harness.fileio import private_dir
 
 IS_ROOT = os.geteuid() == 0
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +106,44 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     assert 0 < stages["stream_upload_s"] <= stages["stream_wall_s"]
     parts = stages["stream_clients_s"] + stages["stream_upload_s"] + stages["stream_servers_s"]
     assert stages["stream_overlap"] == pytest.approx(parts / stages["stream_wall_s"])
+
+
+def test_strangers_in_the_clients_namespace_change_nothing(tmp_path):
+    # Each server's port is bound to its namespace's address; strangers reach it from the
+    # clients' namespace before any client worker does, and the run still verifies.
+    n, d, m, parties = 20_000, 2, 5, 2
+    sketch = Sketch.sparse(n, m, 1, seed=8)
+    rows = SyntheticRows(n, d, 1.0, seed=8)
+    fp = FixedPoint(16)
+    plan = StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2, chunk=997)
+    dests = _dests(tmp_path, parties)
+    ctx = multiprocessing.get_context("fork")
+    strangers = None
+    with NetworkEmulation("none", parties, client=True) as net:
+        route = _route(net, tmp_path, parties)
+        carrier = route(plan, private_dir(tmp_path / "channels"), ctx)
+        try:
+            with Processes(ctx) as procs:
+                for i in range(parties):
+                    procs.start(f"server P{i}", _server_main,
+                                (i, plan, sketch, carrier.server_end(i), dests[i], False, None,
+                                 None))
+                strangers = Strangers(tmp_path, list(zip(route.addresses, route.ports,
+                                                         strict=True)),
+                                      namespace=net.client_namespace)
+                for w in range(plan.workers):
+                    procs.start(f"client worker {w}", _worker_main,
+                                (w, plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
+                                 fp, carrier.client_end(w)))
+                # Below the stream's timeout: a server held up by a stranger fails here.
+                results = procs.collect(time.perf_counter() + 0.75 * route.timeout)
+        finally:
+            if strangers is not None:
+                strangers.leave()
+    assert len(results) == parties + plan.workers
+    shares = [read_share_file(p, ADDITIVE).reshape(m, d) for p in dests]
+    assert np.array_equal(np.sum(shares, axis=0, dtype=np.uint64),
+                          _reference(sketch, rows.read(0, n), fp))
 
 
 @pytest.mark.parametrize(("victim", "sharing", "blocks"), [
@@ -214,8 +257,6 @@ _SAID = {
     ("full", False), ("seeded", False), ("full", True), ("seeded", True)])
 def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, edit, sharing,
                                                                      writes_file):
-    from harness.engine.stream import _server_main
-
     n, d, m = 250, 2, 4
     plan = StreamPlan(n, d, m, 1, 2, ADDITIVE.name, workers=1, chunk=97, sharing=sharing)
     sketch = Sketch.sparse(n, m, 1, seed=2)
@@ -341,21 +382,22 @@ def test_bad_input_found_while_streaming_is_one_line_and_removes_the_network(tmp
 
 
 def test_message_fields_cross_as_numbers_and_nothing_else():
-    from harness.engine.tls_stream import _pack_fields, _read_fields
+    from harness.engine.stream_wire import DeadlineReader, Malformed, pack_fields, read_fields
 
     counts = np.arange(8, dtype=np.int64).reshape(2, 4)
     a, b = socket.socketpair()
     with a, b:
-        a.sendall(_pack_fields([7, counts]))
-        fields, size = _read_fields(b, 2)
+        wire = DeadlineReader(b, time.monotonic() + 60)
+        a.sendall(pack_fields([7, counts]))
+        fields, size = read_fields(wire, 2, counts.nbytes)
         assert fields[0] == 7 and np.array_equal(fields[1], counts)
         assert fields[1].dtype == counts.dtype and size > counts.nbytes
         # An object array would be unpickled: refused, as is a size that lies.
         header = b'["|O", [1]]'
         a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
-        with pytest.raises(ConnectionError, match="refused an array field of object"):
-            _read_fields(b, 1)
+        with pytest.raises(Malformed, match="an array field of object"):
+            read_fields(wire, 1, 64)
         header = b'["<i8", [4]]'
         a.sendall(b"a" + len(header).to_bytes(8, "big") + header + (8).to_bytes(8, "big"))
-        with pytest.raises(ConnectionError, match="refused an array field of int64"):
-            _read_fields(b, 1)
+        with pytest.raises(Malformed, match="an array field of int64"):
+            read_fields(wire, 1, 64)

@@ -181,6 +181,22 @@ def test_write_is_atomic_when_replacing(tmp_path: Path, monkeypatch: pytest.Monk
     assert os.listdir(tmp_path) == ["hosts.toml"]
 
 
+def test_a_party_listens_on_its_mpc_host_unless_its_entry_says_where(tmp_path: Path) -> None:
+    inv = Inventory(hosts=(Host(name="a", ssh_host="h", user="u", mpc_host="10.0.0.5",
+                                mp_spdz="/d"),
+                           Host(name="b", ssh_host="g", user="u", mpc_host="54.1.2.3",
+                                mp_spdz="/d", listen="0.0.0.0")),
+                    known_hosts=tmp_path / "kh")
+    path = write(tmp_path, format_inventory(inv, base_dir=tmp_path))
+    loaded = load_inventory(path)
+    assert loaded == inv
+    assert [h.listen_address for h in loaded.hosts] == ["10.0.0.5", "0.0.0.0"]
+    path.write_text(path.read_text().replace('listen = "0.0.0.0"', "listen = 0"))
+    with pytest.raises(InputError, match=r"\[\[party\]\] entry #2 \('b'\) has an invalid "
+                                         "'listen': give an address of that host"):
+        load_inventory(path)
+
+
 def test_format_omits_unset_optionals(tmp_path: Path) -> None:
     inv = Inventory(
         hosts=tuple(Host(name=n, ssh_host="h", user="u", mpc_host="m", mp_spdz="/d")
