@@ -302,11 +302,11 @@ def test_load_errors_name_the_fix(tmp_path) -> None:
         matrices.load_matrix(tmp_path / "missing.csv")
     text = tmp_path / "text.csv"
     text.write_text("a,name\n1,x\n2,y\n")
-    with pytest.raises(InputError, match="name are not numeric; drop or encode"):
+    with pytest.raises(InputError, match="line 2: column 2 \\('name'\\) holds 'x', not a number"):
         matrices.load_matrix(text)
     holes = tmp_path / "holes.csv"
     holes.write_text("a,b\n1,\n2,3\n")
-    with pytest.raises(InputError, match="--drop-missing"):
+    with pytest.raises(InputError, match="line 2: column 2 \\('b'\\) is empty; fill it in"):
         matrices.load_matrix(holes)
     assert matrices.load_matrix(holes, drop_missing=True)[0].tolist() == [[2.0, 3.0]]
     other = tmp_path / "t.parquet"
