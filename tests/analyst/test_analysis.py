@@ -349,6 +349,22 @@ def test_load_run_without_data_names_the_fix(tmp_path) -> None:
     assert datasets.load_run(tmp_path).data.shape == (400, 4)
 
 
+def test_load_run_reads_a_text_file_as_the_run_did(tmp_path) -> None:
+    M = _run_dir(tmp_path, with_data=False)
+    text = tmp_path.parent / "input.csv"
+    # A first line of numbers that the run was told (--header) to skip as a header.
+    text.write_text("1,2,3,4\n" + "".join(",".join(repr(float(v)) for v in row) + "\n"
+                                         for row in M))
+    params = {"data": str(text), "layout": {"data_header": True}}
+    (tmp_path / "result.json").write_text(json.dumps({"parameters": {
+        "clients": 400, "dim": 4, "rows": 20, **params}}))
+    assert np.array_equal(datasets.load_run(tmp_path).data, M)
+    # Given with --data, the file's first line is detected (numbers: a row) or given.
+    with pytest.raises(InputError, match="result.json says clients=400 but the files give"):
+        datasets.load_run(tmp_path, text)
+    assert np.array_equal(datasets.load_run(tmp_path, text, header=True).data, M)
+
+
 def test_load_run_rejects_mixed_files(tmp_path) -> None:
     for key in ("clients", "dim", "rows"):
         _run_dir(tmp_path, params={key: 999})
