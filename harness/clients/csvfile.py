@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,15 +45,20 @@ def _fields(text: str, sep: str | None) -> list[str]:
     """One line's fields: split at ``sep`` (quotes respected), or at runs of white space."""
     if sep is None:
         return [f.strip('"') for f in text.split()]
-    return next(csv.reader([text], delimiter=sep), [])
+    try:
+        return next(csv.reader([text], delimiter=sep), [])
+    except csv.Error:  # a quote left open, a stray control character: not numbers anyway
+        return text.split(sep)
+
+
+# A number as a CSV writes it: Python's float() also takes "1_000" and other scripts'
+# digits, which the parser does not.
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)",
+                     re.IGNORECASE)
 
 
 def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return _NUMBER.fullmatch(text.strip()) is not None
 
 
 def detect_header(first: list[str], second: list[str] | None, comment: bool) -> bool:
@@ -156,6 +162,9 @@ class CsvRows:
             return "not UTF-8 text; save the file as UTF-8 (a spreadsheet's \"CSV UTF-8\")"
         if not text.strip():
             return "a blank line between rows; remove it (every line must be a row)"
+        if "\r" in text:
+            return ("a bare carriage return inside the line; save the file with LF or CRLF "
+                    "line ends")
         fields = _fields(text, self.sep)
         if len(fields) != self.d:
             kind, fix = (("short", "complete it") if len(fields) < self.d
@@ -169,13 +178,11 @@ class CsvRows:
                 if missing_ok:
                     continue
                 return f"{self._column(c)} is empty; fill it in, or remove the line"
-            try:
-                value = float(cell)
-            except ValueError:
+            if not _is_number(cell):
                 shown = cell if len(cell) <= 40 else cell[:37] + "..."
                 return (f"{self._column(c)} holds {shown!r}, not a number; write a number "
                         "there, or remove the line")
-            if not math.isfinite(value) and not missing_ok:
+            if not math.isfinite(float(cell)) and not missing_ok:
                 return (f"{self._column(c)} holds {cell}, which cannot be encoded; write a "
                         "finite number there, or remove the line")
         return None

@@ -163,6 +163,9 @@ def test_a_bad_row_far_into_a_large_file_is_named_by_its_line(tmp_path, small_bl
     ("1,2\n".encode("utf-16"), "is UTF-16 text; save it as UTF-8"),
     (b"1,2\r3,4\r", "bare carriage return (old Mac OS); save it with LF or CRLF"),
     (b"1,2\n3,\xff\n", "line 2: not UTF-8 text; save the file as UTF-8"),
+    (b"a,b\n1,2\n3\r4,5\n", "line 3: a bare carriage return inside the line"),
+    # Python's float() takes these, the parser does not: named, not a garbled error
+    (b"a,b\n1,2\n1_0,4\n", "line 3: column 1 ('a') holds '1_0', not a number"),
 ])
 def test_unreadable_files_are_one_line(tmp_path, content, needle):
     path = tmp_path / "e.csv"
