@@ -221,8 +221,9 @@ class CsvRows:
                     raise self._refuse(line, "a blank line between rows; remove it (every "
                                              "line must be a row)")
             if sep_byte is not None and filled.size:
-                seps = np.flatnonzero(raw == sep_byte)
-                width = np.searchsorted(seps, ends) - np.searchsorted(seps, starts) + 1
+                # Separators per line: those before its end less those before the last's.
+                before = np.searchsorted(np.flatnonzero(raw == sep_byte), ends)
+                width = np.diff(before, prepend=0) + 1
                 wrong = filled[width[filled] != self.d]
                 for i in wrong[:1].tolist():
                     found = self.problem(buf[starts[i]:ends[i]])
@@ -251,12 +252,12 @@ class CsvRows:
         view = out[: stop - start]
         with open(self.path, "rb") as fh:
             fh.seek(int(self.offsets[start // _CSV_STRIDE]))
-            for _ in range(start % _CSV_STRIDE):
-                fh.readline()
+            _lines(fh, start % _CSV_STRIDE)  # to row start
             for first in range(start, stop, _PARSE_ROWS):
                 last = min(stop, first + _PARSE_ROWS)
-                lines = [fh.readline() for _ in range(last - first)]
-                view[first - start: last - start] = self._parse(lines, first, missing_ok)
+                text = _lines(fh, last - first)
+                view[first - start: last - start] = self._parse(text, first, last - first,
+                                                                missing_ok)
         if not missing_ok:
             check_matrix(view, self.eta, first_row=start, where=self._where)
         return view
@@ -264,17 +265,17 @@ class CsvRows:
     def _where(self, row: int, column: int) -> str:
         return f"data file {self.path}, line {self.line_of(row)}, {self._column(column)}"
 
-    def _parse(self, lines: list[bytes], first: int, missing_ok: bool) -> np.ndarray:
-        """Lines of rows first, first + 1, ... as a float64 array; the first bad line is
-        refused by name."""
+    def _parse(self, text: bytes, first: int, count: int, missing_ok: bool) -> np.ndarray:
+        """The ``count`` lines of rows first, first + 1, ... as a float64 array; the first
+        bad line is refused by name."""
         import pandas as pd
 
         values = None
         try:
-            frame = pd.read_csv(io.BytesIO(b"".join(lines)), header=None, dtype=np.float64,
+            frame = pd.read_csv(io.BytesIO(text), header=None, dtype=np.float64,
                                 sep=r"\s+" if self.sep is None else self.sep,
                                 skip_blank_lines=False, encoding="utf-8")
-            if frame.shape == (len(lines), self.d):
+            if frame.shape == (count, self.d):
                 values = frame.to_numpy(dtype=np.float64)
         except (ValueError, UnicodeDecodeError):  # pandas' parser errors are ValueErrors
             pass
@@ -282,6 +283,7 @@ class CsvRows:
             return values
         # pandas pads a short row with NaN, as it reads an empty cell or "NA": only the
         # line itself tells them apart.
+        lines = text.split(b"\n")[:count]  # the last row's newline starts no line
         for i, raw in enumerate(lines):
             found = self.problem(raw, missing_ok)
             if found is not None:
@@ -289,11 +291,31 @@ class CsvRows:
         if values is not None:  # every bad cell was missing, which the caller allows
             return values
         raise InputError(f"cannot read data file {self.path}, lines {self.line_of(first)}.."
-                         f"{self.line_of(first + len(lines) - 1)}: a quoted value spans lines "
+                         f"{self.line_of(first + count - 1)}: a quoted value spans lines "
                          "or holds a separator; write one plain number per cell")
 
     def __getstate__(self) -> dict:
         return self.__dict__  # a path and the offsets: each worker opens the file itself
+
+
+def _lines(fh, count: int) -> bytes:
+    """The next ``count`` lines of ``fh`` (the last may lack its newline), read in blocks
+    with their newlines found by numpy; ``fh`` is left after them."""
+    if count <= 0:
+        return b""
+    start, parts, found = fh.tell(), [], 0
+    while found < count:
+        block = fh.read(1 << 20)
+        if not block:
+            break
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        if found + ends.size >= count:
+            block = block[: int(ends[count - found - 1]) + 1]
+        parts.append(block)
+        found += ends.size
+    text = b"".join(parts)
+    fh.seek(start + len(text))
+    return text
 
 
 def _decode(raw: bytes) -> str:
