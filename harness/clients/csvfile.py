@@ -54,7 +54,7 @@ def _fields(text: str, sep: str | None) -> list[str]:
 # A number as a CSV writes it: Python's float() also takes "1_000" and other scripts'
 # digits, which the parser does not.
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)",
-                     re.IGNORECASE)
+                     re.IGNORECASE | re.ASCII)
 
 
 def _is_number(text: str) -> bool:

@@ -166,6 +166,7 @@ def test_a_bad_row_far_into_a_large_file_is_named_by_its_line(tmp_path, small_bl
     (b"a,b\n1,2\n3\r4,5\n", "line 3: a bare carriage return inside the line"),
     # Python's float() takes these, the parser does not: named, not a garbled error
     (b"a,b\n1,2\n1_0,4\n", "line 3: column 1 ('a') holds '1_0', not a number"),
+    ("a,b\n1,2\n\u0661,4\n".encode(), "line 3: column 1 ('a') holds '\u0661', not a number"),
 ])
 def test_unreadable_files_are_one_line(tmp_path, content, needle):
     path = tmp_path / "e.csv"
