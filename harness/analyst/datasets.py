@@ -159,16 +159,19 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     return values
 
 
-def _run_data(directory: Path, params: dict, data: str | os.PathLike | None) -> np.ndarray:
+def _run_data(directory: Path, params: dict, data: str | os.PathLike | None,
+              header: bool | None) -> np.ndarray:
     if data is not None:
-        return load_matrix(data)[0]
+        return load_matrix(data, header=header)[0]
     path = directory / "data.npy"
     if path.is_file():
         return _load_npy(path, "input matrix")
     recorded = params.get("parameters")
     named = recorded.get("data") if isinstance(recorded, dict) else params.get("data")
     if isinstance(named, str) and named and Path(named).is_file():
-        return load_matrix(named)[0]
+        layout = recorded.get("layout") if isinstance(recorded, dict) else None
+        read = layout.get("data_header") if isinstance(layout, dict) else None
+        return load_matrix(named, header=read if isinstance(read, bool) else header)[0]
     synthetic = _synthetic_rows(recorded if isinstance(recorded, dict) else {})
     if synthetic is not None:  # above EXPORT_LIMIT no data.npy: recompute it from the seed
         return all_rows(synthetic)
@@ -191,8 +194,13 @@ def _synthetic_rows(recorded: dict) -> SyntheticRows | None:
         return None
 
 
-def load_run(directory: str | os.PathLike, data: str | os.PathLike | None = None) -> RunOutput:
-    """Load output.npy and the input matrix from a run directory, checking their shapes."""
+def load_run(directory: str | os.PathLike, data: str | os.PathLike | None = None,
+             header: bool | None = None) -> RunOutput:
+    """Load output.npy and the input matrix from a run directory, checking their shapes.
+
+    ``header`` says whether a text ``data`` file's first line is a header (None:
+    detected); the file the run recorded is read as the run read it.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"run directory {directory} does not exist; pass the --out "
@@ -203,7 +211,7 @@ def load_run(directory: str | os.PathLike, data: str | os.PathLike | None = None
                          "`ltm run`?")
     params = _read_params(directory)
     sketch = _load_npy(out, "revealed sketch")
-    matrix = _run_data(directory, params, data)
+    matrix = _run_data(directory, params, data, header)
     _check_run_shapes(sketch, matrix, params)
     return RunOutput(directory, sketch, matrix, params)
 

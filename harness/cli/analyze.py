@@ -106,7 +106,11 @@ def _calibration_option(parser: argparse.ArgumentParser, default: str = "corolla
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="output directory of `ltm run`")
     parser.add_argument("--data", metavar="FILE",
-                        help="the run's input matrix (.npy or .csv) if DIR has no data.npy")
+                        help="the run's input matrix (.npy, .csv or .txt) if DIR has no "
+                             "data.npy")
+    parser.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                        help="whether --data's first line is a header line (skipped) or a "
+                             "row (default: detected: a line with text is a header)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     _calibration_option(parser)
     parser.add_argument("--epsilon", default=None,
@@ -127,7 +131,7 @@ def _baselines(args: argparse.Namespace, run, problem: str, **what) -> dict:
 
 def _load(args: argparse.Namespace):
     """The run, refusing one whose result.json is missing or records no parameters."""
-    run = load_run(args.directory, args.data)
+    run = load_run(args.directory, args.data, args.header)
     if not run.params:  # load_run reads a missing file, [] and {} alike as nothing
         path = Path(args.directory) / "result.json"
         state = "is missing" if not path.exists() else "records no run parameters"

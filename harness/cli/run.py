@@ -27,7 +27,18 @@ SPARSITY = option("--sparsity", type=int, metavar="s",
                   help="non-zeros per sketch column (default {default})")
 DENSE = option("--dense", action="store_true", help="the dense sketch: s = m")
 DATA = option("--data", type=Path, metavar="FILE", unset="uniform in [-eta, eta]",
-              help="the n x d data matrix (.npy or .csv); default: {default}")
+              help="the n x d data matrix (.npy, .csv or .txt; one row per client); "
+                   "default: {default}. With Gaussian or Skellam noise it needs n > 8 m "
+                   "ln(dm/delta) + s + t' rows, else R_D would send zeros and the run is "
+                   "refused (see --allow-zero-output)")
+HEADER = option("--header", action=argparse.BooleanOptionalAction, unset="detected",
+                help="whether --data's first line is a header line (skipped) or a row "
+                     "(default: {default}: a line with text is a header; the summary says "
+                     "which)")
+ALLOW_ZERO_OUTPUT = option(
+    "--allow-zero-output", action="store_true",
+    help="run --data below R_D's threshold n > 8 m ln(dm/delta) + s + t' as the paper "
+         "does: every client sends zeros and the revealed sketch is all zero")
 # The other numbers' ranges are RunConfig's (checked before any data is drawn); an
 # epsilon has no natural upper end there, so the command line gives one.
 EPSILON = option("--epsilon", type=common.number("--epsilon", low=0, high=1e6, open_low=True),
@@ -65,7 +76,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "compute T = (1/sqrt s) sum_i S_i (A + G_i) and reveal it; the result is "
                     "checked bit for bit against a plaintext computation.")
     add = common.options_of(p, RunConfig)
-    for opt in (PARTIES, CLIENTS, DIM, ROWS, SPARSITY, DENSE, DATA, common.NOISE,
+    for opt in (PARTIES, CLIENTS, DIM, ROWS, SPARSITY, DENSE, DATA, HEADER,
+                ALLOW_ZERO_OUTPUT, common.NOISE,
                 common.CALIBRATION, EPSILON, DELTA, ETA, CORRUPT_CLIENTS, common.PROGRAM,
                 common.PROTOCOL, TAMPER, common.SHARING, INPUT, FRAC_BITS, common.SEED, PORT,
                 common.TIMEOUT, common.HOSTS, common.NETWORK):

@@ -36,7 +36,14 @@ from harness.clients.matrices import (
     npy_error,
     open_rows,
 )
-from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
+from harness.clients.noise import (
+    CALIBRATIONS,
+    NOISE_GENERATOR,
+    NOISE_KINDS,
+    NoiseSpec,
+    noise_rng,
+    zero_output_bound,
+)
 from harness.clients.prepare import (
     Prepared,
     ShareSink,
@@ -171,6 +178,7 @@ __all__ = [
     "skellam_mu",
     "smallest_n",
     "split_clients",
+    "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
     "upload_files",

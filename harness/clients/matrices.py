@@ -9,12 +9,15 @@ allocating what it claims.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from harness.clients.csvfile import CsvRows
+from harness.clients.entries import check_matrix
 from harness.clients.sketch import public_words
 from harness.errors import InputError, check_memory
 
@@ -29,10 +32,11 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
                 drop_missing: bool = False) -> tuple[np.ndarray, list[str]]:
     """A numeric n x d float64 matrix and its column names.
 
-    ``.csv`` is comma-separated and ``.txt`` separated by commas or white space;
-    a header line is detected (a first line of numbers is data) unless
-    ``header`` says otherwise, and columns without one are named "0", "1", ...
-    Rows with missing or non-finite values are an error unless ``drop_missing``.
+    ``.csv`` and ``.txt`` are read by :class:`~harness.clients.csvfile.CsvRows`
+    (separated by commas, tabs or white space; a header line detected unless
+    ``header`` says whether there is one; columns without one are named "0", "1",
+    ...). Rows with empty or non-finite cells are an error unless ``drop_missing``
+    drops them; a short, long or text row always is.
     """
     path = Path(path)
     if path.exists() and not path.is_file():
@@ -48,10 +52,12 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
         matrix = _read_npy(path)
         names = [str(i) for i in range(matrix.shape[1])]
     else:
-        # Parsed text takes at most about 4 bytes per byte of the file (8 per 2-byte "1,").
-        check_memory(4.0 * path.stat().st_size, f"data file {path}",
+        # The streamed reader's own code, over every row: both read the same values.
+        rows = CsvRows(path, math.inf, header)
+        check_memory(8.0 * rows.n * rows.d, f"data file {path} ({rows.n} x {rows.d})",
                      "save it as .npy, or use a machine with more memory")
-        matrix, names = _frame_to_matrix(_read_table(path, header), path)
+        matrix = rows.read_into(0, rows.n, np.empty((rows.n, rows.d)), missing_ok=drop_missing)
+        names = rows.names
     if matrix.shape[0] == 0 or matrix.shape[1] == 0:
         raise InputError(f"data file {path} has shape {matrix.shape}; it must be an n x d "
                          "matrix with at least one row and one column")
@@ -95,58 +101,14 @@ def npy_error(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _read_table(path: Path, header: bool | None):
-    import pandas as pd
-
-    options = ({"sep": ","} if path.suffix.lower() == ".csv"
-               else {"sep": r"[,\s]+", "engine": "python"})
-
-    def read(first_line_is_header: bool):
-        try:
-            return pd.read_csv(path, header=0 if first_line_is_header else None, **options)
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            # pandas' parser errors are ValueErrors
-            raise InputError(f"cannot read data file {path}: {exc}") from exc
-
-    frame = read(header is not False)
-    if header is None and all(_is_number(c) for c in frame.columns):
-        # The first line held numbers, not names: it is data.
-        frame, header = read(False), False
-    if header is False:
-        frame.columns = [str(i) for i in range(frame.shape[1])]
-    return frame
-
-
-def _is_number(text: object) -> bool:
-    try:
-        float(str(text))
-    except ValueError:
-        return False
-    return True
-
-
-def _frame_to_matrix(frame, path: Path) -> tuple[np.ndarray, list[str]]:
-    import pandas as pd
-
-    names = [str(c) for c in frame.columns]
-    bad = [name for name, column in zip(names, frame.columns, strict=True)
-           if not pd.api.types.is_numeric_dtype(frame[column])
-           or pd.api.types.is_complex_dtype(frame[column])]
-    if bad:
-        raise InputError(f"data file {path} is not a numeric CSV matrix: column(s) "
-                         f"{', '.join(bad[:5])} are not numeric; drop or encode them")
-    return frame.to_numpy(dtype=np.float64), names
-
-
 def _handle_missing(matrix: np.ndarray, path: Path, drop_missing: bool) -> np.ndarray:
     finite = np.isfinite(matrix).all(axis=1)
     if finite.all():
         return matrix
-    if not drop_missing:
+    if not drop_missing:  # a .npy file (a text file's reader names the line)
         first = int(np.argmin(finite))
         raise InputError(f"data file {path}: {int((~finite).sum())} row(s) hold missing or "
-                         f"non-finite values (the first is row {first}); remove them, or "
-                         "pass --drop-missing where the command has it")
+                         f"non-finite values (the first is row {first}); remove them")
     kept = matrix[finite]
     if kept.shape[0] == 0:
         raise InputError(f"data file {path}: every row holds a missing value; nothing is left")
@@ -265,97 +227,9 @@ def all_rows(rows: Rows) -> np.ndarray:
     return np.ascontiguousarray(rows.read(0, rows.n))
 
 
-# Every this many rows a CSV's byte offset is kept: n / 4096 offsets find any row.
-_CSV_STRIDE = 4096
-_SCAN_BYTES = 1 << 24
-
-
-class CsvRows:
-    """A ``.csv`` or ``.txt`` read a range of rows at a time: one pass finds every 4096th
-    row's byte offset, then a chunk is a seek and a parse of its own rows (checked as it
-    is read).
-
-    Numbers separated by commas (a ``.txt`` whose first line has no comma: by white
-    space), with an optional header line (a first line that is not all numbers); a
-    blank line is refused, naming it, since it would shift the rows.
-    """
-
-    seed = None
-
-    def __init__(self, path: Path, eta: float) -> None:
-        self.path, self.eta = path, eta
-        with open(path, "rb") as fh:
-            first = fh.readline()
-            line = first.decode("utf-8", "replace").strip()
-            self.sep = "," if path.suffix.lower() == ".csv" or "," in line else r"\s+"
-            fields = line.split(",") if self.sep == "," else line.split()
-            self.header = not all(_is_number(f) for f in fields)
-            self.d = len(fields)
-            data_start = len(first) if self.header else 0
-            self.offsets, self.n = _index_lines(fh, path, data_start)
-        if self.n == 0:
-            raise InputError(f"data file {path} has no data rows; it must be an n x d matrix")
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        return self.read_into(start, stop, np.empty((stop - start, self.d)))
-
-    def read_into(self, start: int, stop: int, out: np.ndarray) -> np.ndarray:
-        import pandas as pd
-
-        with open(self.path, "rb") as fh:
-            fh.seek(int(self.offsets[start // _CSV_STRIDE]))
-            for _ in range(start % _CSV_STRIDE):
-                fh.readline()
-            try:
-                frame = pd.read_csv(fh, header=None, nrows=stop - start, sep=self.sep,
-                                    skip_blank_lines=False)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise InputError(f"cannot read data file {self.path} from row {start}: "
-                                 f"{exc}") from exc
-        if frame.shape != (stop - start, self.d):
-            raise InputError(f"data file {self.path}: rows {start}..{stop - 1} have shape "
-                             f"{frame.shape}, not ({stop - start}, {self.d}); every row needs "
-                             f"{self.d} numbers")
-        view = out[: stop - start]
-        try:
-            view[:] = frame.to_numpy(dtype=np.float64)
-        except (ValueError, TypeError) as exc:
-            kind = "CSV" if self.sep == "," else "text"
-            raise InputError(f"data file {self.path} is not a numeric {kind} matrix in rows "
-                             f"{start}..{stop - 1}: {exc}") from exc
-        check_matrix(view, self.eta, first_row=start)
-        return view
-
-    def __getstate__(self) -> dict:
-        return self.__dict__  # a path and the offsets: each worker opens the file itself
-
-
-def _index_lines(fh, path: Path, offset: int) -> tuple[np.ndarray, int]:
-    """Byte offsets of data rows 0, _CSV_STRIDE, 2 _CSV_STRIDE, ... from ``offset``, and
-    the number of rows (a last line without a newline counts)."""
-    kept, count, position, line_start = [offset], 0, offset, offset
-    fh.seek(offset)
-    while block := fh.read(_SCAN_BYTES):
-        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10) + position
-        starts = np.concatenate(([line_start], ends[:-1] + 1))
-        empty = np.flatnonzero(ends == starts)
-        if empty.size:
-            raise InputError(f"data file {path} has a blank line (data row "
-                             f"{count + int(empty[0])}); remove it: every line must be a row")
-        index = np.arange(count, count + ends.size)
-        kept.extend((ends[(index + 1) % _CSV_STRIDE == 0] + 1).tolist())
-        count += ends.size
-        if ends.size:
-            line_start = int(ends[-1]) + 1
-        position += len(block)
-    if position > line_start:
-        count += 1
-    return np.asarray(kept[: max(1, -(-count // _CSV_STRIDE))], dtype=np.int64), count
-
-
-def open_rows(path: str | os.PathLike, eta: float) -> Rows:
+def open_rows(path: str | os.PathLike, eta: float, header: bool | None = None) -> Rows:
     """``--data FILE`` as rows to stream: a ``.npy`` is mapped and a ``.csv`` or ``.txt``
-    indexed, and all are read in chunks (any size)."""
+    indexed (``header`` as :func:`load_matrix`'s), and all are read in chunks (any size)."""
     path = Path(path)
     if path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size:
         rows = NpyRows(path, eta)
@@ -364,21 +238,5 @@ def open_rows(path: str | os.PathLike, eta: float) -> Rows:
                              "n x d matrix with at least one row and one column")
         return rows
     if path.suffix.lower() in (".csv", ".txt") and path.is_file() and path.stat().st_size:
-        return CsvRows(path, eta)
-    return ArrayRows(load_matrix(path)[0], eta)
-
-
-def check_matrix(data: np.ndarray, eta: float, first_row: int = 0) -> None:
-    """Every entry finite and within eta; ``first_row`` numbers a chunk's rows in the file."""
-    finite = np.isfinite(data)
-    if not finite.all():
-        r, c = np.argwhere(~finite)[0]
-        r += first_row
-        raise InputError(f"data holds a non-finite value at row {r}, column {c}; "
-                         "clean the data (NaN and infinity cannot be encoded)")
-    worst = np.abs(data)
-    if worst.size and float(worst.max()) > eta:
-        r, c = np.unravel_index(int(np.argmax(worst)), worst.shape)
-        raise InputError(f"|A[{r + first_row}, {c}]| = {worst[r, c]:g} exceeds the bound "
-                         f"eta = {eta:g} the noise is calibrated for; pass --eta at least that "
-                         "large or scale the data")
+        return CsvRows(path, eta, header)
+    return ArrayRows(load_matrix(path, header=header)[0], eta)

@@ -41,7 +41,7 @@ from harness.clients import privacy
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
-           "noise_rng"]
+           "noise_rng", "zero_output_bound"]
 
 NOISE_KINDS = ("gaussian", "laplace", "skellam", "none")
 CALIBRATIONS = ("corollary", "analytic")
@@ -51,6 +51,14 @@ _POISSON_MAX = 1e18
 # The ring Z_2^64 holds +-2^63; a bucket's noise stays below 2^62 with margin to spare.
 _NOISE_BOUND = 2.0**62
 _TAILS = 40.0
+
+
+def zero_output_bound(m: int, d: int, s: int, t_prime: int, delta: float) -> float:
+    """R_D's threshold: at n <= 8 m ln(dm/delta) + s + t' every client sends zeros."""
+    # The paper states the threshold for s = 1 (n <= 8m ln(dm/delta) + t'); the
+    # corollary's sigma^2 needs delta/d > m exp(-(n-s-t')/8m), i.e. n above the
+    # threshold plus s. Zeros up to there leave no n where neither applies.
+    return 8 * m * math.log(d * m / delta) + s + t_prime
 
 
 def noise_rng() -> np.random.Generator:
@@ -152,11 +160,7 @@ class NoiseSpec:
         """R_D sends zeros when too few clients hide each bucket (Gaussian and Skellam)."""
         if self.kind not in ("gaussian", "skellam"):
             return False
-        # The paper states the threshold for s = 1 (n <= 8m ln(dm/delta) + t'); the
-        # corollary's sigma^2 needs delta/d > m exp(-(n-s-t')/8m), i.e. n above the
-        # threshold plus s. Zeros up to there leave no n where neither applies.
-        bound = 8 * self.m * math.log(self.d * self.m / self.delta) + self.s + self.t_prime
-        return self.n <= bound
+        return self.n <= zero_output_bound(self.m, self.d, self.s, self.t_prime, self.delta)
 
     @property
     def _log_denominator(self) -> float:

@@ -51,6 +51,10 @@ class RunConfig:
     sparsity: int = 1
     dense: bool = False
     data: Path | None = None
+    header: bool | None = None  # --data's first line: a header, a row, or None: detected
+    # Below R_D's threshold a run reveals zeros (the paper's R_D); a run of --data is
+    # refused there unless asked for (see workload.check_zero_output).
+    allow_zero_output: bool = False
     noise: str = "gaussian"
     calibration: str = "corollary"  # Gaussian noise: the paper's corollary, or analytic
     epsilon: float = 1.0

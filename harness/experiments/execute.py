@@ -232,6 +232,8 @@ def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParame
     layout["sketch_seed"] = work.seed
     if cfg.data is None:  # uniform in [-eta, eta] from that seed: recomputable from these
         layout["synthetic_eta"] = cfg.eta
+    elif work.header is not None:  # how a text file was read: its first line skipped?
+        layout["data_header"] = work.header
     return RunParameters(
         protocol=cfg.protocol, security=cfg.spec.model, tamper=cfg.tamper, sharing=cfg.sharing,
         parties=cfg.party_count, clients=work.n, dim=work.d, rows=work.sketch.m,

@@ -154,6 +154,14 @@ def privacy_line(privacy: dict) -> str:
             f"({privacy.get('accountant')}); generator {generator}")
 
 
+def data_line(path: str, n: int, d: int, header: bool | None) -> str:
+    """The data a run used: its file, rows and columns, and whether a header was skipped."""
+    how = {None: "", True: " (its first line skipped as a header; --no-header reads it as "
+                           "a row)",
+           False: " (no header line; --header skips the first line)"}[header]
+    return f"{path}, {n} rows x {d} columns{how}"
+
+
 def summary(result: RunResult, out: Path) -> str:
     """What ``ltm run`` prints: the result in a few lines."""
     p = result.parameters
@@ -169,6 +177,8 @@ def summary(result: RunResult, out: Path) -> str:
         f"{p.protocol}: {_figure(result.model_client_upload_mb)} MB)",
         f"  T_end_to_end {_figure(result.t_end_to_end_s)} s = {end_to_end_parts(result)}",
     ]
+    if p.data != "synthetic":
+        lines.append(f"  data: {data_line(p.data, p.clients, p.dim, p.layout.get('data_header'))}")
     for party in result.parties:
         lines.append(f"  P{party.party}: time {party.time_s:.3f} s, sent "
                      f"{party.data_sent_mb:.3f} MB in {party.rounds} rounds")

@@ -34,13 +34,15 @@ from harness.clients import (
     open_rows,
     smallest_n,
     split_clients,
+    zero_output_bound,
 )
 from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
-           "check_noise", "check_ring", "check_workload_size", "client_job", "noise_for",
+           "check_noise", "check_ring", "check_workload_size", "check_zero_output",
+           "client_job", "largest_rows", "noise_for",
            "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
 
 
@@ -64,6 +66,7 @@ class Workload:
     blocks: BlockShape | None = None
     split: ClientSplit | None = None  # the clients' ranges, with several client hosts
     slots: SlotShape | None = None
+    header: bool | None = None  # a text --data file's first line was a header (skipped)
 
     @property
     def n(self) -> int:
@@ -199,10 +202,49 @@ def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> 
                          f"lower --frac-bits (now {fp.frac_bits})")
 
 
+def largest_rows(noise: NoiseSpec, dense: bool) -> int | None:
+    """The largest m below ``noise.m`` at which R_D sends the n clients' rows (n above
+    its threshold), or None if none does; dense sketches also need m to divide n."""
+    n = noise.n
+
+    def sends(m: int) -> bool:
+        s = m if dense else noise.s
+        return n > zero_output_bound(m, noise.d, s, noise.t_prime, noise.delta)
+
+    if dense:
+        return next((m for m in range(noise.m - 1, 0, -1) if n % m == 0 and sends(m)), None)
+    low, high = noise.s, noise.m - 1  # the bound grows with m: the last m that sends
+    if high < low or not sends(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if sends(middle) else (low, middle - 1)
+    return low
+
+
+def check_zero_output(cfg: RunConfig, noise: NoiseSpec, dense: bool) -> None:
+    """Refuse, before any draw, a run of one's own data that R_D would reveal as zeros.
+
+    The paper's R_D sends zeros at n <= 8 m ln(dm/delta) + s + t' (noise.py): the run
+    would verify an all-zero sketch. Synthetic data keep the paper's behaviour (its
+    tables run such n), and so does --allow-zero-output.
+    """
+    if cfg.data is None or cfg.allow_zero_output or not noise.zero_output:
+        return
+    bound = zero_output_bound(noise.m, noise.d, noise.s, noise.t_prime, noise.delta)
+    most = largest_rows(noise, dense)
+    fix = (f"use --rows {most} or fewer" if most is not None else
+           "no --rows works at this n: use more rows of data or raise --delta")
+    raise InputError(
+        f"--data has n={noise.n} rows, too few for m={noise.m}: R_D would send zeros (it "
+        f"needs n > 8 m ln(dm/delta) + s + t' = {bound:.1f}); {fix}, or pass "
+        "--allow-zero-output to run the paper's randomizer as it is")
+
+
 def build_workload(cfg: RunConfig) -> Workload:
     rows: Rows | None = None
     if cfg.data is not None:
-        rows = open_rows(cfg.data, cfg.eta)
+        rows = open_rows(cfg.data, cfg.eta, cfg.header)
         n, d = rows.n, rows.d
     else:
         check_dimensions(cfg.clients, cfg.rows, cfg.sparsity if not cfg.dense else cfg.rows)
@@ -213,8 +255,10 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
     check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
+    check_zero_output(cfg, noise, cfg.dense)
     fp = FixedPoint(cfg.frac_bits)
     check_ring(noise, fp, n, s, cfg.eta)
+    header = getattr(rows, "header", None)  # a text file's, before it is read whole
     # Without --seed the sketch and the synthetic data still get one, drawn here and
     # recorded with the run, so both can be recomputed from it.
     seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(7), "little")
@@ -238,7 +282,7 @@ def build_workload(cfg: RunConfig) -> Workload:
         blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
     elif not program.aggregates and cfg.input_kind == "shares":  # one row per slot
         slots = SlotShape()
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots)
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots, header)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:

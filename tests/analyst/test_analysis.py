@@ -302,11 +302,11 @@ def test_load_errors_name_the_fix(tmp_path) -> None:
         matrices.load_matrix(tmp_path / "missing.csv")
     text = tmp_path / "text.csv"
     text.write_text("a,name\n1,x\n2,y\n")
-    with pytest.raises(InputError, match="name are not numeric; drop or encode"):
+    with pytest.raises(InputError, match="line 2: column 2 \\('name'\\) holds 'x', not a number"):
         matrices.load_matrix(text)
     holes = tmp_path / "holes.csv"
     holes.write_text("a,b\n1,\n2,3\n")
-    with pytest.raises(InputError, match="--drop-missing"):
+    with pytest.raises(InputError, match="line 2: column 2 \\('b'\\) is empty; fill it in"):
         matrices.load_matrix(holes)
     assert matrices.load_matrix(holes, drop_missing=True)[0].tolist() == [[2.0, 3.0]]
     other = tmp_path / "t.parquet"
@@ -347,6 +347,22 @@ def test_load_run_without_data_names_the_fix(tmp_path) -> None:
     (tmp_path / "result.json").write_text(json.dumps({"data": str(tmp_path.parent /
                                                                   "input.npy")}))
     assert datasets.load_run(tmp_path).data.shape == (400, 4)
+
+
+def test_load_run_reads_a_text_file_as_the_run_did(tmp_path) -> None:
+    M = _run_dir(tmp_path, with_data=False)
+    text = tmp_path.parent / "input.csv"
+    # A first line of numbers that the run was told (--header) to skip as a header.
+    text.write_text("1,2,3,4\n" + "".join(",".join(repr(float(v)) for v in row) + "\n"
+                                         for row in M))
+    params = {"data": str(text), "layout": {"data_header": True}}
+    (tmp_path / "result.json").write_text(json.dumps({"parameters": {
+        "clients": 400, "dim": 4, "rows": 20, **params}}))
+    assert np.array_equal(datasets.load_run(tmp_path).data, M)
+    # Given with --data, the file's first line is detected (numbers: a row) or given.
+    with pytest.raises(InputError, match="result.json says clients=400 but the files give"):
+        datasets.load_run(tmp_path, text)
+    assert np.array_equal(datasets.load_run(tmp_path, text, header=True).data, M)
 
 
 def test_load_run_rejects_mixed_files(tmp_path) -> None:

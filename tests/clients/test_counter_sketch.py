@@ -110,10 +110,10 @@ def test_groups_of_chunks_give_each_chunk_its_own_accumulators(s):
 
 
 def test_a_csv_is_indexed_once_and_read_a_range_at_a_time(tmp_path, monkeypatch):
-    import harness.clients.matrices as matrices
+    import harness.clients.csvfile as csvfile
 
-    monkeypatch.setattr(matrices, "_CSV_STRIDE", 7)  # many index entries in a small file
-    monkeypatch.setattr(matrices, "_SCAN_BYTES", 64)  # lines that straddle scan blocks
+    monkeypatch.setattr(csvfile, "_CSV_STRIDE", 7)  # many index entries in a small file
+    monkeypatch.setattr(csvfile, "_SCAN_BYTES", 64)  # lines that straddle scan blocks
     table = np.random.default_rng(2).uniform(-1, 1, size=(100, 3))
     path = tmp_path / "a.csv"
     path.write_text("x,y,z\n" + "".join(",".join(repr(float(v)) for v in row) + "\n"
@@ -123,12 +123,12 @@ def test_a_csv_is_indexed_once_and_read_a_range_at_a_time(tmp_path, monkeypatch)
     for start, stop in [(0, 100), (0, 1), (6, 7), (7, 8), (13, 29), (99, 100)]:
         assert np.array_equal(rows.read(start, stop), table[start:stop])
     path.write_text("1,2\n3,4\n\n5,6\n")
-    with pytest.raises(InputError, match=r"a blank line \(data row 2\)"):
+    with pytest.raises(InputError, match=r"a\.csv, line 3: a blank line between rows"):
         open_rows(path, eta=9.0)
     path.write_text("1,2\n3,4")  # no header, no final newline
     assert np.array_equal(open_rows(path, eta=9.0).read(0, 2), [[1, 2], [3, 4]])
     path.write_text("1,2\n3,x\n")
-    with pytest.raises(InputError, match=r"not a numeric CSV matrix in rows 0\.\.1"):
+    with pytest.raises(InputError, match=r"a\.csv, line 2: column 2 holds 'x', not a number"):
         open_rows(path, eta=9.0).read(0, 2)
 
 
@@ -143,5 +143,5 @@ def test_a_txt_is_read_in_chunks_whitespace_or_comma_separated(tmp_path):
         assert (rows.n, rows.d) == (50, 4)
         assert np.array_equal(rows.read(17, 33), table[17:33])
     spaced.write_text("1 2\n3 x\n")
-    with pytest.raises(InputError, match=r"not a numeric text matrix in rows 0\.\.1"):
+    with pytest.raises(InputError, match=r"a\.txt, line 2: column 2 holds 'x', not a number"):
         open_rows(spaced, eta=9.0).read(0, 2)
