@@ -37,7 +37,7 @@ from functools import cached_property
 import numpy as np
 from randomgen import AESCounter
 
-from harness.clients import privacy
+from harness.clients import lattice, privacy
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
@@ -108,6 +108,13 @@ class NoiseSpec:
                                  "use --dense or --noise gaussian")
             if self.n / self.m - self.t_prime <= 0:
                 raise InputError("Laplace calibration needs n/m > t'; lower --corrupt-clients")
+            # A Polya draw is Poisson(Gamma(shape, ~beta)): numpy's Poisson stops at 1e18,
+            # which a Gamma passes at 40 beta with probability below e^-40.
+            if not 40 * self.laplace_lattice_scale < _POISSON_MAX:
+                most = math.floor(math.log2(_POISSON_MAX / (40 * self.laplace_scale)))
+                raise InputError(f"Laplace noise of scale {self.laplace_scale:.4g} is too wide "
+                                 f"for the lattice at --frac-bits {self.frac_bits}; use "
+                                 f"--frac-bits {max(0, most)} or less, or raise --epsilon")
 
     def _check_tight(self) -> None:
         """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
@@ -169,7 +176,9 @@ class NoiseSpec:
         if self.kind != "gaussian" or self.zero_output:
             return 0.0
         if self.calibration == "analytic":
-            sens = privacy.release_sensitivity(self.eta, self.s, self.d)
+            # On the lattice one entry moves by 2 round(eta 2^F) steps, which can exceed
+            # 2 eta 2^F: calibrate for the larger, so that the certificate meets epsilon.
+            sens = privacy.release_sensitivity(self.lattice_eta, self.s, self.d)
             rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
             bucket = privacy.analytic_gaussian_sigma(sens.l2, self.epsilon, rest) ** 2
             return bucket / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
@@ -177,6 +186,21 @@ class NoiseSpec:
         log_term = math.log(1.25 * self.s / self._log_denominator)
         return (4 * self.s**3 * self.eta**2 * log_term * self.m * self.d**2
                 / (self.epsilon**2 * honest))
+
+    @property
+    def lattice_eta(self) -> float:
+        """eta as the lattice sees it: max(eta, round(eta 2^F) 2^-F)."""
+        return max(self.eta, round(self.eta * 2.0**self.frac_bits) / 2.0**self.frac_bits)
+
+    @property
+    def lattice_sigma(self) -> float:
+        """Gaussian: one client's standard deviation in lattice steps, before rounding."""
+        return math.sqrt(self.sigma2) * 2.0**self.frac_bits
+
+    @property
+    def laplace_lattice_scale(self) -> float:
+        """Laplace: the discrete Laplace scale beta = b 2^F of H clients' lattice noise."""
+        return self.laplace_scale * 2.0**self.frac_bits
 
     @cached_property
     def bucket_mu(self) -> float:
@@ -208,8 +232,20 @@ class NoiseSpec:
         return 2 * self.eta * self.m**2 * self.d / self.epsilon
 
     @property
+    def released_variance(self) -> float:
+        """Variance of one client's noise entry as released on the lattice, in reals."""
+        if self.kind == "none" or self.zero_output:
+            return 0.0
+        if self.kind == "gaussian":
+            return lattice.rounded_gaussian_variance(self.lattice_sigma) / 4.0**self.frac_bits
+        if self.kind == "laplace":
+            q = math.exp(-1.0 / self.laplace_lattice_scale)
+            return 2 * self.gamma_shape * q / (1 - q) ** 2 / 4.0**self.frac_bits
+        return self.variance
+
+    @property
     def variance(self) -> float:
-        """Variance of one noise entry added by a client."""
+        """Variance of one noise entry added by a client, as calibrated (in reals)."""
         if self.kind == "gaussian":
             return self.sigma2
         if self.kind == "laplace":
@@ -218,8 +254,32 @@ class NoiseSpec:
             return self.client_mu / 4.0**self.frac_bits
         return 0.0
 
+    def sample_lattice(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """One client's noise per entry as it is released: int64 steps of the 2^-F lattice.
+
+        Added to the encoded value round(x 2^F), so the noise on the lattice does not
+        depend on the data (the accountant, :mod:`.lattice`, certifies this noise).
+        Gaussian: round(sigma 2^F Z). Laplace: the difference of two Polya
+        (negative binomial) draws of shape 1/(n/m - t'), the lattice's analogue of
+        the Gamma differences: H of them sum to a discrete Laplace of scale b 2^F.
+        Skellam: as :meth:`sample`.
+        """
+        if self.kind == "none" or self.zero_output:
+            return np.zeros(shape, dtype=np.int64)
+        if self.kind == "gaussian":
+            out = rng.standard_normal(shape)
+            out *= self.lattice_sigma
+            np.rint(out, out=out)
+            return out.astype(np.int64)
+        if self.kind == "laplace":
+            p = -math.expm1(-1.0 / self.laplace_lattice_scale)
+            k = self.gamma_shape
+            return rng.negative_binomial(k, p, size=shape) - rng.negative_binomial(k, p, size=shape)
+        return self.sample(rng, shape)
+
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        """One client's noise per entry: reals, or int64 lattice steps when :attr:`integer`."""
+        """One client's noise per entry as calibrated: reals (the utility simulations'),
+        or int64 lattice steps when :attr:`integer`. Runs release :meth:`sample_lattice`."""
         if self.kind == "skellam":
             if self.zero_output:
                 return np.zeros(shape, dtype=np.int64)

@@ -40,6 +40,7 @@ from typing import Protocol
 
 import numpy as np
 
+from harness.clients import lattice
 from harness.optional import lazy_import
 
 # Loaded on first use: importing dp-accounting takes about two seconds, which every
@@ -91,6 +92,12 @@ class CalibratedNoise(Protocol):
     def sigma2(self) -> float: ...
 
     @property
+    def lattice_sigma(self) -> float: ...
+
+    @property
+    def laplace_scale(self) -> float: ...
+
+    @property
     def client_mu(self) -> float: ...
 
 __all__ = [
@@ -103,6 +110,7 @@ __all__ = [
     "concentration_failure",
     "gaussian_epsilon",
     "honest_contributors",
+    "laplace_epsilon",
     "pld_gaussian_epsilon",
     "release_sensitivity",
     "skellam_epsilon",
@@ -244,7 +252,7 @@ def certify(noise: CalibratedNoise) -> tuple[float, float]:
     if noise.kind == "none":
         return math.inf, 0.0
     if noise.kind == "laplace":
-        return noise.epsilon, 0.0
+        return laplace_epsilon(noise), 0.0
     if noise.zero_output:
         return 0.0, 0.0
     failure = concentration_failure(noise.n, noise.m, noise.s, noise.t_prime)
@@ -255,8 +263,22 @@ def certify(noise: CalibratedNoise) -> tuple[float, float]:
     if noise.kind == "skellam":
         sens = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
         return skellam_epsilon(honest * noise.client_mu, sens, rest), noise.delta
-    sens = release_sensitivity(noise.eta, noise.s, noise.d)
-    return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
+    shift = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
+    epsilon = lattice.rounded_gaussian_epsilon(noise.lattice_sigma, honest, int(shift.entry),
+                                               shift.entries, rest)
+    return epsilon, noise.delta
+
+
+def laplace_epsilon(noise: CalibratedNoise) -> float:
+    """Pure epsilon of the Laplace noise as released: l1 sensitivity in steps / (b 2^F).
+
+    Every entry of T holds n - t' >= n/m - t' honest Polya differences of shape
+    1/(n/m - t') (the dense sketch puts every client in every bucket), whose sum is
+    a discrete Laplace of scale beta = b 2^F plus independent symmetric noise
+    (post-processing); its pmf ratio at a shift of k steps is at most e^(|k|/beta).
+    """
+    shift = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
+    return shift.l1 / (noise.laplace_scale * 2.0**noise.frac_bits)
 
 
 def accountant(noise: CalibratedNoise) -> str:
@@ -264,9 +286,11 @@ def accountant(noise: CalibratedNoise) -> str:
     if noise.kind == "none":
         return "none (no noise)"
     if noise.kind == "laplace":
-        return "Corollary privlap (pure DP, as the paper proves it)"
+        return "discrete Laplace on the lattice (pure DP)"
     if noise.zero_output:
         return "R_D sends zeros ((0, 0)-DP)"
     if noise.kind == "skellam":
         return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
-    return "dp-accounting analytic Gaussian (Balle and Wang 2018)"
+    if noise.lattice_sigma < lattice.GAUSSIAN_ROUTE:
+        return "dp-accounting PLD of the rounded Gaussian on the lattice"
+    return "dp-accounting analytic Gaussian, rounding bounded (Balle and Wang 2018)"
