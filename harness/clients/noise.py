@@ -299,6 +299,7 @@ class NoiseSpec:
             # JSON has no infinity: None is "nothing certified".
             out.update(epsilon=self.epsilon, delta=self.delta, eta=self.eta,
                        t_prime=self.t_prime, variance=self.variance,
+                       released_variance=self.released_variance, frac_bits=self.frac_bits,
                        zero_output=self.zero_output, generator=NOISE_GENERATOR,
                        certified_epsilon=(certified_epsilon if math.isfinite(certified_epsilon)
                                           else None),
@@ -306,9 +307,10 @@ class NoiseSpec:
         if self.kind == "gaussian":
             out.update(calibration=self.calibration)
         if self.kind == "laplace":
-            out.update(gamma_shape=self.gamma_shape, laplace_scale=self.laplace_scale)
+            out.update(gamma_shape=self.gamma_shape, laplace_scale=self.laplace_scale,
+                       laplace_lattice_scale=self.laplace_lattice_scale)
         if self.kind == "skellam":
-            out.update(calibration="skellam-rdp", frac_bits=self.frac_bits,
+            out.update(calibration="skellam-rdp",
                        bucket_mu=self.bucket_mu, client_mu=self.client_mu,
                        honest_contributors=privacy.honest_contributors(
                            self.n, self.m, self.s, self.t_prime))
