@@ -6,8 +6,8 @@ S = R_1 + ... + R_H, and a neighbour shifts it by an integer of at most
 ``shift`` steps in each of ``entries`` entries. Two routes, both upper bounds
 (docs/privacy.md proves them):
 
-- ``sc >= GAUSSIAN_ROUTE``: S's pmf equals, to within a total variation eta that is
-  below 1e-25 here, the law of round(G + U), G ~ N(0, H sc^2) and U a sum of H - 1
+- ``sc >= GAUSSIAN_ROUTE``: S's pmf equals, to within a total variation eta of
+  order (H sc)^2 e^(-pi^2 sc^2 / 2) (below 1e-20 here), the law of round(G + U), G ~ N(0, H sc^2) and U a sum of H - 1
   independent uniforms on [-1/2, 1/2] (Poisson summation). That is a
   post-processing of the Gaussian mechanism, so the analytic Gaussian's epsilon at
   l2 sensitivity shift sqrt(entries) and delta - (1 + e^eps) entries eta bounds it.
@@ -103,16 +103,18 @@ def rounded_gaussian_pmf(sc: float, honest: int) -> tuple[np.ndarray, float]:
     return window, error
 
 
-def _tv_slack(epsilon: float, entries: int, eta: float) -> float:
-    return (1.0 + math.exp(min(epsilon, 700.0))) * entries * eta
+def _tv_slack(epsilon: float, entries: int, log_eta: float) -> float:
+    """(1 + e^epsilon) entries eta, from log eta (eta may lie far below 1e-308)."""
+    log = math.log1p(math.exp(-epsilon)) + epsilon + math.log(entries) + log_eta
+    return math.exp(min(log, 700.0))
 
 
-def _solve(epsilon_at: object, delta: float, entries: int, eta: float) -> float:
+def _solve(epsilon_at: object, delta: float, entries: int, log_eta: float) -> float:
     """The least epsilon with delta(epsilon) + (1 + e^epsilon) entries eta <= delta."""
     assert callable(epsilon_at)
     epsilon = float(epsilon_at(delta))
     for _ in range(4):
-        rest = delta - _tv_slack(epsilon + 1.0, entries, eta)
+        rest = delta - _tv_slack(epsilon + 1.0, entries, log_eta)
         if rest <= 0:
             return math.inf
         better = float(epsilon_at(rest))
@@ -122,11 +124,13 @@ def _solve(epsilon_at: object, delta: float, entries: int, eta: float) -> float:
     return math.inf
 
 
-def _poisson_eta(sc: float, honest: int) -> float:
-    """TV between S and round(G + U): (2K+1)(H+1) a + the tails, a the aliases' bound."""
-    aliases = 2.0 * math.exp(-(math.pi * sc) ** 2 / 2) / -math.expm1(-4 * (math.pi * sc) ** 2)
-    K = _window(sc, honest, _TAIL)
-    return (2 * K + 1) * (honest + 1) * aliases + 2 * _TAIL
+def _poisson_log_eta(sc: float, honest: int) -> float:
+    """log TV(S, round(G + U)) <= log((2K+1)(H+1) a + 2 a), a the aliases' bound,
+    with the window K chosen so that each tail outside it is at most a."""
+    log_a = (math.log(2.0) - (math.pi * sc) ** 2 / 2
+             - math.log(-math.expm1(-4 * (math.pi * sc) ** 2)))
+    K = int(math.ceil(math.sqrt(8.0 * honest * sc * sc * (math.log(2.0) - log_a)))) + 1
+    return math.log((2 * K + 1) * (honest + 1) + 2) + log_a
 
 
 @functools.lru_cache(maxsize=256)
@@ -139,19 +143,19 @@ def rounded_gaussian_epsilon(sc: float, honest: int, shift: int, entries: int,
         return math.inf
     K = _window(sc, honest, _TAIL)
     if sc >= GAUSSIAN_ROUTE or 2 * K + 1 > _MAX_WINDOW:
-        eta = _poisson_eta(sc, honest)
+        log_eta = _poisson_log_eta(sc, honest)
         sigma = math.sqrt(honest) * sc
         sens = shift * math.sqrt(entries)
 
         def gaussian(at: float) -> float:
             with np.errstate(divide="ignore", invalid="ignore"):
                 return float(dp_accounting.get_epsilon_gaussian(sigma / sens, at))
-        return _solve(gaussian, delta, entries, eta)
+        return _solve(gaussian, delta, entries, log_eta)
     pmf, error = rounded_gaussian_pmf(sc, honest)
     pld = _shift_pld(pmf, shift)
     if entries > 1:
         pld = pld.self_compose(entries)
-    return _solve(lambda at: pld.get_epsilon_for_delta(at), delta, entries, error)
+    return _solve(lambda at: pld.get_epsilon_for_delta(at), delta, entries, math.log(error))
 
 
 def _shift_pld(window: np.ndarray, shift: int) -> object:
