@@ -57,6 +57,24 @@ def test_a_run_the_accountant_does_not_certify_is_refused_before_anything(tmp_pa
     assert list(tmp_path.iterdir()) == []  # nothing written, not even a lock
 
 
+@pytest.mark.parametrize(("frac_bits", "certified"), [(0, "8.261"), (1, "1.26")])
+def test_noise_the_lattice_rounds_away_is_refused_naming_the_frac_bits_that_pass(
+        capsys, tmp_path, frac_bits, certified):
+    """n = 1e6, d = 1, m = 100, analytic: each client's sd is 0.12, which F = 0 and 1
+    round away; refused in one line (exit 1) naming the certificate and F = 2."""
+    from harness.cli import main
+
+    out = tmp_path / "out"
+    code = main(["run", "--clients", "1000000", "--dim", "1", "--rows", "100",
+                 "--calibration", "analytic", "--frac-bits", str(frac_bits), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    assert f"at --frac-bits {frac_bits}, certifies epsilon {certified}, above the requested 1" \
+        in err[0]
+    assert err[0].endswith("the smallest --frac-bits it is certified at is 2")
+    assert not out.exists()
+
+
 def test_the_corollary_without_a_certificate_names_the_clients_needed():
     from harness.experiments.workload import check_noise
 
