@@ -293,4 +293,4 @@ def accountant(noise: CalibratedNoise) -> str:
         return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
     if noise.lattice_sigma < lattice.GAUSSIAN_ROUTE:
         return "dp-accounting PLD of the rounded Gaussian on the lattice"
-    return "dp-accounting analytic Gaussian, rounding bounded (Balle and Wang 2018)"
+    return "dp-accounting analytic Gaussian (Balle and Wang 2018)"
