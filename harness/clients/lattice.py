@@ -7,8 +7,9 @@ S = R_1 + ... + R_H, and a neighbour shifts it by an integer of at most
 (docs/privacy.md proves them):
 
 - ``sc >= GAUSSIAN_ROUTE``: S's pmf equals, to within a total variation eta of
-  order (H sc)^2 e^(-pi^2 sc^2 / 2) (below 1e-20 here), the law of round(G + U), G ~ N(0, H sc^2) and U a sum of H - 1
-  independent uniforms on [-1/2, 1/2] (Poisson summation). That is a
+  order (H sc)^2 e^(-pi^2 sc^2 / 2) (below 1e-20 here), the law of round(G + U),
+  G ~ N(0, H sc^2) and U a sum of H - 1 independent uniforms on [-1/2, 1/2]
+  (Poisson summation). That is a
   post-processing of the Gaussian mechanism, so the analytic Gaussian's epsilon at
   l2 sensitivity shift sqrt(entries) and delta - (1 + e^eps) entries eta bounds it.
 - below: S's pmf is computed (its characteristic function to the H-th power,
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -30,7 +33,7 @@ from harness.optional import lazy_import
 
 dp_accounting = lazy_import("dp_accounting")
 
-__all__ = ["GAUSSIAN_ROUTE", "rounded_gaussian_epsilon", "rounded_gaussian_pmf",
+__all__ = ["GAUSSIAN_ROUTE", "gaussian_route", "rounded_gaussian_epsilon", "rounded_gaussian_pmf",
            "rounded_gaussian_variance"]
 
 GAUSSIAN_ROUTE = 4.0
@@ -109,9 +112,9 @@ def _tv_slack(epsilon: float, entries: int, log_eta: float) -> float:
     return math.exp(min(log, 700.0))
 
 
-def _solve(epsilon_at: object, delta: float, entries: int, log_eta: float) -> float:
+def _solve(epsilon_at: Callable[[float], float], delta: float, entries: int,
+           log_eta: float) -> float:
     """The least epsilon with delta(epsilon) + (1 + e^epsilon) entries eta <= delta."""
-    assert callable(epsilon_at)
     epsilon = float(epsilon_at(delta))
     for _ in range(4):
         rest = delta - _tv_slack(epsilon + 1.0, entries, log_eta)
@@ -133,6 +136,11 @@ def _poisson_log_eta(sc: float, honest: int) -> float:
     return math.log((2 * K + 1) * (honest + 1) + 2) + log_a
 
 
+def gaussian_route(sc: float, honest: int) -> bool:
+    """True when :func:`rounded_gaussian_epsilon` bounds S by the Gaussian it rounds."""
+    return sc >= GAUSSIAN_ROUTE or 2 * _window(sc, honest, _TAIL) + 1 > _MAX_WINDOW
+
+
 @functools.lru_cache(maxsize=256)
 def rounded_gaussian_epsilon(sc: float, honest: int, shift: int, entries: int,
                              delta: float) -> float:
@@ -141,8 +149,7 @@ def rounded_gaussian_epsilon(sc: float, honest: int, shift: int, entries: int,
         return 0.0
     if sc <= 0:
         return math.inf
-    K = _window(sc, honest, _TAIL)
-    if sc >= GAUSSIAN_ROUTE or 2 * K + 1 > _MAX_WINDOW:
+    if gaussian_route(sc, honest):
         log_eta = _poisson_log_eta(sc, honest)
         sigma = math.sqrt(honest) * sc
         sens = shift * math.sqrt(entries)
@@ -158,7 +165,7 @@ def rounded_gaussian_epsilon(sc: float, honest: int, shift: int, entries: int,
     return _solve(lambda at: pld.get_epsilon_for_delta(at), delta, entries, math.log(error))
 
 
-def _shift_pld(window: np.ndarray, shift: int) -> object:
+def _shift_pld(window: np.ndarray, shift: int) -> Any:
     """The pessimistic PLD of (S~, S~ + shift), S~ the clipped, normalised window."""
     from dp_accounting.pld import privacy_loss_distribution as pld_module
 

@@ -6,7 +6,9 @@
   R_D outputs zeros when n <= 8 m ln(d m / delta) + s + t'.
 - Laplace (Corollary "privlap", dense sketch, randomizer R_D^dense): the
   difference of two Gamma(1/(n/m - t'), b) samples with b = 2 eta m^2 d / epsilon;
-  the n/m - t' honest contributions to a bucket add up to Laplace(0, b).
+  the n/m - t' honest contributions to a bucket add up to Laplace(0, b). A run
+  draws its lattice analogue (:meth:`NoiseSpec.sample_lattice`): Polya
+  differences whose sum is a discrete Laplace of scale b 2^F.
 - Skellam (``kind="skellam"``, the distributed Skellam mechanism of Agarwal,
   Kairouz and Liu, NeurIPS 2021): integer noise on the fixed-point lattice,
   Poisson(mu/2) - Poisson(mu/2) per entry, added by each client to its already
@@ -18,8 +20,10 @@
 
 Gaussian noise has two calibrations (``calibration``): ``corollary``, the
 formula above, and ``analytic``, the analytic Gaussian mechanism for the
-release's l2 sensitivity split over the H honest contributors of a bucket
-(:mod:`.privacy` derives both; the analytic one holds for every epsilon).
+release's l2 sensitivity on the lattice split over the H honest contributors of
+a bucket (:mod:`.privacy` derives both; the analytic one holds for every
+epsilon). A run rounds each client's draw to the lattice on its own; what that
+releases is what :mod:`.lattice` certifies.
 
 Noise is drawn from a cryptographic generator keyed by the OS's entropy
 (:func:`noise_rng`), never from the run's public ``--seed``: the sketch is

@@ -232,7 +232,8 @@ def _add_lattice_noise(encoded: np.ndarray, magnitude: np.ndarray, noise: np.nda
     if worst >= 2.0**63:
         raise InputError(
             f"fixed-point overflow: a noisy value encodes to 2^{math.log2(worst):.1f}, beyond "
-            f"the ring's bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+            f"the ring's bound 2^63; raise --epsilon, or lower --frac-bits (now {fp.frac_bits}) "
+            "as far as `ltm run` still certifies the noise")
     encoded += noise.view(np.uint64)
 
 

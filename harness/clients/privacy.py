@@ -19,15 +19,20 @@ that event every entry of T carries the noise of at least H = s h honest
 clients: Gaussian noise of variance H sigma^2, Skellam noise of variance H mu.
 Entries with more contributors carry more noise, which is post-processing.
 The whole release is then one additive mechanism on T with the sensitivities
-above, certified at delta - delta_E:
+above, certified at delta - delta_E for the noise as released: every client's
+noise is drawn in steps of the 2^-F lattice and added to its encoded value.
 
-- Gaussian: the analytic Gaussian mechanism (Balle and Wang, ICML 2018), exact
-  for every epsilon, from Google's dp-accounting (``get_sigma_gaussian`` /
-  ``get_epsilon_gaussian``); the PLD accountant gives the same to its
-  discretisation (:func:`pld_gaussian_epsilon`).
+- Gaussian: each client's draw rounded to the lattice on its own;
+  :mod:`.lattice` certifies the sum of H of them (the analytic Gaussian
+  mechanism of Balle and Wang, ICML 2018, from Google's dp-accounting, once the
+  lattice is fine enough, with the rounding's effect bounded; below that the
+  exact pmf's privacy loss distribution). The analytic calibration
+  (``get_sigma_gaussian``) is for the lattice's sensitivity.
 - Skellam: the Renyi-DP bound of Agarwal, Kairouz and Liu (NeurIPS 2021,
   Theorem 3.5) for noise of variance mu per entry, converted to (epsilon, delta)
   by dp-accounting's RDP conversion (Canonne, Kamath and Steinke 2020).
+- Laplace: H Polya differences sum to a discrete Laplace: pure DP, epsilon the
+  l1 sensitivity in steps over its scale (:func:`laplace_epsilon`).
 
 docs/privacy.md has the derivation and the comparison with the corollary.
 """
@@ -244,10 +249,10 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
 def certify(noise: CalibratedNoise) -> tuple[float, float]:
     """The (epsilon, delta) the accountant certifies for the noise ``noise`` draws.
 
-    For the noise actually drawn, whatever calibration chose it: H honest draws
-    per entry of T (``honest_contributors``), certified at delta - delta_E. R_D's
-    zeros are (0, 0)-DP; Laplace is Corollary "privlap"'s epsilon (pure DP);
-    no noise is not private at all (inf).
+    For the noise actually drawn, as released on the lattice, whatever calibration
+    chose it: H honest draws per entry of T (``honest_contributors``), certified at
+    delta - delta_E. R_D's zeros are (0, 0)-DP; Laplace is pure DP (delta 0); no
+    noise is not private at all (inf).
     """
     if noise.kind == "none":
         return math.inf, 0.0
@@ -291,6 +296,7 @@ def accountant(noise: CalibratedNoise) -> str:
         return "R_D sends zeros ((0, 0)-DP)"
     if noise.kind == "skellam":
         return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
-    if noise.lattice_sigma < lattice.GAUSSIAN_ROUTE:
+    honest = honest_contributors(noise.n, noise.m, noise.s, noise.t_prime)
+    if not lattice.gaussian_route(noise.lattice_sigma, honest):
         return "dp-accounting PLD of the rounded Gaussian on the lattice"
     return "dp-accounting analytic Gaussian (Balle and Wang 2018)"

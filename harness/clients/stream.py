@@ -288,7 +288,8 @@ class NoisyChunks:
         if float(bound.max()) >= 2.0**63:
             raise InputError(
                 f"fixed-point overflow: a bucket of chunk {k} sums values past the ring's "
-                f"bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+                f"bound 2^63; raise --epsilon, or lower --frac-bits (now {fp.frac_bits}) as "
+                "far as `ltm run` still certifies the noise")
         self.abs_sums[live] += bound
         ring = enc.view(np.uint64)
         self.expected[live] += np.add.reduceat(ring, offsets, axis=1).T

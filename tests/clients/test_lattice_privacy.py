@@ -17,13 +17,13 @@ from scipy import signal, stats
 from harness.clients import privacy
 from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
+from harness.clients.matrices import ArrayRows
 from harness.clients.noise import NoiseSpec, noise_rng
 from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
 from harness.clients.stream import NoisyChunks, group_slots
 from harness.clients.stream_plan import StreamPlan
-from harness.clients.matrices import ArrayRows
 
 # The issue's setting: n = 1e6, d = 1, m = 100, s = 1, analytic, epsilon 1, delta 1e-6.
 ISSUE = {"n": 1_000_000, "m": 100, "d": 1, "s": 1, "epsilon": 1.0, "delta": 1e-6,
@@ -72,16 +72,16 @@ def _delta(p: np.ndarray, shift: int, epsilon: float, entries: int) -> float:
     # ln(u/l) add up past eps; summed per i over the j sorted by loss.
     assert entries == 2
     live = upper > 0
-    u, l = upper[live], lower[live]
+    u, low = upper[live], lower[live]
     with np.errstate(divide="ignore"):
-        loss = np.log(u) - np.log(l)  # +inf where l = 0
+        loss = np.log(u) - np.log(low)  # +inf where low = 0
     order = np.argsort(loss)
-    loss, u, l = loss[order], u[order], l[order]
+    loss, u, low = loss[order], u[order], low[order]
     tail_u = np.concatenate([np.cumsum(u[::-1])[::-1], [0.0]])
-    tail_l = np.concatenate([np.cumsum(l[::-1])[::-1], [0.0]])
+    tail_l = np.concatenate([np.cumsum(low[::-1])[::-1], [0.0]])
     with np.errstate(invalid="ignore"):
         first = np.searchsorted(loss, epsilon - loss, side="right")
-    return float(np.sum(u * tail_u[first] - math.exp(epsilon) * l * tail_l[first]))
+    return float(np.sum(u * tail_u[first] - math.exp(epsilon) * low * tail_l[first]))
 
 
 def exact_epsilon(sc: float, honest: int, shift: int, delta: float, entries: int = 1) -> float:
