@@ -43,7 +43,7 @@ _LOSS_GRID = 1e-4
 _TAIL = 1e-18
 _UNIT = 2.0**-53  # unit roundoff of float64
 # No window beyond this: past it the Gaussian route is used whatever sc is.
-_MAX_WINDOW = 1 << 23
+_MAX_WINDOW = 1 << 20
 
 
 def _client_support(sc: float) -> int:

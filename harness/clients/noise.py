@@ -223,11 +223,6 @@ class NoiseSpec:
         return self.bucket_mu / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
 
     @property
-    def integer(self) -> bool:
-        """True when :meth:`sample` gives lattice steps, added after encoding."""
-        return self.kind == "skellam"
-
-    @property
     def gamma_shape(self) -> float:
         return 1.0 / (self.n / self.m - self.t_prime)
 
@@ -283,7 +278,7 @@ class NoiseSpec:
 
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         """One client's noise per entry as calibrated: reals (the utility simulations'),
-        or int64 lattice steps when :attr:`integer`. Runs release :meth:`sample_lattice`."""
+        or int64 lattice steps for Skellam. Runs release :meth:`sample_lattice`."""
         if self.kind == "skellam":
             if self.zero_output:
                 return np.zeros(shape, dtype=np.int64)
