@@ -32,6 +32,7 @@ from harness.clients import (
     all_rows,
     certify,
     check_dimensions,
+    concentration_failure,
     open_rows,
     smallest_n,
     split_clients,
@@ -184,14 +185,16 @@ def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None
         return
     epsilon, _ = certify(noise)
     asked = f"({noise.epsilon:g}, {noise.delta:g})-DP"
-    if not math.isfinite(epsilon):
+    if (noise.kind != "laplace"
+            and concentration_failure(noise.n, noise.m, noise.s, noise.t_prime) >= noise.delta):
         raise InputError(
             f"the accountant certifies no epsilon for this {noise.kind} noise at n={noise.n}, "
             f"so the run would not be {asked}: too few clients hide each bucket (delta_E >= "
             f"delta); use --clients >= {smallest_n(noise.m, noise.s, noise.t_prime, noise.delta)}"
             " or raise --delta")
+    figure = f"epsilon {epsilon:.4g}" if math.isfinite(epsilon) else "no epsilon"
     what = (f"the {noise.calibration} calibration's {noise.kind} noise, rounded to the "
-            f"lattice at --frac-bits {noise.frac_bits}, certifies epsilon {epsilon:.4g}, above "
+            f"lattice at --frac-bits {noise.frac_bits}, certifies {figure}, above "
             f"the requested {noise.epsilon:g} (delta {noise.delta:g}, d={noise.d}, "
             f"s={noise.s}), so the run would not be {asked}")
     higher = passing_frac_bits(noise, n, s, range(noise.frac_bits + 1, 53))
