@@ -75,6 +75,23 @@ def test_noise_the_lattice_rounds_away_is_refused_naming_the_frac_bits_that_pass
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("calibration", "fix"), [
+    ("analytic", "use --clients <= 238864, or use --frac-bits 41 (now 44)"),
+    ("corollary", "use --clients <= 299702")])
+def test_a_ring_overflow_names_a_lower_frac_bits_only_if_it_is_certified(calibration, fix):
+    """Lowering --frac-bits may round the noise away: the overflow refusal names the
+    largest lower F that fits and is certified (analytic: 41), and none when no F is
+    (the corollary at d = 1 certifies 1.66 at every F)."""
+    from harness.experiments.workload import check_noise
+
+    cfg = RunConfig(out=Path("o"), clients=1_000_000, rows=100, dim=1, frac_bits=44,
+                    calibration=calibration)
+    with pytest.raises(InputError) as err:
+        check_noise(cfg)
+    assert str(err.value).startswith("n=1000000 clients could sum past the ring")
+    assert str(err.value).endswith(fix)
+
+
 def test_the_corollary_without_a_certificate_names_the_clients_needed():
     from harness.experiments.workload import check_noise
 
