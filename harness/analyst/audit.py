@@ -5,10 +5,11 @@ NeurIPS 2020; Nasr, Song, Thakurta, Papernot and Carlini, IEEE S&P 2021) and
 Google's DP-Auditorium (a mechanism to sample, a property tester, a verdict):
 
 - **Mechanism** (:class:`BucketMechanism`): one entry of T = sum_i S_i (X + N_i),
-  simulated along the run's own noise path: H honest clients each draw their
-  noise, add it to their value and encode it on the fixed-point lattice (Skellam
-  noise is drawn in integers and added after encoding), and the encoded values
-  are summed as int64, which is the ring sum as long as it does not wrap. H is
+  simulated along the run's own noise path: H honest clients each encode their
+  value on the fixed-point lattice and add their noise drawn on the lattice
+  (``NoiseSpec.sample_lattice``: the Gaussian rounded on its own, Polya
+  differences for Laplace, Skellam), and the encoded values are summed as int64,
+  which is the ring sum as long as it does not wrap. H is
   the fewest honest contributors an entry has outside the concentration event
   the calibrations rely on (``harness.clients.honest_contributors``): the worst
   case the claim covers. The two neighbouring inputs differ in one client's
@@ -172,13 +173,16 @@ def _spec(config: AuditConfig, kind: str, calibration: str = "corollary") -> Noi
                      t_prime=config.t_prime, calibration=calibration, frac_bits=config.frac_bits)
 
 
-def _gaussian(sigma2: float) -> Callable[[np.random.Generator, tuple[int, int]], np.ndarray]:
-    sigma = math.sqrt(sigma2)
+def _gaussian(sigma2: float, fp: FixedPoint
+              ) -> Callable[[np.random.Generator, tuple[int, int]], np.ndarray]:
+    """N(0, sigma2) rounded to the lattice on its own, as a run's clients release it."""
+    sigma = math.sqrt(sigma2) * fp.scale
 
     def draw(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
         out = rng.standard_normal(shape)
         out *= sigma
-        return out
+        np.rint(out, out=out)
+        return out.astype(np.int64)
     return draw
 
 
@@ -204,9 +208,10 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
                           "Lap(1/epsilon) on the entry of the scaled sketch")
         spec = _spec(config, "laplace")
         contributors = config.s * (config.n // config.m - config.t_prime)
-        mech = BucketMechanism(contributors, spec.sample, False, fp, config.eta)
-        return mech, (f"laplace (Corollary privlap), Gamma({spec.gamma_shape:.4g}, "
-                      f"{spec.laplace_scale:.4g}) differences, {contributors} honest contributors")
+        mech = BucketMechanism(contributors, spec.sample_lattice, True, fp, config.eta)
+        return mech, (f"laplace (Corollary privlap), Polya({spec.gamma_shape:.4g}) differences "
+                      f"on the lattice (scale {spec.laplace_lattice_scale:.4g} steps), "
+                      f"{contributors} honest contributors")
     if config.calibration in ("corollary", "analytic"):
         spec = _spec(config, "gaussian", config.calibration)
         sigma2, silent = spec.sigma2, spec.zero_output
@@ -214,7 +219,7 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
         local = local_sigma2(config.d, privacy)
         ratio = 1 / config.n if config.calibration == "experiments" else config.m / config.n
         sigma2, silent = local * ratio**config.p, False
-    mech = BucketMechanism(honest, _gaussian(sigma2), False, fp, config.eta, silent=silent)
+    mech = BucketMechanism(honest, _gaussian(sigma2, fp), True, fp, config.eta, silent=silent)
     what = "zeros (R_D below its threshold)" if silent else f"client variance {sigma2:.4g}"
     return mech, (f"gaussian ({config.calibration}, p={config.p:g}), {what}, "
                   f"{honest} honest contributors")

@@ -6,7 +6,9 @@
   R_D outputs zeros when n <= 8 m ln(d m / delta) + s + t'.
 - Laplace (Corollary "privlap", dense sketch, randomizer R_D^dense): the
   difference of two Gamma(1/(n/m - t'), b) samples with b = 2 eta m^2 d / epsilon;
-  the n/m - t' honest contributions to a bucket add up to Laplace(0, b).
+  the n/m - t' honest contributions to a bucket add up to Laplace(0, b). A run
+  draws its lattice analogue (:meth:`NoiseSpec.sample_lattice`): Polya
+  differences whose sum is a discrete Laplace of scale b 2^F.
 - Skellam (``kind="skellam"``, the distributed Skellam mechanism of Agarwal,
   Kairouz and Liu, NeurIPS 2021): integer noise on the fixed-point lattice,
   Poisson(mu/2) - Poisson(mu/2) per entry, added by each client to its already
@@ -18,8 +20,10 @@
 
 Gaussian noise has two calibrations (``calibration``): ``corollary``, the
 formula above, and ``analytic``, the analytic Gaussian mechanism for the
-release's l2 sensitivity split over the H honest contributors of a bucket
-(:mod:`.privacy` derives both; the analytic one holds for every epsilon).
+release's l2 sensitivity on the lattice split over the H honest contributors of
+a bucket (:mod:`.privacy` derives both; the analytic one holds for every
+epsilon). A run rounds each client's draw to the lattice on its own; what that
+releases is what :mod:`.lattice` certifies.
 
 Noise is drawn from a cryptographic generator keyed by the OS's entropy
 (:func:`noise_rng`), never from the run's public ``--seed``: the sketch is
@@ -37,7 +41,7 @@ from functools import cached_property
 import numpy as np
 from randomgen import AESCounter
 
-from harness.clients import privacy
+from harness.clients import lattice, privacy
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
@@ -116,6 +120,13 @@ class NoiseSpec:
                                  "use --dense or --noise gaussian")
             if self.n / self.m - self.t_prime <= 0:
                 raise InputError("Laplace calibration needs n/m > t'; lower --corrupt-clients")
+            # A Polya draw is Poisson(Gamma(shape, ~beta)): numpy's Poisson stops at 1e18,
+            # which a Gamma passes at 40 beta with probability below e^-40.
+            if not 40 * self.laplace_lattice_scale < _POISSON_MAX:
+                most = math.floor(math.log2(_POISSON_MAX / (40 * self.laplace_scale)))
+                raise InputError(f"Laplace noise of scale {self.laplace_scale:.4g} is too wide "
+                                 f"for the lattice at --frac-bits {self.frac_bits}; use "
+                                 f"--frac-bits {max(0, most)} or less, or raise --epsilon")
 
     def _check_tight(self) -> None:
         """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
@@ -173,7 +184,9 @@ class NoiseSpec:
         if self.kind != "gaussian" or self.zero_output:
             return 0.0
         if self.calibration == "analytic":
-            sens = privacy.release_sensitivity(self.eta, self.s, self.d)
+            # On the lattice one entry moves by 2 round(eta 2^F) steps, which can exceed
+            # 2 eta 2^F: calibrate for the larger, so that the certificate meets epsilon.
+            sens = privacy.release_sensitivity(self.lattice_eta, self.s, self.d)
             rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
             bucket = privacy.analytic_gaussian_sigma(sens.l2, self.epsilon, rest) ** 2
             return bucket / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
@@ -181,6 +194,21 @@ class NoiseSpec:
         log_term = math.log(1.25 * self.s / self._log_denominator)
         return (4 * self.s**3 * self.eta**2 * log_term * self.m * self.d**2
                 / (self.epsilon**2 * honest))
+
+    @property
+    def lattice_eta(self) -> float:
+        """eta as the lattice sees it: max(eta, round(eta 2^F) 2^-F)."""
+        return max(self.eta, round(self.eta * 2.0**self.frac_bits) / 2.0**self.frac_bits)
+
+    @property
+    def lattice_sigma(self) -> float:
+        """Gaussian: one client's standard deviation in lattice steps, before rounding."""
+        return math.sqrt(self.sigma2) * 2.0**self.frac_bits
+
+    @property
+    def laplace_lattice_scale(self) -> float:
+        """Laplace: the discrete Laplace scale beta = b 2^F of H clients' lattice noise."""
+        return self.laplace_scale * 2.0**self.frac_bits
 
     @cached_property
     def bucket_mu(self) -> float:
@@ -199,11 +227,6 @@ class NoiseSpec:
         return self.bucket_mu / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
 
     @property
-    def integer(self) -> bool:
-        """True when :meth:`sample` gives lattice steps, added after encoding."""
-        return self.kind == "skellam"
-
-    @property
     def gamma_shape(self) -> float:
         return 1.0 / (self.n / self.m - self.t_prime)
 
@@ -212,8 +235,20 @@ class NoiseSpec:
         return 2 * self.eta * self.m**2 * self.d / self.epsilon
 
     @property
+    def released_variance(self) -> float:
+        """Variance of one client's noise entry as released on the lattice, in reals."""
+        if self.kind == "none" or self.zero_output:
+            return 0.0
+        if self.kind == "gaussian":
+            return lattice.rounded_gaussian_variance(self.lattice_sigma) / 4.0**self.frac_bits
+        if self.kind == "laplace":
+            q = math.exp(-1.0 / self.laplace_lattice_scale)
+            return 2 * self.gamma_shape * q / (1 - q) ** 2 / 4.0**self.frac_bits
+        return self.variance
+
+    @property
     def variance(self) -> float:
-        """Variance of one noise entry added by a client."""
+        """Variance of one noise entry added by a client, as calibrated (in reals)."""
         if self.kind == "gaussian":
             return self.sigma2
         if self.kind == "laplace":
@@ -222,8 +257,32 @@ class NoiseSpec:
             return self.client_mu / 4.0**self.frac_bits
         return 0.0
 
+    def sample_lattice(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """One client's noise per entry as it is released: int64 steps of the 2^-F lattice.
+
+        Added to the encoded value round(x 2^F), so the noise on the lattice does not
+        depend on the data (the accountant, :mod:`.lattice`, certifies this noise).
+        Gaussian: round(sigma 2^F Z). Laplace: the difference of two Polya
+        (negative binomial) draws of shape 1/(n/m - t'), the lattice's analogue of
+        the Gamma differences: H of them sum to a discrete Laplace of scale b 2^F.
+        Skellam: as :meth:`sample`.
+        """
+        if self.kind == "none" or self.zero_output:
+            return np.zeros(shape, dtype=np.int64)
+        if self.kind == "gaussian":
+            out = rng.standard_normal(shape)
+            out *= self.lattice_sigma
+            np.rint(out, out=out)
+            return out.astype(np.int64)
+        if self.kind == "laplace":
+            p = -math.expm1(-1.0 / self.laplace_lattice_scale)
+            k = self.gamma_shape
+            return rng.negative_binomial(k, p, size=shape) - rng.negative_binomial(k, p, size=shape)
+        return self.sample(rng, shape)
+
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-        """One client's noise per entry: reals, or int64 lattice steps when :attr:`integer`."""
+        """One client's noise per entry as calibrated: reals (the utility simulations'),
+        or int64 lattice steps for Skellam. Runs release :meth:`sample_lattice`."""
         if self.kind == "skellam":
             if self.zero_output:
                 return np.zeros(shape, dtype=np.int64)
@@ -243,6 +302,7 @@ class NoiseSpec:
             # JSON has no infinity: None is "nothing certified".
             out.update(epsilon=self.epsilon, delta=self.delta, eta=self.eta,
                        t_prime=self.t_prime, variance=self.variance,
+                       released_variance=self.released_variance, frac_bits=self.frac_bits,
                        zero_output=self.zero_output, generator=NOISE_GENERATOR,
                        certified_epsilon=(certified_epsilon if math.isfinite(certified_epsilon)
                                           else None),
@@ -250,9 +310,10 @@ class NoiseSpec:
         if self.kind == "gaussian":
             out.update(calibration=self.calibration)
         if self.kind == "laplace":
-            out.update(gamma_shape=self.gamma_shape, laplace_scale=self.laplace_scale)
+            out.update(gamma_shape=self.gamma_shape, laplace_scale=self.laplace_scale,
+                       laplace_lattice_scale=self.laplace_lattice_scale)
         if self.kind == "skellam":
-            out.update(calibration="skellam-rdp", frac_bits=self.frac_bits,
+            out.update(calibration="skellam-rdp",
                        bucket_mu=self.bucket_mu, client_mu=self.client_mu,
                        honest_contributors=privacy.honest_contributors(
                            self.n, self.m, self.s, self.t_prime))

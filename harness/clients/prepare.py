@@ -5,9 +5,11 @@ stays bounded by the chunk whatever n and s are. Noise is i.i.d. per noisy
 entry, so drawing it in file order instead of client order changes nothing.
 
 While streaming, the plaintext result sum_i S_i enc(X_i) mod 2^64 is
-accumulated, which is what the revealed sketch is checked against. Integer
-(Skellam) noise is added to the encoded values in the ring, after encoding, so
-it is part of that plaintext sum to the bit. For the
+accumulated, which is what the revealed sketch is checked against. Every noise
+is drawn on the lattice (:meth:`NoiseSpec.sample_lattice`, integer steps) and
+added to the encoded values in the ring, after encoding: the noise released does
+not depend on the data, which is what the accountant certifies, and it is part
+of that plaintext sum to the bit. For the
 blocked layout it is summed a block at a time, so the layout is first checked
 against the sketch itself (every slot stored once, every row in a block of its
 own accumulator): a wrong layout cannot make a wrong program look right.
@@ -230,7 +232,8 @@ def _add_lattice_noise(encoded: np.ndarray, magnitude: np.ndarray, noise: np.nda
     if worst >= 2.0**63:
         raise InputError(
             f"fixed-point overflow: a noisy value encodes to 2^{math.log2(worst):.1f}, beyond "
-            f"the ring's bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+            f"the ring's bound 2^63; raise --epsilon, or lower --frac-bits (now {fp.frac_bits}) "
+            "as far as `ltm run` still certifies the noise")
     encoded += noise.view(np.uint64)
 
 
@@ -278,12 +281,11 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
             return None
         # One draw per file row: a padding row's draws are discarded, so every
         # real entry still gets an independent one.
-        drawn = noise.sample(rng, (min(step, layout.total_rows - start), d))
+        drawn = noise.sample_lattice(rng, (min(step, layout.total_rows - start), d))
         drawn[layout.file_slot[start:start + step] < 0] = 0
-        # Statistics in reals: lattice steps are 2^-F, and int64 squares would overflow.
+        # Statistics of the noise released, in reals: int64 squares would overflow.
         flat = drawn.ravel().astype(np.float64)
-        if noise.integer:
-            flat /= fp.scale
+        flat /= fp.scale
         return drawn, float(flat.sum()), float(np.dot(flat, flat))
 
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="prepare")
@@ -303,12 +305,8 @@ def prepare_inputs(data: np.ndarray, sketch: Sketch, layout: Layout, noise: Nois
                 noise_sum += total
                 noise_sq += squares
                 # A padding slot (-1) reads client n - 1's row; zeroed right after.
-                if noise.integer:
-                    lattice_noise = noise_draw
-                    values = np.take(data, slots % n, axis=0).astype(np.float64)
-                else:
-                    values = noise_draw
-                    values += np.take(data, slots % n, axis=0)
+                lattice_noise = noise_draw
+                values = np.take(data, slots % n, axis=0).astype(np.float64)
                 values[~real] = 0
             encoded, magnitude = fp.encode_in_place(values)
             if lattice_noise is not None:

@@ -19,15 +19,20 @@ that event every entry of T carries the noise of at least H = s h honest
 clients: Gaussian noise of variance H sigma^2, Skellam noise of variance H mu.
 Entries with more contributors carry more noise, which is post-processing.
 The whole release is then one additive mechanism on T with the sensitivities
-above, certified at delta - delta_E:
+above, certified at delta - delta_E for the noise as released: every client's
+noise is drawn in steps of the 2^-F lattice and added to its encoded value.
 
-- Gaussian: the analytic Gaussian mechanism (Balle and Wang, ICML 2018), exact
-  for every epsilon, from Google's dp-accounting (``get_sigma_gaussian`` /
-  ``get_epsilon_gaussian``); the PLD accountant gives the same to its
-  discretisation (:func:`pld_gaussian_epsilon`).
+- Gaussian: each client's draw rounded to the lattice on its own;
+  :mod:`.lattice` certifies the sum of H of them (the analytic Gaussian
+  mechanism of Balle and Wang, ICML 2018, from Google's dp-accounting, once the
+  lattice is fine enough, with the rounding's effect bounded; below that the
+  exact pmf's privacy loss distribution). The analytic calibration
+  (``get_sigma_gaussian``) is for the lattice's sensitivity.
 - Skellam: the Renyi-DP bound of Agarwal, Kairouz and Liu (NeurIPS 2021,
   Theorem 3.5) for noise of variance mu per entry, converted to (epsilon, delta)
   by dp-accounting's RDP conversion (Canonne, Kamath and Steinke 2020).
+- Laplace: H Polya differences sum to a discrete Laplace: pure DP, epsilon the
+  l1 sensitivity in steps over its scale (:func:`laplace_epsilon`).
 
 docs/privacy.md has the derivation and the comparison with the corollary.
 """
@@ -40,6 +45,7 @@ from typing import Protocol
 
 import numpy as np
 
+from harness.clients import lattice
 from harness.optional import lazy_import
 
 # Loaded on first use: importing dp-accounting takes about two seconds, which every
@@ -91,6 +97,12 @@ class CalibratedNoise(Protocol):
     def sigma2(self) -> float: ...
 
     @property
+    def lattice_sigma(self) -> float: ...
+
+    @property
+    def laplace_scale(self) -> float: ...
+
+    @property
     def client_mu(self) -> float: ...
 
 __all__ = [
@@ -103,6 +115,7 @@ __all__ = [
     "concentration_failure",
     "gaussian_epsilon",
     "honest_contributors",
+    "laplace_epsilon",
     "pld_gaussian_epsilon",
     "release_sensitivity",
     "skellam_epsilon",
@@ -236,15 +249,15 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
 def certify(noise: CalibratedNoise) -> tuple[float, float]:
     """The (epsilon, delta) the accountant certifies for the noise ``noise`` draws.
 
-    For the noise actually drawn, whatever calibration chose it: H honest draws
-    per entry of T (``honest_contributors``), certified at delta - delta_E. R_D's
-    zeros are (0, 0)-DP; Laplace is Corollary "privlap"'s epsilon (pure DP);
-    no noise is not private at all (inf).
+    For the noise actually drawn, as released on the lattice, whatever calibration
+    chose it: H honest draws per entry of T (``honest_contributors``), certified at
+    delta - delta_E. R_D's zeros are (0, 0)-DP; Laplace is pure DP (delta 0); no
+    noise is not private at all (inf).
     """
     if noise.kind == "none":
         return math.inf, 0.0
     if noise.kind == "laplace":
-        return noise.epsilon, 0.0
+        return laplace_epsilon(noise), 0.0
     if noise.zero_output:
         return 0.0, 0.0
     failure = concentration_failure(noise.n, noise.m, noise.s, noise.t_prime)
@@ -255,8 +268,22 @@ def certify(noise: CalibratedNoise) -> tuple[float, float]:
     if noise.kind == "skellam":
         sens = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
         return skellam_epsilon(honest * noise.client_mu, sens, rest), noise.delta
-    sens = release_sensitivity(noise.eta, noise.s, noise.d)
-    return gaussian_epsilon(math.sqrt(honest * noise.sigma2), sens.l2, rest), noise.delta
+    shift = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
+    epsilon = lattice.rounded_gaussian_epsilon(noise.lattice_sigma, honest, int(shift.entry),
+                                               shift.entries, rest)
+    return epsilon, noise.delta
+
+
+def laplace_epsilon(noise: CalibratedNoise) -> float:
+    """Pure epsilon of the Laplace noise as released: l1 sensitivity in steps / (b 2^F).
+
+    Every entry of T holds n - t' >= n/m - t' honest Polya differences of shape
+    1/(n/m - t') (the dense sketch puts every client in every bucket), whose sum is
+    a discrete Laplace of scale beta = b 2^F plus independent symmetric noise
+    (post-processing); its pmf ratio at a shift of k steps is at most e^(|k|/beta).
+    """
+    shift = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
+    return shift.l1 / (noise.laplace_scale * 2.0**noise.frac_bits)
 
 
 def accountant(noise: CalibratedNoise) -> str:
@@ -264,9 +291,12 @@ def accountant(noise: CalibratedNoise) -> str:
     if noise.kind == "none":
         return "none (no noise)"
     if noise.kind == "laplace":
-        return "Corollary privlap (pure DP, as the paper proves it)"
+        return "discrete Laplace on the lattice (pure DP)"
     if noise.zero_output:
         return "R_D sends zeros ((0, 0)-DP)"
     if noise.kind == "skellam":
         return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
+    honest = honest_contributors(noise.n, noise.m, noise.s, noise.t_prime)
+    if not lattice.gaussian_route(noise.lattice_sigma, honest):
+        return "dp-accounting PLD of the rounded Gaussian on the lattice"
     return "dp-accounting analytic Gaussian (Balle and Wang 2018)"

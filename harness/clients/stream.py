@@ -230,8 +230,12 @@ class NoisyChunks:
         self.expected = np.zeros((2 * m, d), dtype=np.uint64)
         self.abs_sums = np.zeros((2 * m, d))
         self.noise_sum = self.noise_sq = 0.0
-        self.sigma = (noise.sigma2 ** 0.5 if noise.kind == "gaussian" and not noise.zero_output
-                      else 0.0)
+        gaussian = noise.kind == "gaussian" and not noise.zero_output
+        # Gaussian noise is rounded to the lattice on its own (data-independent, as the
+        # accountant certifies it) and added in float64, exact while every sum stays
+        # below 2^53 (the sampler never goes 40 deviations out); past that, in int64.
+        self.sigma = noise.lattice_sigma if gaussian else 0.0
+        self.float_add = (noise.eta * fp.scale + 40 * self.sigma) < 2.0**53
         self.columns = SketchGroups(sketch, plan)
 
     def chunk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -250,27 +254,28 @@ class NoisyChunks:
             np.take(self.rows.read_into(start, stop, self.chunk_rows), clients, axis=0,
                     out=vals, mode="clip")
         lattice = None
+        steps = None  # the Gaussian's lattice noise, integers in float64
         if self.sigma:
-            noise_draw = self.drawn[:slots]
-            self.rng.standard_normal(out=noise_draw)
-            noise_draw *= self.sigma
-            vals += noise_draw
-            flat = noise_draw.ravel()
+            steps = self.drawn[:slots]
+            self.rng.standard_normal(out=steps)
+            steps *= self.sigma
+            np.rint(steps, out=steps)
+            flat = steps.ravel()
+            if not self.float_add:
+                lattice, steps = steps.astype(np.int64), None
         elif noise.kind != "none" and not noise.zero_output:
-            sample = noise.sample(self.rng, (slots, d))
-            if noise.integer:
-                lattice = sample
-                flat = sample.ravel() / fp.scale
-            else:
-                vals += sample
-                flat = sample.ravel()
+            lattice = noise.sample_lattice(self.rng, (slots, d))
+            flat = lattice.ravel().astype(np.float64)
         else:
             flat = self.drawn[:0].ravel()
-        self.noise_sum += float(flat.sum())
-        # No BLAS threads: the cores are busy.
-        self.noise_sq += float(np.einsum("i,i->", flat, flat))
+        # The noise released, in lattice steps (reported in reals). No BLAS threads:
+        # the cores are busy.
+        self.noise_sum += float(flat.sum()) / fp.scale
+        self.noise_sq += float(np.einsum("i,i->", flat, flat)) / fp.scale**2
         vals *= fp.scale
         np.rint(vals, out=vals)
+        if steps is not None:
+            vals += steps
         enc = self.encoded[: slots * d].reshape(d, slots)
         np.copyto(enc, vals.T, casting="unsafe")  # transposed in the same pass as the cast
         # The bucket bound from the chunk's largest |value| (two reads, no temporary):
@@ -283,7 +288,8 @@ class NoisyChunks:
         if float(bound.max()) >= 2.0**63:
             raise InputError(
                 f"fixed-point overflow: a bucket of chunk {k} sums values past the ring's "
-                f"bound 2^63; lower --frac-bits (now {fp.frac_bits}) or raise --epsilon")
+                f"bound 2^63; raise --epsilon, or lower --frac-bits (now {fp.frac_bits}) as "
+                "far as `ltm run` still certifies the noise")
         self.abs_sums[live] += bound
         ring = enc.view(np.uint64)
         self.expected[live] += np.add.reduceat(ring, offsets, axis=1).T

@@ -166,7 +166,8 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         model_c_mpc_mb=cfg.party_count * 8 * (s * work.n * d + m * d) / 1e6,
         model_client_upload_mb=upload_model_mb(cfg, s * work.n * d),
         verification=Verification(ok=mismatches == 0, mismatches=mismatches, entries=m * d),
-        noise_observed=prepared.stats,
+        # Statistics of the noise as released: drawn on the lattice, in reals.
+        noise_observed={**prepared.stats, "released": True},
         privacy=privacy_record(work.noise),
         timings=timings,
     )
@@ -250,7 +251,7 @@ def privacy_record(noise: NoiseSpec) -> dict:
     if noise.kind == "none":
         return {"requested_epsilon": None, "requested_delta": None, "certified_epsilon": None,
                 "certified_delta": None, "accountant": accountant(noise), "calibration": None,
-                "generator": None}
+                "generator": None, "on_lattice": True}
     epsilon, delta = certify(noise)
     calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
                    "laplace": "corollary"}[noise.kind]
@@ -258,7 +259,9 @@ def privacy_record(noise: NoiseSpec) -> dict:
             # JSON has no infinity: None is "nothing certified".
             "certified_epsilon": epsilon if math.isfinite(epsilon) else None,
             "certified_delta": delta, "accountant": accountant(noise),
-            "calibration": calibration, "generator": NOISE_GENERATOR}
+            "calibration": calibration, "generator": NOISE_GENERATOR,
+            # the certificate is for the noise rounded to the 2^-F lattice, as released
+            "on_lattice": True}
 
 
 def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:

@@ -12,7 +12,10 @@ protocol and security, sharing, hosts and network parameters; T_end_to_end,
 whether the upload was measured and whether inputs were reused); 2 has every
 key of :class:`RunResult` in every file; 3 adds ``privacy``, the (epsilon, delta)
 requested and the one the accountant certifies for the noise drawn (null in
-older files, which certified nothing; sweep rows are unchanged).
+older files, which certified nothing; sweep rows are unchanged); 4 draws the noise
+on the 2^-F lattice and certifies it as released: ``privacy.on_lattice`` and
+``noise_observed.released`` are true (false in older files, whose certificate
+and statistics were of the noise before rounding; sweep rows are unchanged).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -186,7 +189,15 @@ def _update_to_3(data: dict) -> dict:
     return {**data, "privacy": None}
 
 
-_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3}
+def _update_to_4(data: dict) -> dict:
+    """Version 3 certified and observed the noise before it was rounded to the lattice."""
+    privacy = data["privacy"]
+    return {**data, "noise_observed": {**data["noise_observed"], "released": False},
+            "privacy": None if privacy is None else {**privacy, "on_lattice": False}}
+
+
+_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
+                                                      3: _update_to_4}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -254,7 +265,11 @@ def _row_to_3(row: dict) -> dict:
     return row  # version 3 changed result.json only
 
 
-_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3}
+def _row_to_4(row: dict) -> dict:
+    return row  # so did version 4
+
+
+_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

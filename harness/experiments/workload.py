@@ -8,6 +8,7 @@ Every size is checked before anything is drawn.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from harness.clients import (
     all_rows,
     certify,
     check_dimensions,
+    concentration_failure,
     open_rows,
     smallest_n,
     split_clients,
@@ -82,7 +84,7 @@ class Workload:
         return all_rows(self.rows)
 
 
-def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
+def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float, suggest: bool = True) -> None:
     """Refuse parameters whose noisy entries cannot be encoded, before drawing any.
 
     Ten standard deviations past eta: no draw of a run ever reaches that, so a
@@ -97,7 +99,49 @@ def check_encodable(noise: NoiseSpec, fp: FixedPoint, eta: float) -> None:
         size = f"2^{math.log2(worst):.1f}" if math.isfinite(worst) else "infinity"
         raise InputError(f"fixed-point overflow: entries up to eta + 10 noise standard "
                          f"deviations encode to {size}, beyond the ring's bound 2^63; raise "
-                         f"--epsilon, or lower --eta or --frac-bits (now {fp.frac_bits})")
+                         f"--epsilon, or lower --eta"
+                         f"{_lower_frac_bits(noise, None, None) if suggest else ''}")
+
+
+def _lower_frac_bits(noise: NoiseSpec, n: int | None, s: int | None) -> str:
+    """", or --frac-bits F": the largest F below the run's that fits and is certified."""
+    found = passing_frac_bits(noise, n, s, range(noise.frac_bits - 1, -1, -1))
+    return "" if found is None else f", or use --frac-bits {found} (now {noise.frac_bits})"
+
+
+def _passes(noise: NoiseSpec, n: int | None, s: int | None) -> bool:
+    try:
+        fp = FixedPoint(noise.frac_bits)
+        check_encodable(noise, fp, noise.eta, suggest=False)
+        if n is not None and s is not None:
+            check_ring(noise, fp, n, s, noise.eta, suggest=False)
+    except InputError:
+        return False
+    return certified_enough(noise)
+
+
+def passing_frac_bits(noise: NoiseSpec, n: int | None, s: int | None,
+                      candidates: range) -> int | None:
+    """The first --frac-bits of ``candidates`` at which ``noise`` fits the ring and the
+    accountant certifies it (Skellam is calibrated on the lattice: never searched)."""
+    if noise.kind not in ("gaussian", "laplace"):
+        return None
+    for frac_bits in candidates:
+        try:
+            candidate = dataclasses.replace(noise, frac_bits=frac_bits)
+        except InputError:
+            continue
+        if _passes(candidate, n, s):
+            return frac_bits
+    return None
+
+
+def certified_enough(noise: NoiseSpec) -> bool:
+    """The accountant's epsilon for the noise as released is at most the requested one."""
+    if noise.kind == "none":
+        return True
+    # The analytic calibration's root finder leaves a relative 1e-9 either way.
+    return certify(noise)[0] <= noise.epsilon * (1 + 1e-6)
 
 
 def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
@@ -111,8 +155,10 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
                       calibration=cfg.calibration, frac_bits=cfg.frac_bits)
     # Encodable first: absurd numbers (an epsilon of 1e-300) overflow the variance,
     # which that check words; the accountant needs a finite one.
-    check_encodable(noise, FixedPoint(cfg.frac_bits), cfg.eta)
-    check_certified(noise)
+    fp = FixedPoint(cfg.frac_bits)
+    check_encodable(noise, fp, cfg.eta)
+    check_ring(noise, fp, n, s, cfg.eta)
+    check_certified(noise, n, s)
     return noise
 
 
@@ -127,32 +173,40 @@ def check_noise(cfg: RunConfig) -> None:
     noise_for(cfg, cfg.clients, cfg.dim, s)
 
 
-def check_certified(noise: NoiseSpec) -> None:
+def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None) -> None:
     """Refuse noise whose certified epsilon exceeds the requested one, before any draw.
 
-    The analytic and Skellam calibrations meet their epsilon by construction; the
-    paper's corollary does not at every d (its sigma^2 grows like d^2, the l2
-    sensitivity like sqrt(d): at d = 1, m = 100 it certifies epsilon 1.66 for a
-    requested 1), and such a run would claim a guarantee it does not give.
+    The certificate is for the noise as released, rounded to the 2^-F lattice. The
+    Skellam calibration meets its epsilon by construction, and the analytic one
+    once the lattice is fine enough for the noise (at small F the rounding can
+    erase it: then the smallest F that passes is named); the paper's corollary
+    does not at every d (its sigma^2 grows like d^2, the l2 sensitivity like
+    sqrt(d): at d = 1, m = 100 it certifies epsilon 1.66 for a requested 1), and
+    such a run would claim a guarantee it does not give.
     """
-    if noise.kind == "none":
+    if certified_enough(noise):
         return
     epsilon, _ = certify(noise)
-    # The analytic calibration's root finder leaves a relative 1e-9 either way.
-    if epsilon <= noise.epsilon * (1 + 1e-6):
-        return
     asked = f"({noise.epsilon:g}, {noise.delta:g})-DP"
-    if not math.isfinite(epsilon):
+    if (noise.kind != "laplace"
+            and concentration_failure(noise.n, noise.m, noise.s, noise.t_prime) >= noise.delta):
         raise InputError(
             f"the accountant certifies no epsilon for this {noise.kind} noise at n={noise.n}, "
             f"so the run would not be {asked}: too few clients hide each bucket (delta_E >= "
             f"delta); use --clients >= {smallest_n(noise.m, noise.s, noise.t_prime, noise.delta)}"
             " or raise --delta")
-    raise InputError(
-        f"the {noise.calibration} calibration's {noise.kind} noise certifies epsilon "
-        f"{epsilon:.4g}, above the requested {noise.epsilon:g} (delta {noise.delta:g}, "
-        f"d={noise.d}, s={noise.s}), so the run would not be {asked}; use --calibration "
-        "analytic (it certifies exactly --epsilon)")
+    figure = f"epsilon {epsilon:.4g}" if math.isfinite(epsilon) else "no epsilon"
+    what = (f"the {noise.calibration} calibration's {noise.kind} noise, rounded to the "
+            f"lattice at --frac-bits {noise.frac_bits}, certifies {figure}, above "
+            f"the requested {noise.epsilon:g} (delta {noise.delta:g}, d={noise.d}, "
+            f"s={noise.s}), so the run would not be {asked}")
+    higher = passing_frac_bits(noise, n, s, range(noise.frac_bits + 1, 53))
+    if higher is not None:
+        raise InputError(f"{what}; the smallest --frac-bits it is certified at is {higher}")
+    if noise.kind == "gaussian" and noise.calibration != "analytic":
+        raise InputError(f"{what}; use --calibration analytic (it certifies --epsilon once "
+                         "the lattice is fine enough)")
+    raise InputError(f"{what}; raise --epsilon or the number of clients")
 
 
 def check_workload_size(n: int, d: int, m: int, s: int) -> None:
@@ -186,7 +240,8 @@ def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
                    "writes no share file")
 
 
-def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> None:
+def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float,
+               suggest: bool = True) -> None:
     """Refuse, before any draw, an n whose bucket sums could pass the ring's 2^63.
 
     A bucket sums at most s * n entries of |value| <= eta + 10 noise deviations;
@@ -197,9 +252,9 @@ def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float) -> 
     worst = s * n * (eta + 10 * spread) * fp.scale
     if worst >= 2.0**63:
         most = int(2.0**63 / (s * (eta + 10 * spread) * fp.scale))
+        lower = _lower_frac_bits(noise, n, s) if suggest else ""
         raise InputError(f"n={n} clients could sum past the ring Z_2^64's bound 2^63 in one "
-                         f"bucket (2^{math.log2(worst):.1f}); use --clients <= {most} or "
-                         f"lower --frac-bits (now {fp.frac_bits})")
+                         f"bucket (2^{math.log2(worst):.1f}); use --clients <= {most}{lower}")
 
 
 def largest_rows(noise: NoiseSpec, dense: bool) -> int | None:
@@ -257,7 +312,6 @@ def build_workload(cfg: RunConfig) -> Workload:
     noise = noise_for(cfg, n, d, s)
     check_zero_output(cfg, noise, cfg.dense)
     fp = FixedPoint(cfg.frac_bits)
-    check_ring(noise, fp, n, s, cfg.eta)
     header = getattr(rows, "header", None)  # a text file's, before it is read whole
     # Without --seed the sketch and the synthetic data still get one, drawn here and
     # recorded with the run, so both can be recomputed from it.
