@@ -15,7 +15,7 @@ REFUTED = 3
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "audit", help="audit the noise of one bucket empirically: a lower bound on epsilon",
+        "audit",
         description="Simulate one entry of the release (per-client noise, fixed-point "
         "encoding, sum; Skellam in integers) on two neighbouring inputs, run the optimal "
         "threshold test and print a 95% Clopper-Pearson lower bound on epsilon. Exit 0 when "

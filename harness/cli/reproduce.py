@@ -38,7 +38,7 @@ _UNSET = ("program", "protocol")
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "reproduce", help="reproduce the paper's Tables 3-5 (sweeps, tables, plots, report)",
+        "reproduce",
         description="Runs the paper's MPC sweeps (harness/experiments/specs/table*.toml), "
                     "verifying every repetition, and writes per-table CSV, Markdown, LaTeX and "
                     "PNG beside the paper's values, plus report.md. Finished repetitions are "
