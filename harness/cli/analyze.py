@@ -231,7 +231,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     add("--seed", type=_SEED, default=d.seed, help="seed for data, sketches and noise")
     add("--calibration", choices=CALIBRATIONS, default=d.calibration,
         help=_CALIBRATION_HELP.replace("%", "%%"))
-    add("--out", default=".", metavar="DIR", help="output directory (default: .)")
+    add("--out", default=".", metavar="DIR", help="output directory")
     add("--force", action="store_true", help="overwrite existing output files")
     add("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=cmd_utility)

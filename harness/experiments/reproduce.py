@@ -161,7 +161,7 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
         inputs: ServerInputs | None = None
         for task in todo:
             whole = load_spec(task.cell.table).whole_runs
-            bar.set_description(f"{task.cell.key} rep {task.repetition + 1}")
+            bar.set_description(f"{task.cell.label} rep {task.repetition + 1}")
             if whole:
                 # The last run's workload and inputs go before this one's are built:
                 # held side by side they would count in this run's peak.
