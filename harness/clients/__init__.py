@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         RunBlocks,
         ScheduleWriter,
     )
+    from harness.clients.certificates import certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.keystream import libcrypto
     from harness.clients.layout import Layout
@@ -158,6 +159,7 @@ __all__ = [
     "TextSink",
     "analytic_gaussian_sigma",
     "accountant",
+    "certificate",
     "certify",
     "check_dimensions",
     "check_matrix",

@@ -29,7 +29,7 @@ from harness.clients import (
     SlotShape,
     SyntheticRows,
     all_rows,
-    certify,
+    certificate,
     check_dimensions,
     open_rows,
     smallest_n,
@@ -134,7 +134,7 @@ def check_certified(noise: NoiseSpec) -> None:
     """
     if noise.kind == "none":
         return
-    epsilon, _ = certify(noise)
+    epsilon, _ = certificate(noise)
     # The analytic calibration's root finder leaves a relative 1e-9 either way.
     if epsilon <= noise.epsilon * (1 + 1e-6):
         return
