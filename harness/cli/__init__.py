@@ -115,10 +115,9 @@ class _Commands(_Subcommands):
             self._modules[name] = module
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        if self._name_parser_map.get(name, 0) is None:  # our placeholder: built now, in place
-            del self._name_parser_map[name]
-        parser = super().add_parser(name, **kwargs)
-        return parser
+        if name in self._name_parser_map and self._name_parser_map[name] is None:
+            del self._name_parser_map[name]  # the placeholder: the parser is built now
+        return super().add_parser(name, **kwargs)
 
     def _parser_for(self, name: str) -> argparse.ArgumentParser:
         if self._name_parser_map[name] is None:
@@ -130,9 +129,9 @@ class _Commands(_Subcommands):
         importlib.import_module(module).add_commands(self)
 
     def load_all(self) -> None:
-        for module in dict.fromkeys(self._modules.values()):
-            if any(self._name_parser_map[n] is None for n, m in self._modules.items()
-                   if m == module):
+        """Build every command's parser (the docs and tests read the whole parser)."""
+        for name, module in self._modules.items():
+            if self._name_parser_map[name] is None:
                 self.load(module)
 
 
@@ -148,6 +147,7 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
                              f"{DEBUG_ENV_VAR}=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", action=_Commands)
     if not lazy:
+        assert isinstance(commands, _Commands)
         commands.load_all()
     return parser
 
