@@ -40,12 +40,13 @@ RUN_TARGET = 1.5
 # Runs `ltm run` in this process with timers around the run path's steps (the
 # functions its modules look up by name), then writes them as JSON to argv[1].
 _INSTRUMENTED = r"""
-import json, sys, time
+import importlib, json, sys, time
 wall0 = time.time()
 started = time.perf_counter()
 import harness.cli
-import harness.experiments.run as run_mod
-import harness.experiments.execute as execute_mod
+# the modules, not the package's functions of the same names
+run_mod = importlib.import_module("harness.experiments.run")
+execute_mod = importlib.import_module("harness.experiments.execute")
 from harness.experiments import RunConfig
 imported = time.perf_counter() - started
 spent = {}
