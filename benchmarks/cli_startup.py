@@ -143,7 +143,7 @@ def breakdown(wall: float, t_e2e: float, spent: dict) -> dict[str, float]:
         "T_end_to_end (stream + MPC)": t_e2e,
         "verification": spent.get("verification", 0.0),
         "result record (accountant)": spent.get("result record (accountant)", 0.0),
-        "writing outputs (result.json, output.npy)": max(run_in - execute, 0.0)
+        "writing outputs (result, sketch, output, data)": max(run_in - execute, 0.0)
         - spent.get("program (render, compile cache)", 0.0),
         "summary": spent.get("summary", 0.0),
     }
