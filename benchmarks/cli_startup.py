@@ -12,9 +12,9 @@ sides of a pair alike; the headline is the median of the pairs' ratios:
 Beside the second, the same command run in an instrumented process says where
 the rest of the wall time goes: interpreter start, imports, the config's checks
 and the accountant, MP-SPDZ's lookup, the workload, the compile cache, the
-cluster (fork server), the stream and the MPC (T_end_to_end), verification,
-and writing the results. Each run writes into a scratch directory, removed
-after; the first of each kind is a warm-up (the compile cache and the
+cluster's directories and certificates, the stream and the MPC (T_end_to_end),
+verification, and writing the results. Each run writes into a scratch directory,
+removed after; the first of each kind is a warm-up (the compile cache and the
 accountant's certificate are then the warm ones a user's second run sees).
 
     python -m benchmarks.cli_startup [--clients N] [--repeat K] [--json FILE]
@@ -70,7 +70,7 @@ timed(run_mod, "build_workload", "workload (sketch, noise)")
 timed(run_mod, "program_for", "program (render, compile cache)")
 timed(run_mod, "execute", "execute")
 timed(run_mod, "_run_in", "run and its outputs")
-timed(execute_mod, "make_cluster", "cluster (fork server, certificates)")
+timed(execute_mod, "make_cluster", "cluster (party directories, certificates)")
 timed(execute_mod, "_verify", "verification")
 timed(execute_mod, "privacy_record", "result record (accountant)")
 timed(run_mod, "summary", "summary")
@@ -128,27 +128,21 @@ def _run_once(scratch: Path, k: int, args: list[str], env: dict[str, str],
 
 def breakdown(wall: float, t_e2e: float, spent: dict) -> dict[str, float]:
     """Wall time in disjoint parts that add up to it (the rest is what no timer covers)."""
+    timed = ("interpreter start", "imports", "config checks",
+             "noise calibration and accountant", "MP-SPDZ lookup", "workload (sketch, noise)",
+             "program (render, compile cache)", "cluster (party directories, certificates)")
+    parts = {name: spent.get(name, 0.0) for name in timed}
+    parts["T_end_to_end (stream + MPC)"] = t_e2e
+    parts["verification"] = spent.get("verification", 0.0)
+    parts["result record (accountant)"] = spent.get("result record (accountant)", 0.0)
+    # _run_in is the program, execute and then the outputs
     execute = spent.get("execute", 0.0)
-    run_in = spent.get("run and its outputs", 0.0)
-    parts = {
-        "interpreter start": spent.get("interpreter start", 0.0),
-        "imports": spent.get("imports", 0.0),
-        "config checks": spent.get("config checks", 0.0),
-        "noise calibration and accountant": spent.get("noise calibration and accountant", 0.0),
-        "MP-SPDZ lookup": spent.get("MP-SPDZ lookup", 0.0),
-        "workload (sketch, noise)": spent.get("workload (sketch, noise)", 0.0),
-        "program (render, compile cache)": spent.get("program (render, compile cache)", 0.0),
-        "cluster (fork server, certificates)": spent.get("cluster (fork server, certificates)",
-                                                         0.0),
-        "T_end_to_end (stream + MPC)": t_e2e,
-        "verification": spent.get("verification", 0.0),
-        "result record (accountant)": spent.get("result record (accountant)", 0.0),
-        "writing outputs (result, sketch, output, data)": max(run_in - execute, 0.0)
-        - spent.get("program (render, compile cache)", 0.0),
-        "summary": spent.get("summary", 0.0),
-    }
+    parts["writing outputs (result, sketch, output, data)"] = max(
+        spent.get("run and its outputs", 0.0) - execute
+        - parts["program (render, compile cache)"], 0.0)
+    parts["summary"] = spent.get("summary", 0.0)
     inside_execute = (t_e2e + parts["verification"] + parts["result record (accountant)"]
-                      + parts["cluster (fork server, certificates)"])
+                      + parts["cluster (party directories, certificates)"])
     parts["execute, not timed above (parties' start and exit, delivery)"] = max(
         execute - inside_execute, 0.0)
     parts["rest (parsing, lock, output directory, exit)"] = max(wall - sum(parts.values()), 0.0)
