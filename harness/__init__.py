@@ -33,7 +33,7 @@ _LAZY = {
     "find_mpspdz": "harness.engine.mpspdz",
     "Inventory": "harness.remote.hosts",
     "load_inventory": "harness.remote.hosts",
-    "ReproduceConfig": "harness.experiments.reproduce",
+    "ReproduceConfig": "harness.experiments.config",
     "reproduce": "harness.experiments.reproduce",
     "RunConfig": "harness.experiments.run",
     "run": "harness.experiments.run",

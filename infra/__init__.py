@@ -11,24 +11,29 @@ inventory it writes, the host keys it records, the setup it runs).
 
 from __future__ import annotations
 
-from ._pricing import hourly_price
-from .aws.lookup import status
-from .aws.provision import up
-from .aws.session import Aborted, AwsError, aws_errors, make_session
-from .aws.state import (
-    DEFAULT_CLUSTER,
-    DEFAULT_INSTANCE_TYPE,
-    DEFAULT_VOLUME_GB,
-    MAX_CLIENT_HOSTS,
-    MPC_PORT_SPAN,
-    PLACEMENT_STRATEGIES,
-    ClusterStatus,
-    DownResult,
-    UpOptions,
-    UpResult,
-    default_state_dir,
-)
-from .aws.teardown import down
+from typing import TYPE_CHECKING
+
+from harness.optional import lazy_package
+
+if TYPE_CHECKING:
+    from ._pricing import hourly_price
+    from .aws.lookup import status
+    from .aws.provision import up
+    from .aws.session import Aborted, AwsError, aws_errors, make_session
+    from .aws.state import (
+        DEFAULT_CLUSTER,
+        DEFAULT_INSTANCE_TYPE,
+        DEFAULT_VOLUME_GB,
+        MAX_CLIENT_HOSTS,
+        MPC_PORT_SPAN,
+        PLACEMENT_STRATEGIES,
+        ClusterStatus,
+        DownResult,
+        UpOptions,
+        UpResult,
+        default_state_dir,
+    )
+    from .aws.teardown import down
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -51,3 +56,5 @@ __all__ = [
     "status",
     "up",
 ]
+
+lazy_package(__name__)

@@ -109,8 +109,15 @@ class Module:
 
     @property
     def top_lines(self) -> set[int]:
-        """Lines of the imports at the top level (a package's re-exports)."""
-        return {n.lineno for n in self.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        """Lines of the imports at the top level (a package's re-exports).
+
+        Those under a top-level ``if TYPE_CHECKING:`` count: a lazy package
+        (``harness.optional.lazy_package``) exports exactly those.
+        """
+        top = [*self.body]
+        top += [n for s in self.body if isinstance(s, ast.If) and isinstance(s.test, ast.Name)
+                and s.test.id == "TYPE_CHECKING" for n in s.body]
+        return {n.lineno for n in top if isinstance(n, (ast.Import, ast.ImportFrom))}
 
     @property
     def parent(self) -> str:

@@ -56,3 +56,33 @@ except ModuleNotFoundError as exc:
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, "missing pandas"), done.stderr
+
+
+def test_the_packages_load_their_exports_on_first_use():
+    """Importing a package loads none of its modules; each export resolves to its own
+    module's object, and a submodule imported later does not replace an export of
+    the same name (``harness.experiments.run`` stays the function)."""
+    probe = """
+import importlib, sys, types
+packages = ["harness.clients", "harness.engine", "harness.remote", "harness.experiments",
+            "harness.analyst"]
+for name in packages:
+    importlib.import_module(name)
+print(sorted(m for m in sys.modules if m.startswith("harness.") and m.count(".") == 2
+             and not m.startswith("harness.remote.")))
+import harness.experiments.run
+import harness.analyst.audit
+from harness.experiments import run
+from harness.analyst import audit
+print(type(run).__name__, type(audit).__name__)
+missing = [f"{p}.{n}" for p in packages for n in importlib.import_module(p).__all__
+           if not hasattr(importlib.import_module(p), n)]
+print(missing)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded, kinds, missing = done.stdout.splitlines()
+    assert loaded == "[]", loaded
+    assert kinds == "function function"
+    assert missing == "[]"

@@ -14,25 +14,32 @@ May import: the top-level shared modules and :mod:`harness.clients` (the
 sketch, the noise calibrations and the matrix loader). It runs no MPC.
 """
 
-from harness.analyst.analysis import analyze_lowrank, analyze_ridge
-from harness.analyst.audit import (
-    AUDIT_CALIBRATIONS,
-    AUDIT_NOISES,
-    AuditConfig,
-    AuditResult,
-    audit,
-    trials_needed,
-)
-from harness.analyst.baselines import CALIBRATIONS, EXPERIMENTS_LABEL, calibration_label
-from harness.analyst.datasets import RunOutput, load_run
-from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
-from harness.analyst.figures import FIGURES, FigureSpec, figure_spec, reproduce_figure
-from harness.analyst.mechanisms import compare_baselines
-from harness.analyst.uci import DEFAULT_TABLE_M, reproduce_table
-from harness.analyst.utility import PROBLEMS, SweepConfig, sweep
-from harness.analyst.utility import check_outputs as check_sweep_outputs
-from harness.analyst.utility import summarize as summarize_sweep
-from harness.analyst.utility import write_outputs as write_sweep_outputs
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.optional import lazy_package
+
+if TYPE_CHECKING:
+    from harness.analyst.analysis import analyze_lowrank, analyze_ridge
+    from harness.analyst.audit import (
+        AUDIT_CALIBRATIONS,
+        AUDIT_NOISES,
+        AuditConfig,
+        AuditResult,
+        audit,
+        trials_needed,
+    )
+    from harness.analyst.baselines import CALIBRATIONS, EXPERIMENTS_LABEL, calibration_label
+    from harness.analyst.datasets import RunOutput, load_run
+    from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
+    from harness.analyst.figures import FIGURES, FigureSpec, figure_spec, reproduce_figure
+    from harness.analyst.mechanisms import compare_baselines
+    from harness.analyst.uci import DEFAULT_TABLE_M, reproduce_table
+    from harness.analyst.utility import PROBLEMS, SweepConfig, sweep
+    from harness.analyst.utility import check_outputs as check_sweep_outputs
+    from harness.analyst.utility import summarize as summarize_sweep
+    from harness.analyst.utility import write_outputs as write_sweep_outputs
 
 __all__ = [
     "calibration_label",
@@ -63,3 +70,5 @@ __all__ = [
     "trials_needed",
     "write_sweep_outputs",
 ]
+
+lazy_package(__name__)

@@ -40,7 +40,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from harness.analyst.baselines import Privacy, experiments_laplace_noise, local_sigma2
 from harness.clients import FixedPoint, NoiseSpec, honest_contributors, noise_rng
@@ -230,6 +229,8 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
 
 def _upper(failures: np.ndarray, total: int, alpha: float) -> np.ndarray:
     """One-sided Clopper-Pearson upper bounds at level 1 - alpha."""
+    from scipy import stats  # a second's import, which the parser of `ltm` must not pay
+
     failures = np.asarray(failures, dtype=np.float64)
     bound = stats.beta.ppf(1 - alpha, failures + 1, np.maximum(total - failures, 1e-300))
     return np.where(failures >= total, 1.0, bound)

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from harness._version import __version__
 from harness.errors import LtmError
@@ -39,15 +39,26 @@ _COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "aws_command",
 # directories and remote working directories removed.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-_COMMAND_MODULES = (
-    "harness.cli.run",
-    "harness.cli.mpspdz",
-    "harness.cli.analyze",
-    "harness.cli.aws",
-    "harness.cli.hosts",
-    "harness.cli.reproduce",
-    "harness.cli.audit",
-)
+# Each command: the module whose ``add_commands`` adds its parser, and its line in
+# ``ltm --help``. A module is imported when its command is parsed (or the whole
+# parser is built, for the docs), so that ``ltm --help``, ``ltm --version`` and a
+# mistyped command answer without importing any.
+_COMMANDS = {
+    "run": ("harness.cli.run", "run the secure sketch on local MP-SPDZ parties and verify it"),
+    "doctor": ("harness.cli.mpspdz",
+               "check that MP-SPDZ and the other requirements are installed"),
+    "mpspdz": ("harness.cli.mpspdz", "manage the MP-SPDZ installation"),
+    "analyze": ("harness.cli.analyze", "run the analyst's function on a run's revealed sketch"),
+    "utility": ("harness.cli.analyze",
+                "sweep n and plot the error of local / LTM / central mechanisms"),
+    "aws": ("harness.cli.aws", "provision, list and remove MPC clusters on AWS EC2"),
+    "hosts": ("harness.cli.hosts",
+              "pin SSH host keys of, and check, the machines in a hosts inventory"),
+    "reproduce": ("harness.cli.reproduce",
+                  "reproduce the paper's Tables 3-5 (sweeps, tables, plots, report)"),
+    "audit": ("harness.cli.audit",
+              "audit the noise of one bucket empirically: a lower bound on epsilon"),
+}
 
 # Libraries of an optional extra (pyproject.toml), imported only by the commands that
 # use them: a missing one is a missing extra, named in one line.
@@ -55,13 +66,77 @@ _EXTRAS = {"boto3": "aws", "botocore": "aws", "matplotlib": "analysis", "pandas"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with the harness's error format: one line, exit 1 (subcommands inherit it)."""
+    """argparse with the harness's error format: one line, exit 1, the command's own help.
+
+    Every parser below ``ltm`` is one of these (argparse makes subparsers of the
+    parent's class), so each takes only whole option names: ``--client`` is not
+    ``--clients``, and a new option never changes what an old abbreviation meant.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(1, f"ltm: error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+        self.exit(1, f"ltm: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Subcommands(argparse._SubParsersAction):
+    """Subcommands whose parser reports what it does not know itself.
+
+    argparse hands a subcommand's unknown arguments up to ``ltm``, whose error
+    then points to ``ltm --help``; here ``ltm run --client 1`` points to ``ltm run
+    --help``, where ``--clients`` is.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        name, *rest = values
+        if self.dest is not argparse.SUPPRESS:
+            setattr(namespace, self.dest, name)
+        # choices were checked before this is called: the name is known
+        for key, value in vars(self._parser_for(name).parse_args(rest)).items():
+            setattr(namespace, key, value)
+
+    def _parser_for(self, name: str) -> argparse.ArgumentParser:
+        return self._name_parser_map[name]
+
+
+class _Commands(_Subcommands):
+    """``ltm``'s commands, listed from :data:`_COMMANDS`, each parser built when first used."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._modules: dict[str, str] = {}
+        for name, (module, line) in _COMMANDS.items():
+            self._choices_actions.append(self._ChoicesPseudoAction(name, (), line))
+            self._name_parser_map[name] = None  # known, not built yet
+            self._modules[name] = module
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        if name in self._name_parser_map and self._name_parser_map[name] is None:
+            del self._name_parser_map[name]  # the placeholder: the parser is built now
+        return super().add_parser(name, **kwargs)
+
+    def _parser_for(self, name: str) -> argparse.ArgumentParser:
+        if self._name_parser_map[name] is None:
+            self.load(self._modules[name])
+        return self._name_parser_map[name]
+
+    def load(self, module: str) -> None:
+        """Add the parsers of ``module``'s commands."""
+        importlib.import_module(module).add_commands(self)
+
+    def load_all(self) -> None:
+        """Build every command's parser (the docs and tests read the whole parser)."""
+        for name, module in self._modules.items():
+            if self._name_parser_map[name] is None:
+                self.load(module)
+
+
+def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
+    """``ltm``'s parser; with ``lazy``, a command's parser is built when it is parsed."""
     parser = _Parser(
         prog="ltm",
         description="Differentially private secure sketching on MP-SPDZ (the LTM).",
@@ -70,9 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help=f"show the traceback of an internal error (also "
                              f"{DEBUG_ENV_VAR}=1)")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMAND_MODULES:
-        importlib.import_module(name).add_commands(subparsers)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", action=_Commands)
+    if not lazy:
+        assert isinstance(commands, _Commands)
+        commands.load_all()
     return parser
 
 
@@ -102,19 +178,20 @@ def _install_stop_handlers() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     debug = _debug_requested(argv)
     command = "ltm"
-    previous: dict = {}
+    # First of all: a stop signal while the command's modules load is an interruption
+    # like any later one (its line, its exit status), not a traceback.
+    previous = _install_stop_handlers()
     try:
         # Inside the try: an option's type check (harness.cli.common.number) raises
         # InputError, which is one line like every other.
+        parser = build_parser(lazy=True)
         args = parser.parse_args(argv)
         command = _command_name(args)
         if not getattr(args, "func", None):
             parser.print_help()
             return 1
-        previous = _install_stop_handlers()
         return int(args.func(args) or 0)
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.

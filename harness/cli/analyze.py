@@ -64,7 +64,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "analyze", help="run the analyst's function on a run's revealed sketch",
+        "analyze",
         description="Apply the analysis function A to output.npy of an `ltm run` directory "
                     "and measure its error against the optimum on the input (data.npy).")
     problems = parser.add_subparsers(dest="analysis", metavar="PROBLEM", required=True)
@@ -196,7 +196,7 @@ def _report(result: dict, as_json: bool, metric: str, what: str, assumed: str) -
 def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     d = _DEFAULTS
     parser = subparsers.add_parser(
-        "utility", help="sweep n and plot the error of local / LTM / central mechanisms",
+        "utility",
         description="Plaintext simulation of the paper's utility experiments: error psi "
                     "(low rank) or phi (ridge) against log-spaced n for the local model, "
                     "the central model (MOD-SULQ / SSP), the LTM with Gaussian and Laplace "
@@ -235,7 +235,7 @@ def _add_utility(subparsers: argparse._SubParsersAction) -> None:
     add("--seed", type=_SEED, default=d.seed, help="seed for data, sketches and noise")
     add("--calibration", choices=CALIBRATIONS, default=d.calibration,
         help=_CALIBRATION_HELP.replace("%", "%%"))
-    add("--out", default=".", metavar="DIR", help="output directory (default: .)")
+    add("--out", default=".", metavar="DIR", help="output directory")
     add("--force", action="store_true", help="overwrite existing output files")
     add("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=cmd_utility)

@@ -20,7 +20,7 @@ __all__ = ["add_commands"]
 
 def add_commands(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "aws", help="provision, list and remove MPC clusters on AWS EC2",
+        "aws",
         description="MPC clusters on EC2. Uses the standard AWS configuration "
                     "(profiles, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL).")
     commands = parser.add_subparsers(dest="aws_command", metavar="ACTION", required=True)

@@ -19,7 +19,7 @@ __all__ = ["add_commands"]
 
 def add_commands(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "hosts", help="pin SSH host keys of, and check, the machines in a hosts inventory",
+        "hosts",
         description="Work with the machines of a hosts inventory "
                     "(TOML, see harness/remote/hosts.py).")
     commands = parser.add_subparsers(dest="hosts_command", metavar="ACTION", required=True)

@@ -33,7 +33,6 @@ def add_mpspdz_argument(parser: argparse.ArgumentParser) -> None:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p_doctor = subparsers.add_parser(
         "doctor",
-        help="check that MP-SPDZ and the other requirements are installed",
         description="Report the MP-SPDZ in use, its binaries, Python packages and openssl; "
         "exit 1 if something required is missing.",
     )
@@ -46,7 +45,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     p_doctor.set_defaults(func=_cmd_doctor)
 
-    p_mpspdz = subparsers.add_parser("mpspdz", help="manage the MP-SPDZ installation")
+    p_mpspdz = subparsers.add_parser("mpspdz")
     p_mpspdz.set_defaults(func=lambda _args: _print_help(p_mpspdz))
     sub = p_mpspdz.add_subparsers(dest="mpspdz_command", metavar="COMMAND")
     p_install = sub.add_parser(

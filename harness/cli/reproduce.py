@@ -38,7 +38,7 @@ _UNSET = ("program", "protocol")
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "reproduce", help="reproduce the paper's Tables 3-5 (sweeps, tables, plots, report)",
+        "reproduce",
         description="Runs the paper's MPC sweeps (harness/experiments/specs/table*.toml), "
                     "verifying every repetition, and writes per-table CSV, Markdown, LaTeX and "
                     "PNG beside the paper's values, plus report.md. Finished repetitions are "
@@ -51,16 +51,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "1e9 with semi2k and local, wall, stages and peak memory beside "
                         "Table 3 extrapolated (specs/scale.toml; about 10 minutes at n = "
                         "1e9, so not part of all)")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="sweep directory (created, or resumed if it holds the same sweep)")
+    # A sweep needs its directory; an estimate needs none: one of the two is required.
+    out_or_estimate = p.add_mutually_exclusive_group(required=True)
+    out_or_estimate.add_argument(
+        "--out", type=Path, metavar="DIR",
+        help="sweep directory (created, or resumed if it holds the same sweep)")
+    out_or_estimate.add_argument(
+        "--estimate", action="store_true",
+        help="only print the sweep's expected duration and its cost on AWS t3.large "
+             "(servers plus one client machine), then exit")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)
     for opt in (REPEAT, SCALE, common.PROGRAM, common.PROTOCOL, common.SHARING, FRESH_INPUTS,
                 common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION, common.SEED,
                 common.TIMEOUT, NO_PROGRESS):
         add(opt)
-    p.add_argument("--estimate", action="store_true",
-                   help="only print the sweep's expected duration and its cost on AWS "
-                        "t3.large (servers plus one client machine), then exit")
     p.add_argument("--bandwidth", type=common.number("--bandwidth", low=0.001, high=10000),
                    default=0.512, metavar="GBIT",
                    help="with --estimate: the clients' upload bandwidth, in [0.001, 10000] "
@@ -73,8 +77,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from harness.experiments import reproduce
 
-    if args.out is None and not args.estimate:
-        raise InputError("--out DIR is required: the sweep's directory (a rerun resumes it)")
     if not args.estimate:
         check_output_dir(args.out)  # before anything is planned or created
     if args.tables in ("security", "scale") and (args.program or args.protocol):

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.cli import common
 from harness.cli.common import option
 from harness.clients import EXPORT_LIMIT
-from harness.experiments import INPUT_MODES, RunConfig, run
+from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
 
 # ``ltm run``'s own options; the shared ones are in harness.cli.common.
@@ -71,7 +71,7 @@ EXPORT_SKETCH = option("--export-sketch", action="store_true",
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "run", help="run the secure sketch on local MP-SPDZ parties and verify it",
+        "run",
         description="Clients' noisy rows are secret-shared among S MP-SPDZ parties, which "
                     "compute T = (1/sqrt s) sum_i S_i (A + G_i) and reveal it; the result is "
                     "checked bit for bit against a plaintext computation.")
@@ -89,6 +89,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from harness.experiments import run  # the whole run path: not for building the parser
+
     out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     check_output_dir(out)  # before anything is read, drawn or created
     run(common.config_from(RunConfig, args, out=out), echo=print)

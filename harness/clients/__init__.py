@@ -14,94 +14,102 @@ May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothin
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
 """
 
-from harness.clients.blocks import (
-    BlockShape,
-    BlockWriter,
-    ChunkFile,
-    FileShape,
-    RunBlocks,
-    ScheduleWriter,
-)
-from harness.clients.encoding import FixedPoint
-from harness.clients.keystream import libcrypto
-from harness.clients.layout import Layout
-from harness.clients.matrices import (
-    ArrayRows,
-    NpyRows,
-    Rows,
-    SyntheticRows,
-    all_rows,
-    check_matrix,
-    load_matrix,
-    npy_error,
-    open_rows,
-)
-from harness.clients.noise import (
-    CALIBRATIONS,
-    NOISE_GENERATOR,
-    NOISE_KINDS,
-    NoiseSpec,
-    noise_rng,
-    zero_output_bound,
-)
-from harness.clients.prepare import (
-    Prepared,
-    ShareSink,
-    Sink,
-    TextSink,
-    format_integers,
-    prepare_inputs,
-    read_share_file,
-    tamper_share_file,
-    tamper_text_file,
-    write_share_file,
-)
-from harness.clients.privacy import (
-    Sensitivity,
-    accountant,
-    analytic_gaussian_sigma,
-    certify,
-    concentration_failure,
-    gaussian_epsilon,
-    honest_contributors,
-    release_sensitivity,
-    skellam_epsilon,
-    skellam_mu,
-    smallest_n,
-)
-from harness.clients.ranges import ClientSplit, client_ranges, range_sketch, split_clients
-from harness.clients.seeded import (
-    SeededSink,
-    components,
-    expand_file,
-    expand_party,
-    save_plan,
-    upload_files,
-)
-from harness.clients.sharing import (
-    ADDITIVE,
-    FORMATS,
-    MALICIOUS_REPLICATED,
-    REPLICATED,
-    ShareFormat,
-    share,
-    share_format,
-)
-from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
-from harness.clients.slots import SlotShape, write_owner_text
-from harness.clients.stream import (
-    ChannelBuffer,
-    NoisyChunks,
-    ProducerTotals,
-    SketchGroups,
-    StreamBroken,
-    chunk_groups,
-    produce,
-    run_starts,
-)
-from harness.clients.stream_plan import StreamPlan
-from harness.clients.stream_seeded import SeededReader
-from harness.clients.stream_spec import OffsetRows, StreamSpec, write_rows
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.optional import lazy_package
+
+if TYPE_CHECKING:
+    from harness.clients.blocks import (
+        BlockShape,
+        BlockWriter,
+        ChunkFile,
+        FileShape,
+        RunBlocks,
+        ScheduleWriter,
+    )
+    from harness.clients.certificates import certificate
+    from harness.clients.encoding import FixedPoint
+    from harness.clients.keystream import libcrypto
+    from harness.clients.layout import Layout
+    from harness.clients.matrices import (
+        ArrayRows,
+        NpyRows,
+        Rows,
+        SyntheticRows,
+        all_rows,
+        check_matrix,
+        load_matrix,
+        npy_error,
+        open_rows,
+    )
+    from harness.clients.noise import (
+        CALIBRATIONS,
+        NOISE_GENERATOR,
+        NOISE_KINDS,
+        NoiseSpec,
+        noise_rng,
+        zero_output_bound,
+    )
+    from harness.clients.prepare import (
+        Prepared,
+        ShareSink,
+        Sink,
+        TextSink,
+        format_integers,
+        prepare_inputs,
+        read_share_file,
+        tamper_share_file,
+        tamper_text_file,
+        write_share_file,
+    )
+    from harness.clients.privacy import (
+        Sensitivity,
+        accountant,
+        analytic_gaussian_sigma,
+        certify,
+        concentration_failure,
+        gaussian_epsilon,
+        honest_contributors,
+        release_sensitivity,
+        skellam_epsilon,
+        skellam_mu,
+        smallest_n,
+    )
+    from harness.clients.ranges import ClientSplit, client_ranges, range_sketch, split_clients
+    from harness.clients.seeded import (
+        SeededSink,
+        components,
+        expand_file,
+        expand_party,
+        save_plan,
+        upload_files,
+    )
+    from harness.clients.sharing import (
+        ADDITIVE,
+        FORMATS,
+        MALICIOUS_REPLICATED,
+        REPLICATED,
+        ShareFormat,
+        share,
+        share_format,
+    )
+    from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
+    from harness.clients.slots import SlotShape, write_owner_text
+    from harness.clients.stream import (
+        ChannelBuffer,
+        NoisyChunks,
+        ProducerTotals,
+        SketchGroups,
+        StreamBroken,
+        chunk_groups,
+        produce,
+        run_starts,
+    )
+    from harness.clients.stream_plan import StreamPlan
+    from harness.clients.stream_seeded import SeededReader
+    from harness.clients.stream_spec import OffsetRows, StreamSpec, write_rows
 
 __all__ = [
     "OffsetRows",
@@ -152,6 +160,7 @@ __all__ = [
     "TextSink",
     "analytic_gaussian_sigma",
     "accountant",
+    "certificate",
     "certify",
     "check_dimensions",
     "check_matrix",
@@ -185,3 +194,5 @@ __all__ = [
     "write_owner_text",
     "write_share_file",
 ]
+
+lazy_package(__name__)

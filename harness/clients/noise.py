@@ -42,6 +42,7 @@ import numpy as np
 from randomgen import AESCounter
 
 from harness.clients import lattice, privacy
+from harness.clients.certificates import certificate
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
@@ -298,7 +299,7 @@ class NoiseSpec:
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"kind": self.kind}
         if self.kind != "none":
-            certified_epsilon, certified_delta = privacy.certify(self)
+            certified_epsilon, certified_delta = certificate(self)
             # JSON has no infinity: None is "nothing certified".
             out.update(epsilon=self.epsilon, delta=self.delta, eta=self.eta,
                        t_prime=self.t_prime, variance=self.variance,

@@ -18,84 +18,91 @@ May import: the top-level shared modules and :mod:`harness.clients` (for the
 share-file format and layout the programs read).
 """
 
-from harness.engine.aggregate import (
-    aggregate_file,
-    aggregate_share_file,
-    read_and_sum,
-    save_plan,
-)
-from harness.engine.certs import (
-    make_certificates,
-)
-from harness.engine.checkup import doctor
-from harness.engine.chunks import Lost as StreamLost
-from harness.engine.chunks import Violation as StreamViolation
-from harness.engine.cluster import (
-    PROTOCOL,
-    LocalCluster,
-    PartyRun,
-    party_input_file,
-)
-from harness.engine.installer import ensure_mpspdz, install
-from harness.engine.interface import ClientJob, Cluster, Delivery
-from harness.engine.mpspdz import (
-    ENV_VAR,
-    NO_INSTALL_ENV_VAR,
-    OPTIONAL_BINARIES,
-    REQUIRED_BINARIES,
-    SUPPORTED_VERSION,
-    URL_ENV_VAR,
-    MpSpdz,
-    default_home,
-    find_mpspdz,
-    release_url,
-)
-from harness.engine.netns import (
-    check_requirements,
-    profile_for,
-)
-from harness.engine.parse import (
-    OUTPUT_MARKER,
-    parse_output,
-    parse_stats,
-)
-from harness.engine.process import Command, Completed, check_call, run_group
-from harness.engine.programs import CompiledProgram, compile_program
-from harness.engine.protocols import (
-    DEFAULT_PROTOCOL,
-    PROTOCOLS,
-    Protocol,
-    build_refusal,
-    detected_tampering,
-    protocol_for,
-    unusable_reason,
-)
-from harness.engine.server_programs import (
-    INPUT_MODES,
-    PROGRAMS,
-    ServerProgram,
-    server_program,
-)
-from harness.engine.staging import (
-    PartyStaging,
-)
-from harness.engine.stream import (
-    Streamed,
-    StreamError,
-    assemble_stream,
-    channel_root,
-    stream_clients,
-    stream_inputs,
-    worker_count,
-)
-from harness.engine.stream_file import write_owner
-from harness.engine.stream_serve import serve_party
-from harness.engine.tls_stream import TlsRoute, TlsTransport
-from harness.engine.upload import (
-    TIMEOUT,
-    receive_files,
-    send_files,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.optional import lazy_package
+
+if TYPE_CHECKING:
+    from harness.engine.aggregate import (
+        aggregate_file,
+        aggregate_share_file,
+        read_and_sum,
+        save_plan,
+    )
+    from harness.engine.certs import (
+        make_certificates,
+    )
+    from harness.engine.checkup import doctor
+    from harness.engine.chunks import Lost as StreamLost
+    from harness.engine.chunks import Violation as StreamViolation
+    from harness.engine.cluster import (
+        PROTOCOL,
+        LocalCluster,
+        PartyRun,
+        party_input_file,
+    )
+    from harness.engine.installer import ensure_mpspdz, install
+    from harness.engine.interface import ClientJob, Cluster, Delivery
+    from harness.engine.mpspdz import (
+        ENV_VAR,
+        NO_INSTALL_ENV_VAR,
+        OPTIONAL_BINARIES,
+        REQUIRED_BINARIES,
+        SUPPORTED_VERSION,
+        URL_ENV_VAR,
+        MpSpdz,
+        default_home,
+        find_mpspdz,
+        release_url,
+    )
+    from harness.engine.netns import (
+        check_requirements,
+        profile_for,
+    )
+    from harness.engine.parse import (
+        OUTPUT_MARKER,
+        parse_output,
+        parse_stats,
+    )
+    from harness.engine.process import Command, Completed, check_call, run_group
+    from harness.engine.programs import CompiledProgram, compile_program
+    from harness.engine.protocols import (
+        DEFAULT_PROTOCOL,
+        PROTOCOLS,
+        Protocol,
+        build_refusal,
+        detected_tampering,
+        protocol_for,
+        unusable_reason,
+    )
+    from harness.engine.server_programs import (
+        INPUT_MODES,
+        PROGRAMS,
+        ServerProgram,
+        server_program,
+    )
+    from harness.engine.staging import (
+        PartyStaging,
+    )
+    from harness.engine.stream import (
+        Streamed,
+        StreamError,
+        assemble_stream,
+        channel_root,
+        stream_clients,
+        stream_inputs,
+        worker_count,
+    )
+    from harness.engine.stream_file import write_owner
+    from harness.engine.stream_serve import serve_party
+    from harness.engine.tls_stream import TlsRoute, TlsTransport
+    from harness.engine.upload import (
+        TIMEOUT,
+        receive_files,
+        send_files,
+    )
 
 __all__ = [
     "ClientJob",
@@ -163,3 +170,5 @@ __all__ = [
     "server_program",
     "unusable_reason",
 ]
+
+lazy_package(__name__)

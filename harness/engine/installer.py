@@ -17,15 +17,11 @@ import posixpath
 import shutil
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
-
-from tqdm import tqdm
 
 from harness.engine.mpspdz import (
     ENV_VAR,
@@ -40,7 +36,6 @@ from harness.engine.mpspdz import (
     locate,
     release_url,
 )
-from harness.engine.release import extract, set_up, verify
 from harness.errors import MpSpdzError
 from harness.fileio import file_lock, parents_made
 
@@ -144,6 +139,12 @@ def _download(url: str, dest: Path, target: Path, out: IO[str], first_use: bool)
     A tqdm bar shows the progress on a terminal; in a log (``out`` is no
     terminal) only the line before and the line after are written.
     """
+    # Here, not at the top: every run imports this module (ensure_mpspdz), few download.
+    import urllib.error
+    import urllib.request
+
+    from tqdm import tqdm
+
     offline = _offline_hint(target)
     digest = hashlib.sha256()
     done = 0
@@ -255,6 +256,8 @@ def _install(
     first_use: bool = False,
 ) -> MpSpdz:
     """:func:`install` under its lock (``ensure_mpspdz`` holds it already)."""
+    from harness.engine.release import extract, set_up, verify
+
     _check_host()
     _check_prefix(target, force)
 

@@ -12,37 +12,45 @@ May import: the top-level shared modules, :mod:`harness.clients`,
 :mod:`harness.engine`, :mod:`harness.remote` and :mod:`infra`.
 """
 
-from harness.experiments.config import (
-    INPUT_MODES,
-    PROGRAMS,
-    PROTOCOLS,
-    SHARINGS,
-    RunConfig,
-    default_input_mode,
-)
-from harness.experiments.estimate import (
-    estimate_sweep,
-)
-from harness.experiments.execute import RunOutcome, ServerInputs, execute
-from harness.experiments.memory import PeakMemory, tree_pss_bytes
-from harness.experiments.placement import make_cluster
-from harness.experiments.reproduce import ReproduceConfig, reproduce
-from harness.experiments.results import (
-    FORMAT_VERSION,
-    RunResult,
-    load_result,
-    metadata,
-    migrate_row,
-)
-from harness.experiments.run import run
-from harness.experiments.workload import (
-    Workload,
-    build_workload,
-    client_job,
-    prepare_cluster,
-    program_for,
-    public_input_for,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.optional import lazy_package
+
+if TYPE_CHECKING:
+    from harness.experiments.config import (
+        INPUT_MODES,
+        PROGRAMS,
+        PROTOCOLS,
+        SHARINGS,
+        ReproduceConfig,
+        RunConfig,
+        default_input_mode,
+    )
+    from harness.experiments.estimate import (
+        estimate_sweep,
+    )
+    from harness.experiments.execute import RunOutcome, ServerInputs, execute
+    from harness.experiments.memory import PeakMemory, tree_pss_bytes
+    from harness.experiments.placement import make_cluster
+    from harness.experiments.reproduce import reproduce
+    from harness.experiments.results import (
+        FORMAT_VERSION,
+        RunResult,
+        load_result,
+        metadata,
+        migrate_row,
+    )
+    from harness.experiments.run import run
+    from harness.experiments.workload import (
+        Workload,
+        build_workload,
+        client_job,
+        prepare_cluster,
+        program_for,
+        public_input_for,
+    )
 
 __all__ = [
     "FORMAT_VERSION",
@@ -73,3 +81,5 @@ __all__ = [
     "run",
     "tree_pss_bytes",
 ]
+
+lazy_package(__name__)

@@ -1,8 +1,13 @@
-"""``ltm run``'s settings and their checks, before anything is read or drawn.
+"""``ltm run``'s and ``ltm reproduce``'s settings and their checks, before anything is
+read or drawn.
 
 :meth:`RunConfig.validate` returns the settings a run uses (the input mode and
 the number of parties resolved from their defaults) and leaves the caller's
 config as it was, so one config can be checked, copied and run again.
+
+The command line reads its defaults from these dataclasses to build its parser
+(``ltm --help``), so this module imports only what the fields need; the checks
+import the rest when they run.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from harness.engine import (
 from harness.errors import InputError, check_number
 from harness.remote import load_inventory
 
-__all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "PROGRAMS", "PROTOCOLS",
-           "SHARINGS", "RunConfig", "check_numbers", "default_input_mode"]
+__all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "MAX_REPEAT", "MAX_SCALE",
+           "PROGRAMS", "PROTOCOLS", "SHARINGS", "ReproduceConfig", "RunConfig", "check_numbers",
+           "default_input_mode"]
 
 # full: every server receives all its words; seeded: all but one component as seeds
 SHARINGS = ("full", "seeded")
@@ -231,3 +237,92 @@ def check_numbers(cfg: RunConfig) -> None:
     check_number("--delta", cfg.delta, low=0, high=1, open_low=True)
     check_number("--eta", cfg.eta, low=0, open_low=True)
     check_number("--timeout", cfg.timeout, low=0, high=10**7, open_low=True)
+
+
+MAX_REPEAT = 100_000
+MAX_SCALE = 1e6
+# Settings that define what a sweep measures: resuming with other values would
+# mix incomparable repetitions in one table.
+_IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise",
+             "calibration", "seed")
+
+
+@dataclass
+class ReproduceConfig:
+    tables: str
+    out: Path
+    repeat: int | None = None  # default: the spec's (10, as in the paper)
+    scale: float = 1.0
+    program: str = "fast"
+    protocol: str = DEFAULT_PROTOCOL
+    hosts: Path | None = None
+    network: str | None = None
+    noise: str = "gaussian"
+    calibration: str = "corollary"  # Gaussian noise: the paper's corollary, or analytic
+    seed: int | None = 1  # the public sketch and synthetic data; fixed so cells are comparable
+    timeout: float = 3600.0
+    mp_spdz: Path | None = None
+    cache_dir: Path | None = None
+    progress: bool = True
+    install_mpspdz: bool = False  # install the release on first use (the CLI's default)
+    sharing: str = "full"
+    # Prepare (and upload) the clients' inputs for every repetition, not once per cell.
+    fresh_inputs: bool = False
+
+    @property
+    def reuses_inputs(self) -> bool:
+        """Repetitions of a cell rerun the servers on the cell's first inputs, where
+        the cluster can (:attr:`harness.engine.Cluster.reuses_inputs`).
+
+        The tables' repetitions measure the servers (T_MPC); drawing new noise and
+        masks for each changes no distribution they measure, and the clients'
+        figures are the first repetition's. Over a network (emulated or real) the
+        upload is part of what is measured, so there the cluster keeps nothing and
+        every repetition sends anew.
+        """
+        return not self.fresh_inputs
+
+    def identity(self) -> dict:
+        from harness.experiments.sweeps import load_spec, resolve_tables
+
+        # A sweep whose spec names its protocols and programs runs them all.
+        per_cell = any(load_spec(t).protocols for t in resolve_tables(self.tables))
+        values = {"program": "per cell" if per_cell else self.program,
+                  "protocol": "per cell" if per_cell else self.protocol,
+                  "sharing": self.sharing, "scale": self.scale,
+                  "network": self.network or "none",
+                  "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
+                  "calibration": self.calibration, "seed": self.seed}
+        return {k: values[k] for k in _IDENTITY}
+
+    def validate(self) -> list[str]:
+        from harness.experiments.sweeps import load_spec, resolve_tables
+
+        tables = resolve_tables(self.tables)
+        if self.program not in PROGRAMS:
+            raise InputError(f"unknown --program {self.program!r}; choose {', '.join(PROGRAMS)}")
+        if self.repeat is not None and self.repeat < 1:
+            raise InputError(f"--repeat must be at least 1, got {self.repeat}")
+        if not self.scale > 0:
+            raise InputError(f"--scale must be positive, got {self.scale}")
+        if self.repeat is not None:
+            check_number("--repeat", self.repeat, low=1, high=MAX_REPEAT, integer=True)
+        check_number("--scale", self.scale, low=0, high=MAX_SCALE, open_low=True)
+        if self.seed is not None:
+            check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
+        check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
+        if self.sharing not in SHARINGS:
+            raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
+        per_cell = any(load_spec(t).protocols for t in tables)
+        if self.sharing == "seeded" and not per_cell \
+                and default_input_mode(self.program) != "shares":
+            # A table sweep runs one program: refuse it whole rather than leave out every cell.
+            raise InputError(f"--sharing seeded compresses the servers' share files, and "
+                             f"--program {self.program} has party 0 input the noisy rows "
+                             "(no share files); use --program fast or local, or --sharing full")
+        # the same rules as one run's (cells' server counts are checked per cell)
+        RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
+                  protocol=self.protocol, sharing=self.sharing, noise=self.noise,
+                  calibration=self.calibration,
+                  parties=protocol_for(self.protocol).exact_parties or 2).validate()
+        return tables

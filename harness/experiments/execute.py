@@ -22,7 +22,7 @@ from harness.clients import (
     NoiseSpec,
     Prepared,
     accountant,
-    certify,
+    certificate,
     tamper_share_file,
     tamper_text_file,
 )
@@ -252,7 +252,7 @@ def privacy_record(noise: NoiseSpec) -> dict:
         return {"requested_epsilon": None, "requested_delta": None, "certified_epsilon": None,
                 "certified_delta": None, "accountant": accountant(noise), "calibration": None,
                 "generator": None, "on_lattice": True}
-    epsilon, delta = certify(noise)
+    epsilon, delta = certificate(noise)
     calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
                    "laplace": "corollary"}[noise.kind]
     return {"requested_epsilon": noise.epsilon, "requested_delta": noise.delta,

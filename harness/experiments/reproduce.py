@@ -25,15 +25,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from harness.engine import (
-    DEFAULT_PROTOCOL,
     CompiledProgram,
     MpSpdz,
     ensure_mpspdz,
     protocol_for,
 )
-from harness.errors import InputError, LtmError, VerificationError, check_number
+from harness.errors import InputError, LtmError, VerificationError
 from harness.experiments import report
-from harness.experiments.config import PROGRAMS, SHARINGS, RunConfig, default_input_mode
+from harness.experiments.config import ReproduceConfig, RunConfig, default_input_mode
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
 from harness.experiments.memory import PeakMemory
 from harness.experiments.placement import check_placement, check_protocol_usable
@@ -45,7 +44,7 @@ from harness.experiments.results import (
     migrate_sweep_settings,
     write_json_atomic,
 )
-from harness.experiments.sweeps import Cell, expand, load_spec, resolve_tables
+from harness.experiments.sweeps import Cell, expand, load_spec
 from harness.experiments.workload import (
     Workload,
     build_workload,
@@ -60,94 +59,11 @@ __all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
            "SWEEP_FILE"]
 
 RAW_FILE = "raw.jsonl"
-MAX_REPEAT = 100_000
-MAX_SCALE = 1e6
 SWEEP_FILE = "sweep.json"
-# Settings that define what a sweep measures: resuming with other values would
-# mix incomparable repetitions in one table.
-_IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise",
-             "calibration", "seed")
 # spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
 # inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
 # noisy value costs that per 200,000 values; above this many it is left out.
 _SPDZ2K_PARTY_INPUT_MAX = 200_000
-
-
-@dataclass
-class ReproduceConfig:
-    tables: str
-    out: Path
-    repeat: int | None = None  # default: the spec's (10, as in the paper)
-    scale: float = 1.0
-    program: str = "fast"
-    protocol: str = DEFAULT_PROTOCOL
-    hosts: Path | None = None
-    network: str | None = None
-    noise: str = "gaussian"
-    calibration: str = "corollary"  # Gaussian noise: the paper's corollary, or analytic
-    seed: int | None = 1  # the public sketch and synthetic data; fixed so cells are comparable
-    timeout: float = 3600.0
-    mp_spdz: Path | None = None
-    cache_dir: Path | None = None
-    progress: bool = True
-    install_mpspdz: bool = False  # install the release on first use (the CLI's default)
-    sharing: str = "full"
-    # Prepare (and upload) the clients' inputs for every repetition, not once per cell.
-    fresh_inputs: bool = False
-
-    @property
-    def reuses_inputs(self) -> bool:
-        """Repetitions of a cell rerun the servers on the cell's first inputs, where
-        the cluster can (:attr:`harness.engine.Cluster.reuses_inputs`).
-
-        The tables' repetitions measure the servers (T_MPC); drawing new noise and
-        masks for each changes no distribution they measure, and the clients'
-        figures are the first repetition's. Over a network (emulated or real) the
-        upload is part of what is measured, so there the cluster keeps nothing and
-        every repetition sends anew.
-        """
-        return not self.fresh_inputs
-
-    def identity(self) -> dict:
-        # A sweep whose spec names its protocols and programs runs them all.
-        per_cell = any(load_spec(t).protocols for t in resolve_tables(self.tables))
-        values = {"program": "per cell" if per_cell else self.program,
-                  "protocol": "per cell" if per_cell else self.protocol,
-                  "sharing": self.sharing, "scale": self.scale,
-                  "network": self.network or "none",
-                  "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
-                  "calibration": self.calibration, "seed": self.seed}
-        return {k: values[k] for k in _IDENTITY}
-
-    def validate(self) -> list[str]:
-        tables = resolve_tables(self.tables)
-        if self.program not in PROGRAMS:
-            raise InputError(f"unknown --program {self.program!r}; choose {', '.join(PROGRAMS)}")
-        if self.repeat is not None and self.repeat < 1:
-            raise InputError(f"--repeat must be at least 1, got {self.repeat}")
-        if not self.scale > 0:
-            raise InputError(f"--scale must be positive, got {self.scale}")
-        if self.repeat is not None:
-            check_number("--repeat", self.repeat, low=1, high=MAX_REPEAT, integer=True)
-        check_number("--scale", self.scale, low=0, high=MAX_SCALE, open_low=True)
-        if self.seed is not None:
-            check_number("--seed", self.seed, low=0, high=2**63 - 1, integer=True)
-        check_number("--timeout", self.timeout, low=0, high=10**7, open_low=True)
-        if self.sharing not in SHARINGS:
-            raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
-        per_cell = any(load_spec(t).protocols for t in tables)
-        if self.sharing == "seeded" and not per_cell \
-                and default_input_mode(self.program) != "shares":
-            # A table sweep runs one program: refuse it whole rather than leave out every cell.
-            raise InputError(f"--sharing seeded compresses the servers' share files, and "
-                             f"--program {self.program} has party 0 input the noisy rows "
-                             "(no share files); use --program fast or local, or --sharing full")
-        # the same rules as one run's (cells' server counts are checked per cell)
-        RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
-                  protocol=self.protocol, sharing=self.sharing, noise=self.noise,
-                  calibration=self.calibration,
-                  parties=protocol_for(self.protocol).exact_parties or 2).validate()
-        return tables
 
 
 @dataclass(frozen=True)
@@ -245,7 +161,7 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
         inputs: ServerInputs | None = None
         for task in todo:
             whole = load_spec(task.cell.table).whole_runs
-            bar.set_description(f"{task.cell.key} rep {task.repetition + 1}")
+            bar.set_description(f"{task.cell.label} rep {task.repetition + 1}")
             if whole:
                 # The last run's workload and inputs go before this one's are built:
                 # held side by side they would count in this run's peak.

@@ -84,9 +84,18 @@ class Cell:
     @property
     def key(self) -> str:
         """Stable id for resuming, e.g. ``table5/S2/n=500000/s=10`` (the paper's n)."""
+        return "/".join(self._where() + [f"n={self.paper_clients}", f"s={self.sparsity}"])
+
+    @property
+    def label(self) -> str:
+        """What the progress bar says: the n being run, e.g. ``table5/S2/n=25000/s=10``
+        (and the paper's n beside it when ``--scale`` changed it)."""
+        scaled = f" (paper n={self.paper_clients})" if self.clients != self.paper_clients else ""
+        return "/".join(self._where() + [f"n={self.clients}", f"s={self.sparsity}"]) + scaled
+
+    def _where(self) -> list[str]:
         parts = [self.table] + ([self.variant] if self.variant else [])
-        parts += [x for x in (self.protocol, self.program) if x]
-        return "/".join(parts + [f"n={self.paper_clients}", f"s={self.sparsity}"])
+        return parts + [x for x in (self.protocol, self.program) if x]
 
     @property
     def model_c_mpc_mb(self) -> float:

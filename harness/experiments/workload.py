@@ -30,7 +30,7 @@ from harness.clients import (
     SlotShape,
     SyntheticRows,
     all_rows,
-    certify,
+    certificate,
     check_dimensions,
     concentration_failure,
     open_rows,
@@ -141,7 +141,7 @@ def certified_enough(noise: NoiseSpec) -> bool:
     if noise.kind == "none":
         return True
     # The analytic calibration's root finder leaves a relative 1e-9 either way.
-    return certify(noise)[0] <= noise.epsilon * (1 + 1e-6)
+    return certificate(noise)[0] <= noise.epsilon * (1 + 1e-6)
 
 
 def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
@@ -186,7 +186,7 @@ def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None
     """
     if certified_enough(noise):
         return
-    epsilon, _ = certify(noise)
+    epsilon, _ = certificate(noise)
     asked = f"({noise.epsilon:g}, {noise.delta:g})-DP"
     if (noise.kind != "laplace"
             and concentration_failure(noise.n, noise.m, noise.s, noise.t_prime) >= noise.delta):

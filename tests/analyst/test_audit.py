@@ -38,9 +38,12 @@ SMALL = ["--clients", "20000", "--rows", "100", "--dim", "10", "--trials", "2000
 
 
 def _last_line(capsys) -> tuple[float, float]:
-    out = capsys.readouterr().out.strip().splitlines()[-1]
+    """The bound, from the line before the verdict, which ends the output and agrees."""
+    *_, out, verdict = capsys.readouterr().out.strip().splitlines()
     assert out.startswith("empirical epsilon >= ")
     lower, claimed = out.removeprefix("empirical epsilon >= ").split(" (95%); claimed ")
+    word = "REFUTED" if float(lower) > float(claimed) else "NOT REFUTED"
+    assert verdict.startswith(f"verdict: {word} ("), verdict
     return float(lower), float(claimed)
 
 

@@ -43,6 +43,8 @@ def doc_files() -> list[Path]:
 _PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_']*(\.[a-z]+)?|[a-z]|<[^>]*>|\{\}")
 _REQUIRED = re.compile(r"error: (?:(?P<prog>[^:]*): )?the following arguments are "
                        r"required: (?P<names>.*?)(?: \(see .*)?$")
+# A required group (``ltm reproduce``'s --out or --estimate): the first one is filled in.
+_ONE_OF = re.compile(r"error: one of the arguments (?P<names>\S+) .*is required")
 
 
 @dataclass(frozen=True)
@@ -279,10 +281,11 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
             if exc.code in (0, None):
                 return None  # --help, --version
             message = " ".join(err.getvalue().split())
-            required = _REQUIRED.search(message)
+            required = _REQUIRED.search(message) or _ONE_OF.search(message)
             if not required:
                 return message or f"exit {exc.code}"
-            owner = progs.get(required.group("prog") or "", _chain(parser, argv))
+            prog = required.groupdict().get("prog") or ""
+            owner = progs.get(prog, _chain(parser, argv))
             added = _required(owner, required.group("names").split(", "))
             if added is None:
                 return message

@@ -601,7 +601,8 @@ def test_other_version_installs_with_a_warning(tmp_path: Path) -> None:
 @pytest.fixture
 def only_mpspdz_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     # Other command modules are written in parallel; this tests our commands alone.
-    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("harness.cli.mpspdz",))
+    monkeypatch.setattr(cli, "_COMMANDS", {name: entry for name, entry in cli._COMMANDS.items()
+                                           if entry[0] == "harness.cli.mpspdz"})
 
 
 @pytest.mark.usefixtures("only_mpspdz_commands")

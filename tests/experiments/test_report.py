@@ -91,6 +91,16 @@ def test_specs_are_the_papers_grids():
     assert t3.cells[0].key == "table3/n=100000/s=1"
 
 
+def test_a_scaled_cell_is_labelled_with_the_n_it_runs():
+    """The progress bar's label: the n being run, the paper's beside it; the resume key
+    keeps the paper's n (a sweep resumed at another --scale is refused elsewhere)."""
+    cell = next(c for c in expand(load_spec("table5"), 0.05) if c.variant == "S2"
+                and c.sparsity == 10)
+    assert cell.label == "table5/S2/n=25000/s=10 (paper n=500000)"
+    assert cell.key == "table5/S2/n=500000/s=10"
+    assert expand(load_spec("table3"))[0].label == "table3/n=100000/s=1"
+
+
 def test_expand_scales_rounds_and_keeps_a_minimum():
     spec = load_spec("table3")
     assert expand(spec) == list(spec.cells)

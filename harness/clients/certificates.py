@@ -1,0 +1,93 @@
+"""The accountant's certificates, remembered across runs.
+
+:func:`harness.clients.privacy.certify` imports dp-accounting, which imports
+most of scipy: seconds of start-up, more than a whole run at a million clients
+takes. Its answer is a function of the noise's parameters, the harness's own
+accounting code and dp-accounting's, so :func:`certificate` keeps it, keyed by
+all three, in ``$XDG_CACHE_HOME/ltm-harness/certificates`` (as the compiled
+programs are kept): a run with parameters certified before does not import
+the accountant at all. A changed line anywhere in :mod:`harness.clients`, or
+another dp-accounting, is another key; an unreadable entry is computed anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.machinery
+import json
+import math
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.clients import privacy
+from harness.fileio import write_atomic
+
+__all__ = ["certificate", "certificate_dir"]
+
+# The entries' own format: another one is another key.
+_FORMAT = 1
+
+
+def certificate_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ltm-harness" / "certificates"
+
+
+def certificate(noise: privacy.CalibratedNoise) -> tuple[float, float]:
+    """``privacy.certify(noise)``, from the cache when these parameters were certified."""
+    if not dataclasses.is_dataclass(noise) or isinstance(noise, type):
+        return privacy.certify(noise)  # nothing to key it by
+    key = _key(noise)
+    path = certificate_dir() / f"{key}.json"
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        return float(entry["epsilon"]), float(entry["delta"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not certified yet, or an entry that cannot be read: certify anew
+    epsilon, delta = privacy.certify(noise)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # JSON has no infinity: a string keeps "nothing certified" exact.
+        write_atomic(path, json.dumps({"epsilon": repr(epsilon), "delta": repr(delta),
+                                       "noise": _fields(noise)}, sort_keys=True) + "\n")
+    except OSError:  # a read-only or full cache costs the next run time, nothing else
+        pass
+    return epsilon, delta
+
+
+def _fields(noise: Any) -> dict[str, object]:
+    return {f.name: _plain(getattr(noise, f.name)) for f in dataclasses.fields(noise)}
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def _key(noise: object) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps([_FORMAT, type(noise).__qualname__, _fields(noise)],
+                             sort_keys=True, default=repr).encode())
+    digest.update(_code_digest())
+    return digest.hexdigest()
+
+
+@cache
+def _code_digest() -> bytes:
+    """The accounting code's identity: every source of this package, and dp-accounting's
+    installed files' (an upgrade rewrites them)."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    # PathFinder, not importlib.util.find_spec: that would ask the lazy module in
+    # sys.modules for its __spec__, which imports it
+    spec = importlib.machinery.PathFinder.find_spec("dp_accounting")
+    if spec is not None and spec.origin:
+        for found in sorted(Path(spec.origin).parent.rglob("*.py")):
+            stat = found.stat()
+            digest.update(f"{found}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    return digest.digest()

@@ -1,0 +1,168 @@
+"""``ltm`` answers at once: what its start-up imports, how it words a usage error,
+what its help says, and a stop signal while it starts.
+
+Start-up speed itself is measured, paired, by ``benchmarks/cli_startup.py``; here
+the outcome that makes it fast is checked: which modules a real ``ltm`` process
+has imported when it has answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Report, after main() has answered, the real modules (not lazy placeholders) loaded.
+_PROBE = """
+import json, sys
+from harness.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+real = sorted(name for name, module in sys.modules.items()
+              if not type(module).__name__.startswith(("_Lazy", "_Missing")))
+print(json.dumps(real), file=sys.stderr)
+"""
+# Libraries that take a second or more between them, which no help text needs.
+_HEAVY = ("scipy", "pandas", "matplotlib", "dp_accounting", "boto3", "paramiko")
+
+
+def imported_by(*argv: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", _PROBE, *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    return set(json.loads(done.stderr.splitlines()[-1]))
+
+
+def test_help_and_version_import_no_command() -> None:
+    for argv in (["--help"], ["--version"], ["no-such-command"]):
+        modules = imported_by(*argv)
+        ours = {m for m in modules if m.startswith("harness")}
+        assert ours <= {"harness", "harness._version", "harness.errors", "harness.cli"}, (
+            argv, sorted(ours))
+        assert "numpy" not in modules, argv
+
+
+@pytest.mark.parametrize("command", ["run", "reproduce", "analyze", "utility", "audit", "aws",
+                                     "hosts", "doctor", "mpspdz"])
+def test_a_commands_help_imports_no_heavy_library(command: str) -> None:
+    modules = imported_by(command, "--help")
+    heavy = sorted(m for m in modules if m.partition(".")[0] in _HEAVY)
+    assert not heavy, (command, heavy[:5])
+    # the run path (execution, placement, MP-SPDZ's processes) is not loaded to parse
+    assert "harness.experiments.execute" not in modules, command
+
+
+# --- usage errors -----------------------------------------------------------------
+
+
+def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(argv)
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_a_usage_error_names_ltm_once_and_the_commands_own_help(capsys) -> None:
+    assert _error(capsys, ["--bogus"]) == (
+        "ltm: error: unrecognized arguments: --bogus (see `ltm --help`)")
+    assert _error(capsys, ["run", "--bogus"]) == (
+        "ltm: error: unrecognized arguments: --bogus (see `ltm run --help`)")
+    err = _error(capsys, ["analyze", "lowrank", "DIR", "--bogus"])
+    assert err.endswith("(see `ltm analyze lowrank --help`)"), err
+    assert not err.startswith("ltm: error: ltm"), err
+
+
+def test_no_option_is_taken_by_a_prefix(capsys) -> None:
+    err = _error(capsys, ["run", "--client", "5"])
+    assert "unrecognized arguments: --client 5" in err, err
+    # every parser of every command refuses prefixes: argparse's subparsers are made
+    # one by one, and one made without the setting would take them again
+    parsers, todo = [], [build_parser()]
+    while todo:
+        parser = todo.pop()
+        parsers.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo += dict.fromkeys(action.choices.values())
+    assert len(parsers) > 15
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+# --- help texts ------------------------------------------------------------------------
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def test_reproduce_help_shows_that_out_or_estimate_is_required(capsys) -> None:
+    usage = " ".join(_help(capsys, "reproduce").split())
+    assert "(--out DIR | --estimate)" in usage, usage
+    assert "[--out DIR]" not in usage
+    assert _error(capsys, ["reproduce", "table3"]) == (
+        "ltm: error: one of the arguments --out --estimate is required (see `ltm reproduce "
+        "--help`)")
+
+
+def test_utility_help_states_each_default_once(capsys) -> None:
+    for argv in (["utility"], ["utility", "table6"], ["utility", "figure"]):
+        text = " ".join(_help(capsys, *argv).split())
+        assert "(default: .) (default: .)" not in text, argv
+    assert "output directory (default: .)" in " ".join(_help(capsys, "utility").split())
+
+
+# --- a stop signal during start-up -------------------------------------------------------
+
+# Holds the start-up where it loads the command's module (where the seconds went
+# before the parser was lazy), says so on stdout, and lets the signal arrive there.
+_SLOW_START = """
+import sys, time
+from importlib.abc import MetaPathFinder
+
+class Slow(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "harness.cli.run":
+            print("loading", flush=True)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        return None
+
+sys.meta_path.insert(0, Slow())
+from harness.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_stop_signal_while_starting_is_an_interruption_not_a_traceback(sig) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_START, "run", "--help"], cwd=ROOT,
+                            env=os.environ.copy(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "loading"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err, err
+    assert err.strip() == f"ltm: interrupted by {sig.name}", err
+    assert proc.returncode == 128 + sig
