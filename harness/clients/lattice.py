@@ -27,11 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from harness.optional import lazy_import
 
 dp_accounting = lazy_import("dp_accounting")
+
+
+def _ndtr(x: Any) -> Any:
+    """The standard normal CDF; scipy loads on first use (the CLI's start-up never needs it)."""
+    from scipy.special import ndtr
+
+    return ndtr(x)
 
 __all__ = ["GAUSSIAN_ROUTE", "gaussian_route", "rounded_gaussian_epsilon", "rounded_gaussian_pmf",
            "rounded_gaussian_variance"]
@@ -54,9 +60,9 @@ def _client_support(sc: float) -> int:
 def _client_pmf(sc: float) -> np.ndarray:
     """P(round(sc Z) = k) for k = 0..K_c (symmetric), from upper tails (no cancellation)."""
     k = np.arange(_client_support(sc) + 1, dtype=np.float64)
-    upper = special.ndtr(-(k - 0.5) / sc)
-    pmf = upper - special.ndtr(-(k + 0.5) / sc)
-    pmf[0] = 1.0 - 2.0 * special.ndtr(-0.5 / sc)
+    upper = _ndtr(-(k - 0.5) / sc)
+    pmf = upper - _ndtr(-(k + 0.5) / sc)
+    pmf[0] = 1.0 - 2.0 * _ndtr(-0.5 / sc)
     return pmf
 
 
@@ -102,7 +108,7 @@ def rounded_gaussian_pmf(sc: float, honest: int) -> tuple[np.ndarray, float]:
     fft_l2 = (8.0 * math.log2(length) + 8.0) * _UNIT
     error = (math.sqrt(2 * K + 1) * fft_l2
              + 3 * _TAIL  # outside the window, and the aliased mass folded into it
-             + 2 * honest * special.ndtr(-(_client_support(sc) + 0.5) / sc))
+             + 2 * honest * _ndtr(-(_client_support(sc) + 0.5) / sc))
     return window, error
 
 

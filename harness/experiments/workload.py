@@ -170,6 +170,7 @@ def check_noise(cfg: RunConfig) -> None:
     check_dimensions(cfg.clients, cfg.rows, s, dense=cfg.dense)
     if cfg.dim < 1:
         raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
+    check_fits(cfg, cfg.clients, cfg.dim, s)  # in build_workload's order
     noise_for(cfg, cfg.clients, cfg.dim, s)
 
 
