@@ -1,0 +1,422 @@
+"""Loopback hosts: OpenSSH servers on this machine standing in for the parties' machines.
+
+``ltm hosts loopback start N --dir DIR`` runs N real ``sshd`` servers on loopback
+ports, each with its own host key, configuration and home directory, and writes
+``DIR/hosts.toml`` naming them; ``ltm hosts loopback stop --dir DIR`` stops them
+(and every session they started) and removes ``DIR``. So a ``--hosts`` run can be
+tried, exactly as on real machines (pinned host keys, SSH, SFTP, TLS between the
+parties), without a second machine.
+
+Each host has the harness as ``ltm hosts setup`` leaves a real one: its home's
+venv python (:data:`~harness.remote.hosts.REMOTE_PYTHON`) runs this machine's
+Python on this harness, and its ``mp_spdz`` is this machine's MP-SPDZ. The login
+user is the one running the command: as root, sshd runs as a real server; as
+another user, it runs unprivileged and accepts only that user, with its key.
+
+The pieces (host keys, the server's configuration, waiting for it, stopping it
+with its sessions) are also what the test suite's fake hosts are made of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import InputError, LtmError
+from harness.fileio import PRIVATE_FILE_MODE, private_dir, write_atomic, write_private
+from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
+
+__all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_sshd", "descendants",
+           "free_port", "host_keypair", "install_harness", "servers_of", "sshd_config",
+           "start_daemon", "start_loopback", "start_server", "stop_loopback", "stop_server",
+           "wait_ready"]
+
+SSHD = Path("/usr/sbin/sshd")
+MAX_HOSTS = 16  # parties on one machine's cores; more only measures the contention
+INVENTORY = "hosts.toml"
+_STATE = "loopback.json"  # what `stop` reads: the servers' names, ports and pids
+_START_SECONDS = 10.0
+_STOP_SECONDS = 5.0
+_TREE = Path(__file__).resolve().parents[2]  # the directory this harness is imported from
+
+
+# --- the pieces --------------------------------------------------------------------
+
+def host_keypair(path: Path, comment: str) -> None:
+    """An Ed25519 key pair: ``path`` (OpenSSH private key, 0600 from its creation) and
+    ``path.pub``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    write_private(path, key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.OpenSSH,
+                                          serialization.NoEncryption()))
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH)
+    write_private(path.with_name(path.name + ".pub"), f"{public.decode()} {comment}\n")
+
+
+def sshd_config(*, port: int, host_key: Path, pid_file: Path, authorized_keys: str,
+                address: str = "127.0.0.1", env: dict[str, str] | None = None,
+                allow_users: str | None = None) -> str:
+    """An sshd configuration for one stand-in host: keys only, no PAM, SFTP in-process.
+
+    ``authorized_keys`` is sshd's ``AuthorizedKeysFile`` (absolute, or relative to the
+    user's home); ``env`` is set in every session (``HOME`` gives the host a home of
+    its own). StrictModes is off: the files live in this machine's directories, not in
+    a home sshd would check.
+    """
+    setenv = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    return "\n".join([
+        f"Port {port}",
+        f"ListenAddress {address}",
+        f"HostKey {host_key}",
+        f"PidFile {pid_file}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        *([f"AllowUsers {allow_users}"] if allow_users else []),
+        "PermitRootLogin prohibit-password",
+        "StrictModes no",
+        "UsePAM no",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PubkeyAuthentication yes",
+        "UseDNS no",
+        "PrintMotd no",
+        "MaxStartups 100",
+        "Subsystem sftp internal-sftp",
+        *([f"SetEnv {setenv}"] if setenv else []),
+        "",
+    ])
+
+
+def check_sshd() -> None:
+    if not SSHD.is_file():
+        raise LtmError(f"{SSHD} is missing: install the openssh-server package (e.g. "
+                       "`apt-get install openssh-server`)")
+    if os.geteuid() == 0:
+        # Root's sshd separates privileges into this directory (a package's service
+        # would make it at boot).
+        Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
+def start_server(config: Path, log: Path, argv_prefix: tuple[str, ...] = ()
+                 ) -> subprocess.Popen:
+    """``sshd -D`` on ``config`` as this process's child, in a session of its own,
+    logging to ``log`` (the test suite's hosts, which live as long as a test)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([*argv_prefix, str(SSHD), "-D", "-e", "-f", str(config)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)
+
+
+def start_daemon(config: Path, log: Path) -> None:
+    """sshd on ``config`` as a daemon of its own (it outlives this process): the command
+    returns once the daemon has forked; a configuration it refuses is an error here."""
+    try:
+        done = subprocess.run([str(SSHD), "-f", str(config), "-E", str(log)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=_START_SECONDS, umask=0o077)
+    except subprocess.TimeoutExpired:
+        raise LtmError(f"sshd on {config} did not start within {_START_SECONDS:g} s") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip() or _tail(log) or f"exit status {done.returncode}")
+        raise LtmError(f"sshd refused {config}: {why[-600:]}")
+
+
+def servers_of(config: Path) -> list[int]:
+    """The live sshd processes started on ``config`` (found by their command lines, so
+    that nothing depends on a pid file a dying server may not have written)."""
+    needle = f" -f {config} "
+    return [pid for pid in _parents() if needle in f" {_cmdline(pid)} " and _alive(pid)]
+
+
+def wait_ready(address: str, port: int, alive: Callable[[], bool], log: Callable[[], str],
+               name: str, timeout: float = _START_SECONDS) -> None:
+    """Until the server at ``address:port`` sends its SSH banner; its log if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise LtmError(f"sshd for {name} exited: {log().strip()[-600:]}")
+        try:
+            with socket.create_connection((address, port), timeout=1) as sock:
+                sock.settimeout(2)
+                if sock.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.02)
+    raise LtmError(f"sshd for {name} did not answer on {address}:{port} within "
+                   f"{timeout:g} s: {log().strip()[-600:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[-1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return parents
+
+
+def descendants(root_pid: int) -> list[int]:
+    """Every process below ``root_pid`` (from /proc), children before grandchildren."""
+    parents = _parents()
+    found, frontier = [], [root_pid]
+    while frontier:
+        pid = frontier.pop(0)
+        children = [c for c, p in parents.items() if p == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_server(pid: int, reap: Callable[[float], bool] | None = None) -> None:
+    """Stop the sshd ``pid`` (the leader of its own session) and every session it started.
+
+    Each connection's sshd and each party lead their own sessions, so they are found
+    as descendants before the server goes and they are orphaned. ``reap(seconds)``
+    waits for the server if this process started it (True once it is gone).
+    """
+    sessions = descendants(pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        if (reap or _gone(pid))(_STOP_SECONDS):
+            break
+    for child in sessions:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _gone(pid: int) -> Callable[[float], bool]:
+    def wait(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+    return wait
+
+
+def install_harness(home: Path) -> Path:
+    """What ``ltm hosts setup`` leaves a host, cheaply: in ``home``, the venv python the
+    host agent is started with, running this machine's Python on this harness."""
+    python = home / REMOTE_PYTHON.removeprefix("~/")
+    private_dir(python.parent)
+    fd = os.open(python, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f'#!/bin/sh\nPYTHONPATH={_TREE} exec {sys.executable} "$@"\n')
+    return python
+
+
+# --- one host ----------------------------------------------------------------------
+
+@dataclass
+class LoopbackHost:
+    """One stand-in host's files, under ``root``: its host key, sshd's configuration,
+    pid file and log, and (with the harness) the home its sessions get."""
+
+    name: str
+    root: Path
+    port: int
+    authorized_keys: Path
+
+    @property
+    def host_key(self) -> Path:
+        return self.root / "ssh_host_ed25519_key"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "sshd_config"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "sshd.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "sshd.log"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    def write_config(self, *, home: bool) -> None:
+        env = {"HOME": str(self.home)} if home else None
+        write_private(self.config, sshd_config(port=self.port, host_key=self.host_key,
+                                           pid_file=self.pid_file,
+                                           authorized_keys=str(self.authorized_keys),
+                                           env=env))
+
+    def log(self) -> str:
+        return _tail(self.log_file)
+
+    def as_host(self, user: str, client_key: Path, mp_spdz: Path, **overrides: object) -> Host:
+        fields: dict = dict(name=self.name, ssh_host="127.0.0.1", ssh_port=self.port,
+                            user=user, key=str(client_key), mpc_host="127.0.0.1",
+                            mp_spdz=str(mp_spdz))
+        fields.update(overrides)
+        return Host(**fields)
+
+
+# --- the command -------------------------------------------------------------------
+
+def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int,
+                   client_hosts: int = 0, echo: Callable[[str], None] = print) -> Path:
+    """Start ``count`` loopback hosts (and ``client_hosts`` client hosts) in the new
+    directory ``directory`` and write their inventory there (returned). On any failure
+    nothing is left running or written."""
+    if isinstance(count, bool) or not 2 <= count <= MAX_HOSTS:
+        raise InputError(f"the number of hosts must be between 2 and {MAX_HOSTS} (one per "
+                         f"party), got {count}")
+    if isinstance(client_hosts, bool) or not 0 <= client_hosts <= MAX_HOSTS:
+        raise InputError(f"the number of client hosts must be between 0 and {MAX_HOSTS}, "
+                         f"got {client_hosts}")
+    check_sshd()
+    shown, directory = Path(directory), Path(directory).absolute()
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise InputError(f"{directory} exists and is not an empty directory; choose a new "
+                         "--dir (or stop the hosts there with `ltm hosts loopback stop`)")
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    created = not directory.exists()
+    private_dir(directory)
+    hosts: list[LoopbackHost] = []
+    try:
+        client_key = directory / "client_key"
+        host_keypair(client_key, f"ltm-loopback-{user}")
+        authorized = directory / "authorized_keys"
+        write_private(authorized, client_key.with_name("client_key.pub").read_text())
+        names = [f"p{i}" for i in range(count)] + [f"client{k}" for k in range(client_hosts)]
+        for name in names:
+            host = LoopbackHost(name, directory / name, free_port(), authorized)
+            hosts.append(host)
+            private_dir(host.root)
+            host_keypair(host.host_key, f"{host.name}-loopback")
+            install_harness(host.home)
+            host.write_config(home=True)
+            start_daemon(host.config, host.log_file)
+        for host in hosts:
+            wait_ready("127.0.0.1", host.port, lambda h=host: _starting(h), host.log,
+                       host.name)
+        state = {"hosts": [{"name": h.name, "port": h.port} for h in hosts]}
+        write_atomic(directory / _STATE, json.dumps(state, indent=1) + "\n",
+                     mode=PRIVATE_FILE_MODE)
+        entries = tuple(h.as_host(user, client_key, mp_spdz) for h in hosts)
+        inventory = Inventory(hosts=entries[:count], clients=entries[count:],
+                              known_hosts=directory / "known_hosts", base_port=base_port)
+        path = directory / INVENTORY
+        write_atomic(path, format_inventory(inventory, base_dir=directory),
+                     mode=PRIVATE_FILE_MODE)
+    except BaseException:
+        _stop_hosts(hosts)
+        _remove(directory, keep=not created)
+        raise
+    for host in hosts:
+        echo(f"{host.name}  {user}@127.0.0.1 port {host.port}")
+    clients = f" and {client_hosts} client host(s)" if client_hosts else ""
+    echo(f"wrote {shown / INVENTORY}: {count} loopback hosts{clients} with this machine's "
+         f"harness and MP-SPDZ; stop them with `ltm hosts loopback stop --dir {shown}`")
+    return path
+
+
+def stop_loopback(directory: Path, *, echo: Callable[[str], None] = print) -> int:
+    """Stop the loopback hosts of ``directory`` and remove it (their keys, homes and
+    logs with it); how many servers were running."""
+    shown, directory = Path(directory), Path(directory).absolute()
+    state_file = directory / _STATE
+    try:
+        state = json.loads(state_file.read_text())
+        names = [str(h["name"]) for h in state["hosts"]]
+    except FileNotFoundError:
+        raise InputError(f"{directory} holds no loopback hosts (no {_STATE}); pass the --dir "
+                         "that `ltm hosts loopback start` was given") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{state_file} is unreadable ({exc}); stop its sshd servers by hand "
+                         f"and remove {directory}") from None
+    if any(not name or "/" in name or name.startswith(".") for name in names):
+        raise InputError(f"{state_file} names a host {names!r} outside {directory}; remove "
+                         "the directory by hand")
+    running = _stop_hosts([LoopbackHost(name, directory / name, 0, Path()) for name in names])
+    _remove(directory, keep=False)
+    echo(f"stopped {running} loopback host(s); removed {shown}")
+    return running
+
+
+def _starting(host: LoopbackHost) -> bool:
+    """Whether ``host``'s daemon may still answer: it has not yet written its pid file,
+    or the process it names is alive."""
+    try:
+        return _alive(int(host.pid_file.read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def _stop_hosts(hosts: list[LoopbackHost]) -> int:
+    running = 0
+    for host in hosts:
+        pids = servers_of(host.config)
+        running += bool(pids)
+        for pid in pids:
+            stop_server(pid)
+    return running
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-2000:]
+    except OSError:
+        return ""
+
+
+def _remove(directory: Path, *, keep: bool) -> None:
+    """Remove what the hosts left (their keys above all); ``keep`` the directory itself."""
+    if not directory.exists():
+        return
+    if keep:
+        for entry in directory.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    else:
+        shutil.rmtree(directory)
