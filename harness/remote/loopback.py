@@ -130,8 +130,8 @@ def start_daemon(config: Path, log: Path) -> None:
     except subprocess.TimeoutExpired:
         raise LtmError(f"sshd on {config} did not start within {_START_SECONDS:g} s") from None
     if done.returncode != 0:
-        why = (done.stderr.strip() or _tail(log) or f"exit status {done.returncode}")
-        raise LtmError(f"sshd refused {config}: {why[-600:]}")
+        why = _one_line(done.stderr) or _one_line(_tail(log)) or f"exit {done.returncode}"
+        raise LtmError(f"sshd refused {config}: {why}")
 
 
 def servers_of(config: Path) -> list[int]:
@@ -147,7 +147,7 @@ def wait_ready(address: str, port: int, alive: Callable[[], bool], log: Callable
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
-            raise LtmError(f"sshd for {name} exited: {log().strip()[-600:]}")
+            raise LtmError(f"sshd for {name} exited: {_one_line(log())}")
         try:
             with socket.create_connection((address, port), timeout=1) as sock:
                 sock.settimeout(2)
@@ -156,7 +156,12 @@ def wait_ready(address: str, port: int, alive: Callable[[], bool], log: Callable
         except OSError:
             time.sleep(0.02)
     raise LtmError(f"sshd for {name} did not answer on {address}:{port} within "
-                   f"{timeout:g} s: {log().strip()[-600:]}")
+                   f"{timeout:g} s: {_one_line(log())}")
+
+
+def _one_line(log: str) -> str:
+    """A log's last lines as one line (an error's)."""
+    return "; ".join(line.strip() for line in log.strip().splitlines()[-3:])[-600:]
 
 
 def free_port() -> int:
@@ -328,8 +333,13 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
             host.write_config(home=True)
             start_daemon(host.config, host.log_file)
         for host in hosts:
-            wait_ready("127.0.0.1", host.port, lambda h=host: _starting(h), host.log,
-                       host.name)
+            try:
+                # The daemon forks before it binds: alive while a process runs its config.
+                wait_ready("127.0.0.1", host.port, lambda h=host: bool(servers_of(h.config)),
+                           host.log, host.name)
+            except LtmError as exc:
+                raise LtmError(f"{exc}; nothing was left running (start again: it takes "
+                               "new ports)") from None
         state = {"hosts": [{"name": h.name, "port": h.port} for h in hosts]}
         write_atomic(directory / _STATE, json.dumps(state, indent=1) + "\n",
                      mode=PRIVATE_FILE_MODE)
@@ -344,7 +354,7 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
         _remove(directory, keep=not created)
         raise
     for host in hosts:
-        echo(f"{host.name}  {user}@127.0.0.1 port {host.port}")
+        echo(f"{host.name}  sshd on 127.0.0.1 port {host.port}")
     clients = f" and {client_hosts} client host(s)" if client_hosts else ""
     echo(f"wrote {shown / INVENTORY}: {count} loopback hosts{clients} with this machine's "
          f"harness and MP-SPDZ; stop them with `ltm hosts loopback stop --dir {shown}`")
@@ -372,15 +382,6 @@ def stop_loopback(directory: Path, *, echo: Callable[[str], None] = print) -> in
     _remove(directory, keep=False)
     echo(f"stopped {running} loopback host(s); removed {shown}")
     return running
-
-
-def _starting(host: LoopbackHost) -> bool:
-    """Whether ``host``'s daemon may still answer: it has not yet written its pid file,
-    or the process it names is alive."""
-    try:
-        return _alive(int(host.pid_file.read_text().split()[0]))
-    except (OSError, ValueError, IndexError):
-        return True
 
 
 def _stop_hosts(hosts: list[LoopbackHost]) -> int:
