@@ -37,7 +37,8 @@ from harness.fileio import PRIVATE_FILE_MODE, private_dir, write_atomic, write_p
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
 __all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_sshd", "descendants",
-           "free_port", "host_keypair", "install_harness", "servers_of", "sshd_config",
+           "free_port", "host_keypair", "install_harness", "loopback_servers", "servers_of",
+           "sshd_config",
            "start_daemon", "start_loopback", "start_server", "stop_loopback", "stop_server",
            "wait_ready"]
 
@@ -382,6 +383,14 @@ def stop_loopback(directory: Path, *, echo: Callable[[str], None] = print) -> in
     _remove(directory, keep=False)
     echo(f"stopped {running} loopback host(s); removed {shown}")
     return running
+
+
+def loopback_servers(directory: Path) -> dict[str, int]:
+    """The pid of each running sshd that ``start_loopback`` started in ``directory``, by
+    host name (for measuring what a host runs: its sessions are below it)."""
+    directory = Path(directory).absolute()
+    names = [str(h["name"]) for h in json.loads((directory / _STATE).read_text())["hosts"]]
+    return {name: pid for name in names for pid in servers_of(directory / name / "sshd_config")}
 
 
 def _stop_hosts(hosts: list[LoopbackHost]) -> int:
