@@ -289,6 +289,10 @@ class LoopbackHost:
     def log(self) -> str:
         return _tail(self.log_file)
 
+    def running(self) -> bool:
+        # A daemon forks before it binds: alive while a process runs on its config.
+        return bool(servers_of(self.config))
+
     def as_host(self, user: str, client_key: Path, mp_spdz: Path, **overrides: object) -> Host:
         fields: dict = dict(name=self.name, ssh_host="127.0.0.1", ssh_port=self.port,
                             user=user, key=str(client_key), mpc_host="127.0.0.1",
@@ -335,9 +339,7 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
             start_daemon(host.config, host.log_file)
         for host in hosts:
             try:
-                # The daemon forks before it binds: alive while a process runs its config.
-                wait_ready("127.0.0.1", host.port, lambda h=host: bool(servers_of(h.config)),
-                           host.log, host.name)
+                wait_ready("127.0.0.1", host.port, host.running, host.log, host.name)
             except LtmError as exc:
                 raise LtmError(f"{exc}; nothing was left running (start again: it takes "
                                "new ports)") from None
