@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -33,22 +34,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import InputError, LtmError
-from harness.fileio import PRIVATE_FILE_MODE, private_dir, write_atomic, write_private
+from harness.fileio import (
+    PRIVATE_FILE_MODE,
+    check_output_dir,
+    private_dir,
+    write_atomic,
+    write_private,
+)
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
 __all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_sshd", "descendants",
            "free_port", "host_keypair", "install_harness", "loopback_servers", "servers_of",
-           "sshd_config",
-           "start_daemon", "start_loopback", "start_server", "stop_loopback", "stop_server",
-           "wait_ready"]
+           "sshd_config", "start_daemon", "start_loopback", "start_server", "stop_loopback",
+           "stop_server", "wait_ready"]
 
 SSHD = Path("/usr/sbin/sshd")
 MAX_HOSTS = 16  # parties on one machine's cores; more only measures the contention
 INVENTORY = "hosts.toml"
-_STATE = "loopback.json"  # what `stop` reads: the servers' names, ports and pids
+_STATE = "loopback.json"  # what `stop` reads: the hosts' names (and ports), written last
 _START_SECONDS = 10.0
 _STOP_SECONDS = 5.0
 _TREE = Path(__file__).resolve().parents[2]  # the directory this harness is imported from
+_UNSAFE = '"\\%'  # quoting, escapes and sshd's %-tokens, in a quoted configuration value
 
 
 # --- the pieces --------------------------------------------------------------------
@@ -78,13 +85,13 @@ def sshd_config(*, port: int, host_key: Path, pid_file: Path, authorized_keys: s
     its own). StrictModes is off: the files live in this machine's directories, not in
     a home sshd would check.
     """
-    setenv = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    setenv = " ".join(f'"{k}={v}"' for k, v in (env or {}).items())
     return "\n".join([
         f"Port {port}",
         f"ListenAddress {address}",
-        f"HostKey {host_key}",
-        f"PidFile {pid_file}",
-        f"AuthorizedKeysFile {authorized_keys}",
+        f'HostKey "{host_key}"',
+        f'PidFile "{pid_file}"',
+        f'AuthorizedKeysFile "{authorized_keys}"',
         *([f"AllowUsers {allow_users}"] if allow_users else []),
         "PermitRootLogin prohibit-password",
         "StrictModes no",
@@ -243,7 +250,8 @@ def install_harness(home: Path) -> Path:
     private_dir(python.parent)
     fd = os.open(python, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
     with os.fdopen(fd, "w") as fh:
-        fh.write(f'#!/bin/sh\nPYTHONPATH={_TREE} exec {sys.executable} "$@"\n')
+        fh.write(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(_TREE))} "
+                 f'exec {shlex.quote(sys.executable)} "$@"\n')
     return python
 
 
@@ -314,8 +322,9 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
     if isinstance(client_hosts, bool) or not 0 <= client_hosts <= MAX_HOSTS:
         raise InputError(f"the number of client hosts must be between 0 and {MAX_HOSTS}, "
                          f"got {client_hosts}")
+    shown, directory = _checked_dir(directory)
+    check_output_dir(directory, option="--dir", whole=False)
     check_sshd()
-    shown, directory = Path(directory), Path(directory).absolute()
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"{directory} exists and is not an empty directory; choose a new "
                          "--dir (or stop the hosts there with `ltm hosts loopback stop`)")
@@ -360,14 +369,15 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
         echo(f"{host.name}  sshd on 127.0.0.1 port {host.port}")
     clients = f" and {client_hosts} client host(s)" if client_hosts else ""
     echo(f"wrote {shown / INVENTORY}: {count} loopback hosts{clients} with this machine's "
-         f"harness and MP-SPDZ; stop them with `ltm hosts loopback stop --dir {shown}`")
+         f"harness and MP-SPDZ; stop them with `ltm hosts loopback stop --dir "
+         f"{shlex.quote(str(shown))}`")
     return path
 
 
 def stop_loopback(directory: Path, *, echo: Callable[[str], None] = print) -> int:
     """Stop the loopback hosts of ``directory`` and remove it (their keys, homes and
     logs with it); how many servers were running."""
-    shown, directory = Path(directory), Path(directory).absolute()
+    shown, directory = _checked_dir(directory)
     state_file = directory / _STATE
     try:
         state = json.loads(state_file.read_text())
@@ -403,6 +413,17 @@ def _stop_hosts(hosts: list[LoopbackHost]) -> int:
         for pid in pids:
             stop_server(pid)
     return running
+
+
+def _checked_dir(directory: Path) -> tuple[Path, Path]:
+    """``directory`` as given and absolute, refused if sshd's configuration could not
+    name the files in it (its lines would be cut, its tokens expanded)."""
+    absolute = Path(directory).absolute()
+    bad = sorted({c for c in str(absolute) if not c.isprintable() or c in _UNSAFE})
+    if bad:
+        raise InputError(f"--dir {str(directory)!r}: sshd's configuration cannot name a "
+                         f"path holding {' '.join(map(repr, bad))}; choose another --dir")
+    return Path(directory), absolute
 
 
 def _cmdline(pid: int) -> str:
