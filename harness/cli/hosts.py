@@ -161,8 +161,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _loopback_start(args: argparse.Namespace) -> int:
     from harness.engine import ensure_mpspdz, find_free_ports
-    from harness.remote import start_loopback
+    from harness.remote import check_loopback, start_loopback
 
+    check_loopback(args.count, args.dir, args.client_hosts)  # before any install
     mp = ensure_mpspdz(args.mp_spdz)
     start_loopback(args.count, args.dir, mp.root, base_port=find_free_ports(args.count),
                    client_hosts=args.client_hosts)

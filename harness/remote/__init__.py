@@ -44,6 +44,7 @@ _LAZY = {
     "Stop": "harness.remote._stop",
     "Stopped": "harness.remote._stop",
     "parallel": "harness.remote._results",
+    "check_loopback": "harness.remote.loopback",
     "loopback_servers": "harness.remote.loopback",
     "start_loopback": "harness.remote.loopback",
     "stop_loopback": "harness.remote.loopback",

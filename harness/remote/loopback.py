@@ -43,7 +43,8 @@ from harness.fileio import (
 )
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
-__all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_sshd", "descendants",
+__all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_loopback", "check_sshd",
+           "descendants",
            "free_port", "host_keypair", "install_harness", "loopback_servers", "servers_of",
            "sshd_config", "start_daemon", "start_loopback", "start_server", "stop_loopback",
            "stop_server", "wait_ready"]
@@ -311,11 +312,9 @@ class LoopbackHost:
 
 # --- the command -------------------------------------------------------------------
 
-def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int,
-                   client_hosts: int = 0, echo: Callable[[str], None] = print) -> Path:
-    """Start ``count`` loopback hosts (and ``client_hosts`` client hosts) in the new
-    directory ``directory`` and write their inventory there (returned). On any failure
-    nothing is left running or written."""
+def check_loopback(count: int, directory: Path, client_hosts: int = 0) -> tuple[Path, Path]:
+    """Refuse, before anything is made, what :func:`start_loopback` could not start;
+    ``directory`` as given and absolute."""
     if isinstance(count, bool) or not 2 <= count <= MAX_HOSTS:
         raise InputError(f"the number of hosts must be between 2 and {MAX_HOSTS} (one per "
                          f"party), got {count}")
@@ -328,6 +327,15 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InputError(f"{directory} exists and is not an empty directory; choose a new "
                          "--dir (or stop the hosts there with `ltm hosts loopback stop`)")
+    return shown, directory
+
+
+def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int,
+                   client_hosts: int = 0, echo: Callable[[str], None] = print) -> Path:
+    """Start ``count`` loopback hosts (and ``client_hosts`` client hosts) in the new
+    directory ``directory`` and write their inventory there (returned). On any failure
+    nothing is left running or written."""
+    shown, directory = check_loopback(count, directory, client_hosts)
     user = pwd.getpwuid(os.geteuid()).pw_name
     created = not directory.exists()
     private_dir(directory)
