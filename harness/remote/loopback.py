@@ -44,10 +44,9 @@ from harness.fileio import (
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
 __all__ = ["INVENTORY", "MAX_HOSTS", "SSHD", "LoopbackHost", "check_loopback", "check_sshd",
-           "descendants",
-           "free_port", "host_keypair", "install_harness", "loopback_servers", "servers_of",
-           "sshd_config", "start_daemon", "start_loopback", "start_server", "stop_loopback",
-           "stop_server", "wait_ready"]
+           "descendants", "free_port", "host_keypair", "install_harness", "loopback_servers",
+           "servers_of", "sshd_config", "start_daemon", "start_loopback", "start_server",
+           "stop_loopback", "stop_server", "wait_ready"]
 
 SSHD = Path("/usr/sbin/sshd")
 MAX_HOSTS = 16  # parties on one machine's cores; more only measures the contention
