@@ -13,8 +13,9 @@ Python on this harness, and its ``mp_spdz`` is this machine's MP-SPDZ. The login
 user is the one running the command: as root, sshd runs as a real server; as
 another user, it runs unprivileged and accepts only that user, with its key.
 
-The pieces (host keys, the server's configuration, waiting for it, stopping it
-with its sessions) are also what the test suite's fake hosts are made of.
+The pieces (host keys, the server's configuration, starting it; waiting for it and
+stopping it with its sessions, from :mod:`._servers`) are also what the test suite's
+fake hosts are made of.
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ import os
 import pwd
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,13 @@ from harness.fileio import (
     private_dir,
     write_atomic,
     write_private,
+)
+from harness.remote._servers import (
+    descendants,
+    one_line,
+    servers_of,
+    stop_server,
+    wait_ready,
 )
 from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
 
@@ -53,7 +59,6 @@ MAX_HOSTS = 16  # parties on one machine's cores; more only measures the content
 INVENTORY = "hosts.toml"
 _STATE = "loopback.json"  # what `stop` reads: the hosts' names (and ports), written last
 _START_SECONDS = 10.0
-_STOP_SECONDS = 5.0
 _TREE = Path(__file__).resolve().parents[2]  # the directory this harness is imported from
 _UNSAFE = '"\\%'  # quoting, escapes and sshd's %-tokens, in a quoted configuration value
 
@@ -138,109 +143,14 @@ def start_daemon(config: Path, log: Path) -> None:
     except subprocess.TimeoutExpired:
         raise LtmError(f"sshd on {config} did not start within {_START_SECONDS:g} s") from None
     if done.returncode != 0:
-        why = _one_line(done.stderr) or _one_line(_tail(log)) or f"exit {done.returncode}"
+        why = one_line(done.stderr) or one_line(_tail(log)) or f"exit {done.returncode}"
         raise LtmError(f"sshd refused {config}: {why}")
-
-
-def servers_of(config: Path) -> list[int]:
-    """The live sshd processes started on ``config`` (found by their command lines, so
-    that nothing depends on a pid file a dying server may not have written)."""
-    needle = f" -f {config} "
-    return [pid for pid in _parents() if needle in f" {_cmdline(pid)} " and _alive(pid)]
-
-
-def wait_ready(address: str, port: int, alive: Callable[[], bool], log: Callable[[], str],
-               name: str, timeout: float = _START_SECONDS) -> None:
-    """Until the server at ``address:port`` sends its SSH banner; its log if it never does."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive():
-            raise LtmError(f"sshd for {name} exited: {_one_line(log())}")
-        try:
-            with socket.create_connection((address, port), timeout=1) as sock:
-                sock.settimeout(2)
-                if sock.recv(4).startswith(b"SSH-"):
-                    return
-        except OSError:
-            time.sleep(0.02)
-    raise LtmError(f"sshd for {name} did not answer on {address}:{port} within "
-                   f"{timeout:g} s: {_one_line(log())}")
-
-
-def _one_line(log: str) -> str:
-    """A log's last lines as one line (an error's)."""
-    return "; ".join(line.strip() for line in log.strip().splitlines()[-3:])[-600:]
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _parents() -> dict[int, int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[-1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    return parents
-
-
-def descendants(root_pid: int) -> list[int]:
-    """Every process below ``root_pid`` (from /proc), children before grandchildren."""
-    parents = _parents()
-    found, frontier = [], [root_pid]
-    while frontier:
-        pid = frontier.pop(0)
-        children = [c for c, p in parents.items() if p == pid]
-        found += children
-        frontier += children
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def stop_server(pid: int, reap: Callable[[float], bool] | None = None) -> None:
-    """Stop the sshd ``pid`` (the leader of its own session) and every session it started.
-
-    Each connection's sshd and each party lead their own sessions, so they are found
-    as descendants before the server goes and they are orphaned. ``reap(seconds)``
-    waits for the server if this process started it (True once it is gone).
-    """
-    sessions = descendants(pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
-        if (reap or _gone(pid))(_STOP_SECONDS):
-            break
-    for child in sessions:
-        try:
-            os.kill(child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _gone(pid: int) -> Callable[[float], bool]:
-    def wait(seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while _alive(pid):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.02)
-        return True
-    return wait
 
 
 def install_harness(home: Path) -> Path:
@@ -431,14 +341,6 @@ def _checked_dir(directory: Path) -> tuple[Path, Path]:
         raise InputError(f"--dir {str(directory)!r}: sshd's configuration cannot name a "
                          f"path holding {' '.join(map(repr, bad))}; choose another --dir")
     return Path(directory), absolute
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _tail(path: Path) -> str:
