@@ -83,13 +83,15 @@ def test_start_trust_run_stop_runs_on_the_hosts_and_leaves_nothing(
         trusted = ltm("hosts", "trust", "hosts/hosts.toml", "--yes", cwd=tmp_path)
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.count("(new, pinned)") == 2
-        run = ltm("run", "--hosts", "hosts/hosts.toml", "--clients", "2000", "--out", "out",
-                  cwd=tmp_path, cache=program_cache)
+        run = ltm("run", "--hosts", "hosts/hosts.toml", "--program", "local", "--clients",
+                  "2000", "--out", "out", cwd=tmp_path, cache=program_cache)
         assert run.returncode == 0, run.stderr
         result = json.loads((tmp_path / "out" / "result.json").read_text())
         assert result["verification"]["ok"]
-        # The hosts have the harness: each server took its stream over TLS on its host.
+        # The hosts have the harness: each server's agent took its stream over TLS on its
+        # host and summed it there (a run here would have no upload to time).
         assert result["timings"]["stream_upload_s"] > 0
+        assert all(p["upload_bytes_sent"] > 0 for p in result["parties"])
         assert "verified: yes, bit-exact" in run.stdout
 
         stopped = ltm("hosts", "loopback", "stop", "--dir", "hosts", cwd=tmp_path)
