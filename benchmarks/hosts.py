@@ -14,7 +14,7 @@ The last lines are, per layout, ``peak big / peak base`` of the runner, the
 busiest server host and (with client hosts) the busiest client host: memory
 independent of n when they stay near 1.
 
-    python -m benchmarks.hosts [--base N] [--big N] [--json FILE] [--smoke]
+    python -m benchmarks.hosts [--base N] [--big N] [--layouts L ...] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from benchmarks._cli import parse_arguments, run_benchmark
 from harness.errors import LtmError
 from harness.experiments import PeakMemory
 
-LAYOUTS = {"from here": 0, "two client hosts": 2}
-# The smallest size (--smoke): both layouts at two small n, in seconds.
-SMOKE = {"base": 2000, "big": 4000}
+# Each layout: its name in the report, and how many client hosts it has.
+LAYOUTS = {"here": ("from here", 0), "client-hosts": ("two client hosts", 2)}
+# The smallest size (--smoke): two small n, with client hosts (the runner's stream
+# "from here" is the same script with none), in seconds.
+SMOKE = {"base": 2000, "big": 4000, "layouts": ["client-hosts"]}
 
 
 class RunFailed(LtmError):
@@ -46,7 +48,7 @@ def measure(scratch: Path, args: argparse.Namespace) -> dict:
 
     mp = find_mpspdz()
     results: dict = {"base": args.base, "big": args.big, "layouts": {}}
-    for layout, clients in LAYOUTS.items():
+    for layout, clients in (LAYOUTS[key] for key in args.layouts):
         where = scratch / f"hosts-{clients}"
         inv = start_loopback(3, where, mp.root, base_port=find_free_ports(3),
                              client_hosts=clients, echo=lambda line: None)
@@ -123,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", type=int, default=1_000_000)
     parser.add_argument("--big", type=int, default=10_000_000)
+    parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS),
+                        default=list(LAYOUTS),
+                        help="the layouts to measure: here (the clients are this machine's "
+                             "workers), client-hosts (two client hosts) (default: both)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parse_arguments(parser, argv, SMOKE)
     if not 0 < args.base < args.big:
