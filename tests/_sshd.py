@@ -128,8 +128,9 @@ class FakeHost:
 
     def as_host(self, client_key: Path, engine: Path, **overrides: object) -> Host:
         """This server as an inventory entry; ``overrides`` replace fields (e.g. mp_spdz)."""
-        return self._files.as_host("root", client_key, engine,
-                                   **{"workdir": str(self.workdir), **overrides})
+        fields = {"workdir": str(self.workdir), **overrides}
+        return self._files.as_host(str(fields.pop("user", "root")), client_key,
+                                   fields.pop("mp_spdz", engine), **fields)
 
 
 class SshFarm:

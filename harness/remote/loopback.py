@@ -211,7 +211,8 @@ class LoopbackHost:
         # A daemon forks before it binds: alive while a process runs on its config.
         return bool(servers_of(self.config))
 
-    def as_host(self, user: str, client_key: Path, mp_spdz: Path, **overrides: object) -> Host:
+    def as_host(self, user: str, client_key: Path, mp_spdz: Path | str, **overrides: object
+                ) -> Host:
         fields: dict = dict(name=self.name, ssh_host="127.0.0.1", ssh_port=self.port,
                             user=user, key=str(client_key), mpc_host="127.0.0.1",
                             mp_spdz=str(mp_spdz))
