@@ -24,6 +24,7 @@ BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
 
 # What each benchmark's --json holds, at least.
 REPORTS = {
+    "cli_startup": {"load", "help", "run"},
     "clients": {"metadata", "workload", "samples", "medians", "upload_bytes", "end_to_end",
                 "ratios"},
     "hosts": {"base", "big", "layouts"},
@@ -33,6 +34,7 @@ REPORTS = {
     "programs": {"parameters", "metadata", "times"},
     "protocols": {"parameters", "metadata", "times"},
     "scale": {"kernel_floor", "runs", "floor_ratio", "peak_ratio", "peak_big_gib"},
+    "stream_read": {"mib", "repeat", "seconds"},
 }
 # clients' end-to-end runs cross an emulated network: namespaces need root.
 NEEDS_ROOT = {"clients"}
