@@ -14,10 +14,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.errors import LtmError
 
-__all__ = ["add_workload_arguments", "run_benchmark"]
+__all__ = ["add_workload_arguments", "parse_arguments", "run_benchmark"]
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, clients: int, sparsity: int,
@@ -28,6 +29,26 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, clients: int, spa
     parser.add_argument("--sparsity", type=int, default=sparsity)
     parser.add_argument("--repeat", type=int, default=repeat)
     parser.add_argument("--json", type=Path, help="also write the results here")
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None,
+                    smoke: dict[str, Any]) -> argparse.Namespace:
+    """``parser``'s arguments, with ``--smoke``: the benchmark at its smallest size (the
+    options in ``smoke`` default to it; options given still win), in seconds, to check
+    that it runs (its figures then mean nothing)."""
+    parser.add_argument("--smoke", action="store_true",
+                        help="run at the smallest size, in seconds, to check the benchmark "
+                             "runs: " + " ".join(_option(k, v) for k, v in smoke.items()))
+    args = parser.parse_args(argv)
+    if args.smoke:
+        parser.set_defaults(**smoke)
+        args = parser.parse_args(argv)
+    return args
+
+
+def _option(dest: str, value: Any) -> str:
+    values = value if isinstance(value, list) else [value]
+    return " ".join([f"--{dest.replace('_', '-')}", *map(str, values)])
 
 
 def run_benchmark(name: str, json_path: Path | None, measure: Callable[[Path], dict],

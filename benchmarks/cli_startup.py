@@ -17,7 +17,7 @@ verification, and writing the results. Each run writes into a scratch directory,
 removed after; the first of each kind is a warm-up (the compile cache and the
 accountant's certificate are then the warm ones a user's second run sees).
 
-    python -m benchmarks.cli_startup [--clients N] [--repeat K] [--json FILE]
+    python -m benchmarks.cli_startup [--clients N] [--repeat K] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._cli import run_benchmark
+from benchmarks._cli import parse_arguments, run_benchmark
 
 HELP_TARGET = 2.0
+# The smallest size (--smoke): a few runs and helps, in seconds.
+SMOKE = {"clients": 2000, "repeat": 1, "help_repeat": 2}
 RUN_TARGET = 1.5
 
 # Runs `ltm run` in this process with timers around the run path's steps (the
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--help-repeat", type=int, default=15)
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     env = {**os.environ, "LTM_NO_INSTALL": os.environ.get("LTM_NO_INSTALL", "1")}
 
     def measure(scratch: Path) -> dict:

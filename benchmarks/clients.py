@@ -5,23 +5,24 @@ One workload, by default a fifth of Table 5's largest cell (n = 100,000 of its
 500,000 clients, d = 10, m = 100, s = 50, S = 3: 50 million noisy entries,
 400 MB of shares per server with full sharing). Per repetition, interleaved:
 
-- prepare-full: noise, encoding, masks and all S share files, as ``ltm run``;
+- prepare-full: noise, encoding, masks and all S whole share files, as ``ltm run``
+  does when it does not stream (several client hosts, seeded shares to hosts);
 - write-limit: numpy writing the same number of bytes to the same files (the
   page cache's speed, which preparation cannot beat);
 - prepare-seeded: the same with ``--sharing seeded``: the clients' work,
   including expanding every seeded component to subtract it;
 - expand: the slowest server's expansion of its seeds into its share file;
 - e2e-full, e2e-seeded: a whole ``ltm run`` of the same cell, ``fast``
-  program, under ``--network t3.large-baseline`` (needs root): T_end_to_end =
-  prepare + upload (measured through the shaped links) + expand + T_MPC,
-  verified bit for bit.
+  program, under ``--network t3.large-baseline`` (needs root), streamed: T_end_to_end
+  = the stream (preparation, upload through the shaped links, expansion and the
+  servers' writing side by side) + T_MPC, verified bit for bit.
 
 The first seeded repetition's share files are checked to sum to the encoded
 rows. The last lines are ratios: prepare/write-limit, seeded/full upload
 bytes, and seeded/full end-to-end time (medians).
 
     python -m benchmarks.clients [--clients N] [--sparsity S] [--repeat K]
-                                 [--network PROFILE] [--json FILE]
+                                 [--network PROFILE] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._cli import add_workload_arguments, run_benchmark
+from benchmarks._cli import add_workload_arguments, parse_arguments, run_benchmark
 from harness.clients import (
+    Layout,
     SeededSink,
     ShareSink,
     expand_party,
@@ -48,6 +50,8 @@ from harness.engine import check_requirements
 from harness.experiments import RunConfig, build_workload, metadata, run
 
 _WRITE_CHUNK = 1 << 22  # words per write, as large as the sinks' chunks
+# The smallest size (--smoke): every step once, in seconds.
+SMOKE = {"clients": 2000, "sparsity": 1, "repeat": 1}
 
 
 def _write_limit(paths: list[Path], sizes: list[int], header: bytes) -> float:
@@ -64,10 +68,10 @@ def _write_limit(paths: list[Path], sizes: list[int], header: bytes) -> float:
     return time.perf_counter() - started
 
 
-def _check_seeded(paths: list[Path], work, fmt, expected: np.ndarray) -> None:
+def _check_seeded(paths: list[Path], work, lay: Layout, fmt, expected: np.ndarray) -> None:
     """The servers' expanded files sum, through the sketch, to the clients' result."""
     rows = sum(read_share_file(p, fmt) for p in paths).reshape(-1, work.d)
-    lay, m = work.layout, work.sketch.m
+    m = work.sketch.m
     blocks = rows.reshape(-1, lay.block_rows, lay.chunk_blocks, work.d).sum(
         axis=1, dtype=np.uint64)
     acc = np.zeros((2 * m + 1, work.d), dtype=np.uint64)
@@ -100,6 +104,10 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
     check_requirements()  # root and iproute2 now, not after minutes of preparing
     work = build_workload(cfg)
     fmt = cfg.share_format
+    # The whole-file preparation (what a run that does not stream does: one with
+    # several client hosts, or seeded shares to hosts) lays the files out at once; the
+    # end-to-end runs stream, as ``ltm run`` does.
+    lay = Layout.blocked(work.sketch, work.d, share_words=fmt.words)
     dirs = [workdir / f"P{i}" for i in range(parties)]
     paths = [d / "Persistence" / f"Transactions-P{i}.data" for i, d in enumerate(dirs)]
     for p in paths:
@@ -114,22 +122,22 @@ def measure(clients: int, sparsity: int, parties: int, repeat: int, workdir: Pat
         steps = steps[rep % len(steps):] + steps[:rep % len(steps)]
         for step in steps:
             if step == "full":
-                prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise,
+                prepared = prepare_inputs(work.data, work.sketch, lay, work.noise,
                                           work.fp, ShareSink(paths, fmt), noise_rng())
                 samples["prepare-full"].append(prepared.seconds)
                 uploads["full"] = prepared.upload_bytes
                 sizes = [p.stat().st_size for p in paths]
             elif step == "seeded":
-                sink = SeededSink(dirs, work.layout, fmt, work.n, work.sketch.s, work.d)
-                prepared = prepare_inputs(work.data, work.sketch, work.layout, work.noise,
+                sink = SeededSink(dirs, lay, fmt, work.n, work.sketch.s, work.d)
+                prepared = prepare_inputs(work.data, work.sketch, lay, work.noise,
                                           work.fp, sink, noise_rng())
                 samples["prepare-seeded"].append(prepared.seconds)
                 uploads["seeded"] = prepared.upload_bytes
                 samples["expand"].append(max(
-                    expand_party(i, dirs[i], paths[i], work.layout, fmt, parties, work.n,
+                    expand_party(i, dirs[i], paths[i], lay, fmt, parties, work.n,
                                  work.sketch.s) for i in range(parties)))
                 if rep == 0:
-                    _check_seeded(paths, work, fmt, prepared.expected)
+                    _check_seeded(paths, work, lay, fmt, prepared.expected)
             elif step == "write":
                 samples["write-limit"].append(_write_limit(paths, sizes, fmt.header))
             else:
@@ -184,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--network", default="t3.large-baseline", metavar="PROFILE",
                         help="the emulated network of the end-to-end runs (needs root)")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     return run_benchmark(
         "benchmarks.clients", args.json,
         lambda tmp: measure(args.clients, args.sparsity, args.parties, args.repeat, tmp,

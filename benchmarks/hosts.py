@@ -1,8 +1,8 @@
 """Streaming to your own hosts: memory of every machine against n, in one run.
 
 Three server hosts and, in a second layout, two client hosts, each a real sshd on
-this machine's loopback with the harness "installed" as ``ltm hosts setup``
-leaves it (the test suite's fakes, ``tests/_sshd.py``; run as root). For each
+this machine's loopback with this machine's harness and MP-SPDZ, as ``ltm hosts
+setup`` leaves a host (``ltm hosts loopback start``; needs openssh-server). For each
 layout, ``ltm run --hosts INV --program local --parties 3 --clients N`` (d = 10,
 m = 100, s = 1, Gaussian) at N = ``--base`` and ``--big``, each verified, while
 the peak PSS is sampled every 0.1 s of: this machine's ``ltm`` process tree (the
@@ -14,26 +14,28 @@ The last lines are, per layout, ``peak big / peak base`` of the runner, the
 busiest server host and (with client hosts) the busiest client host: memory
 independent of n when they stay near 1.
 
-    python -m benchmarks.hosts [--base N] [--big N] [--json FILE]
+    python -m benchmarks.hosts [--base N] [--big N] [--layouts L ...] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from benchmarks._cli import run_benchmark
+from benchmarks._cli import parse_arguments, run_benchmark
 from harness.errors import LtmError
 from harness.experiments import PeakMemory
 
-_TESTS = Path(__file__).resolve().parent.parent / "tests"
-LAYOUTS = {"from here": 0, "two client hosts": 2}
+# Each layout: its name in the report, and how many client hosts it has.
+LAYOUTS = {"here": ("from here", 0), "client-hosts": ("two client hosts", 2)}
+# The smallest size (--smoke): two small n, with client hosts (the runner's stream
+# "from here" is the same script with none), in seconds.
+SMOKE = {"base": 2000, "big": 4000, "layouts": ["client-hosts"]}
 
 
 class RunFailed(LtmError):
@@ -41,39 +43,35 @@ class RunFailed(LtmError):
 
 
 def measure(scratch: Path, args: argparse.Namespace) -> dict:
-    if os.geteuid() != 0:
-        raise LtmError("benchmarks.hosts starts sshd servers logged into as root: run it "
-                       "as root")
-    sys.path.insert(0, str(_TESTS))
-    from _sshd import SshFarm, trusted_inventory
-
-    from harness.engine import find_mpspdz
+    from harness.engine import find_free_ports, find_mpspdz
+    from harness.remote import loopback_servers, start_loopback, stop_loopback, trust_hosts
 
     mp = find_mpspdz()
     results: dict = {"base": args.base, "big": args.big, "layouts": {}}
-    for layout, clients in LAYOUTS.items():
-        farm = SshFarm(scratch / f"farm-{clients}")
+    for layout, clients in (LAYOUTS[key] for key in args.layouts):
+        where = scratch / f"hosts-{clients}"
+        inv = start_loopback(3, where, mp.root, base_port=find_free_ports(3),
+                             client_hosts=clients, echo=lambda line: None)
         try:
-            where = scratch / f"inv-{clients}"
-            where.mkdir()
-            inv, fakes = trusted_inventory(where, farm, mp.root, 3, clients)
+            trust_hosts(inv, echo=lambda line: None)
+            servers = loopback_servers(where)
             runs = {}
             for n in (args.base, args.big):
-                runs[str(n)] = _run(inv, fakes, n, scratch / f"out-{clients}-{n}")
+                runs[str(n)] = _run(inv, servers, n, scratch / f"out-{clients}-{n}")
                 print(f"{layout}, n={n}: {_line(runs[str(n)])}", flush=True)
             results["layouts"][layout] = runs
         finally:
-            farm.close()
+            stop_loopback(where, echo=lambda line: None)
     return results
 
 
-def _run(inv: Path, fakes: list, n: int, out: Path) -> dict:
+def _run(inv: Path, servers: dict[str, int], n: int, out: Path) -> dict:
     command = [sys.executable, "-m", "harness", "run", "--hosts", str(inv), "--program",
                "local", "--parties", "3", "--clients", str(n), "--dim", "10", "--rows", "100",
                "--seed", "1", "--timeout", "3600", "--out", str(out)]
     started = time.perf_counter()
     with ExitStack() as stack:
-        hosts = {f.name: stack.enter_context(PeakMemory(f.proc.pid)) for f in fakes}
+        hosts = {name: stack.enter_context(PeakMemory(pid)) for name, pid in servers.items()}
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True)
         with PeakMemory(proc.pid) as runner:
@@ -127,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", type=int, default=1_000_000)
     parser.add_argument("--big", type=int, default=10_000_000)
+    parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS),
+                        default=list(LAYOUTS),
+                        help="the layouts to measure: here (the clients are this machine's "
+                             "workers), client-hosts (two client hosts) (default: both)")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     if not 0 < args.base < args.big:
         parser.error(f"need 0 < --base < --big, got {args.base} and {args.big}")
     return run_benchmark("benchmarks.hosts", args.json, lambda d: measure(d, args), report)

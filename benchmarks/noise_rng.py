@@ -12,7 +12,7 @@ median of those paired ratios: on a loaded machine the minima and medians of
 each side also measure the neighbours. The issue's target is a ratio of at most
 1.15 for normal draws.
 
-    python -m benchmarks.noise_rng [--draws N] [--repeat K] [--json FILE]
+    python -m benchmarks.noise_rng [--draws N] [--repeat K] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._cli import parse_arguments
 from harness.clients import NOISE_GENERATOR, noise_rng
 
 TARGET = 1.15
+# The smallest size (--smoke): in seconds.
+SMOKE = {"draws": 100_000, "repeat": 3}
 # A Poisson mean in the range Skellam noise uses (numpy samples it by PTRS).
 _POISSON_MEAN = 1e8
 
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draws", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     if not (1000 <= args.draws <= 10**9 and 1 <= args.repeat <= 1000):
         print("benchmarks.noise_rng: error: --draws must lie in [1000, 1e9] and --repeat in "
               "[1, 1000]", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Wall time and peak memory of a whole command, its children included.
 
     python -m benchmarks.peak_memory [--interval S] [--json FILE] -- COMMAND...
+    python -m benchmarks.peak_memory --smoke        # a small Python, to check it runs
 
 Samples, every ``--interval`` seconds, the proportional set size (PSS, from
 ``/proc/PID/smaps_rollup``) of the command and every process below it, and
@@ -21,9 +22,15 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks._cli import parse_arguments
 from harness.experiments import PeakMemory, tree_pss_bytes
 
 __all__ = ["main", "tree_pss_bytes"]
+
+# The smallest size (--smoke, without a command): a second's sampling of a small Python.
+SMOKE = {"interval": 0.05}
+SMOKE_COMMAND = [sys.executable, "-c", "import numpy, time; a = numpy.ones(1 << 22); "
+                 "time.sleep(0.5)"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.25)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command and args.smoke:
+        command = SMOKE_COMMAND
     if not command:
         parser.error("give the command to measure after --")
     if not args.interval > 0:

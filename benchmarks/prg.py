@@ -16,7 +16,8 @@ or Philox would let a server predict the masks):
 
 Each is run over the same clients, interleaved, best of ``--repeat``.
 
-    python -m benchmarks.prg [--clients N] [--repeat K] [--words W ...]
+    python -m benchmarks.prg [--clients N] [--repeat K] [--words W ...] [--json FILE]
+                             [--smoke]
 """
 
 from __future__ import annotations
@@ -24,16 +25,21 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from benchmarks._cli import parse_arguments
 from harness.clients import libcrypto
 
 _IV = bytes(16)
+# The smallest size (--smoke): in seconds.
+SMOKE = {"clients": 200, "repeat": 1, "words": [10, 50]}
 
 
 def _shake(seeds: np.ndarray, out: np.ndarray) -> None:
@@ -102,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--words", type=int, nargs="+", default=[10, 50, 100, 500])
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", type=Path, help="also write the table here (microseconds "
+                                                   "per client, by words and generator)")
+    args = parse_arguments(parser, argv, SMOKE)
+    if args.json is not None and args.json.exists():
+        print(f"benchmarks.prg: error: {args.json} exists; not overwriting it", file=sys.stderr)
+        return 1
     if args.clients < 1 or args.repeat < 1 or min(args.words) < 1:
         print("benchmarks.prg: error: --clients, --repeat and --words must be positive",
               file=sys.stderr)
@@ -113,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|" + "---:|" * len(names))
     for w, row in table.items():
         print(f"| {w} | " + " | ".join(f"{row[n]:.1f}" for n in names) + " |")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"clients": args.clients, "repeat": args.repeat,
+                                         "us_per_client": {str(w): row
+                                                           for w, row in table.items()}},
+                                        indent=2) + "\n")
     return 0
 
 

@@ -1,13 +1,18 @@
 """Three server strategies side by side, with the engine's and the disk's limits.
 
 For one workload (default n = 1,000,000, d = 10, m = 100, s = 1, S = 2) this
-measures, per party and repetition, with a warm file cache:
+measures, per party and repetition, each server's own work as ``ltm run`` does it
+(every one of these runs streams: the clients' shares reach the servers a chunk at a
+time), with a warm file cache:
 
-- reference: the textbook program (party 0 inputs the rows, one loop
-  iteration per row);
-- fast: the vectorised program over the blocked share files;
-- local: numpy aggregation of each server's own shares + MP-SPDZ opening them;
-- engine-read: an MP-SPDZ program that only reads the same share file;
+- reference: the textbook program, party 0 inputting the rows (its input text
+  written once, a chunk of clients at a time), one loop iteration per row;
+- fast: the vectorised program over the share files the servers wrote as the
+  chunks arrived (blocked per chunk of clients), written once;
+- local: each server's busy time summing its shares as they arrive (the clients
+  streaming anew each repetition, their own time not counted) + MP-SPDZ opening
+  the m x d sums;
+- engine-read: an MP-SPDZ program that only reads the same share files as fast;
 - io-limit: numpy reading and summing the same share file.
 
 Repetitions are interleaved (every strategy once per round, the order rotated
@@ -15,7 +20,7 @@ from round to round) so that machine noise and order effects hit all alike.
 Each MPC run's output is verified. The last four lines printed are the ratios
 of the medians of the slowest party's time.
 
-    python -m benchmarks.programs [--clients N] [--repeat K] [--json FILE]
+    python -m benchmarks.programs [--clients N] [--repeat K] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -25,34 +30,20 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks._cli import add_workload_arguments, run_benchmark
-from harness.engine import (
-    LocalCluster,
-    aggregate_share_file,
-    compile_program,
-    find_mpspdz,
-    parse_output,
-    read_and_sum,
-)
-from harness.errors import VerificationError
+from benchmarks._cli import add_workload_arguments, parse_arguments, run_benchmark
+from benchmarks._servers import engine_read_program, local_round, timed_run
+from harness.engine import LocalCluster, find_mpspdz, read_and_sum
 from harness.experiments import (
     RunConfig,
     build_workload,
     metadata,
     prepare_cluster,
     program_for,
-    public_input_for,
 )
 
 STRATEGIES = ("reference", "fast", "local", "engine-read", "io-limit")
-
-
-def _verify(runs, expected: np.ndarray, label: str) -> None:
-    got = parse_output("P0", runs[0].completed.stdout, expected.size).reshape(expected.shape)
-    if not np.array_equal(got, expected):
-        raise VerificationError(f"{label}: revealed sketch differs from the plaintext result")
+# The smallest size (--smoke): every strategy once, in seconds.
+SMOKE = {"clients": 2000, "repeat": 1}
 
 
 def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repeat: int,
@@ -66,6 +57,7 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repe
     echo(f"preparing n={clients} d={dim} m={rows} s={sparsity} S={parties} ...")
     fast_work = build_workload(fast_cfg)
     ref_work = build_workload(ref_cfg)
+    local_work = build_workload(local_cfg)
 
     shares = LocalCluster(mp, parties, workdir / "shares")
     expected = prepare_cluster(fast_cfg, fast_work, shares).expected
@@ -75,40 +67,17 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repe
 
     fast_prog = program_for(mp, fast_cfg, fast_work)
     ref_prog = program_for(mp, ref_cfg, ref_work)
-    open_prog = program_for(mp, local_cfg, fast_work)
-    lay = fast_work.layout
-    read_prog = compile_program(mp, "engine_read", {"m": rows, "d": dim,
-                                                    "block_rows": lay.block_rows,
-                                                    "chunk_blocks": lay.chunk_blocks})
-    fast_input = public_input_for(fast_cfg, fast_work)
-    ref_input = public_input_for(ref_cfg, ref_work)
+    open_prog = program_for(mp, local_cfg, local_work)
+    read_prog = engine_read_program(mp, fast_cfg, fast_work.blocks)
+    assert fast_work.blocks is not None
 
-    def run_reference():
-        runs = textbook.run(ref_prog, ref_input, timeout=600)
-        _verify(runs, ref_expected, "reference")
-        return [r.stats["time_s"] for r in runs]
-
-    def run_fast():
-        runs = shares.run(fast_prog, fast_input, timeout=600)
-        _verify(runs, expected, "fast")
-        return [r.stats["time_s"] for r in runs]
-
-    def run_local():
-        agg = [aggregate_share_file(shares.share_file(i), lay, aggregated.share_file(i))
-               for i in range(parties)]
-        runs = aggregated.run(open_prog, "", timeout=600)
-        _verify(runs, expected, "local")
-        return [a + r.stats["time_s"] for a, r in zip(agg, runs, strict=True)]
-
-    def run_engine_read():
-        runs = shares.run(read_prog, fast_input, timeout=600)
-        return [r.stats["time_s"] for r in runs]
-
-    def run_io_limit():
-        return [read_and_sum(shares.share_file(i))[0] for i in range(parties)]
-
-    runners = {"reference": run_reference, "fast": run_fast, "local": run_local,
-               "engine-read": run_engine_read, "io-limit": run_io_limit}
+    runners = {
+        "reference": lambda: timed_run(textbook, ref_prog, ref_expected, "reference"),
+        "fast": lambda: timed_run(shares, fast_prog, expected, "fast"),
+        "local": local_round(aggregated, local_cfg, local_work, open_prog, "local"),
+        "engine-read": lambda: timed_run(shares, read_prog, None, "engine-read"),
+        "io-limit": lambda: [read_and_sum(shares.share_file(i))[0] for i in range(parties)],
+    }
     for fn in runners.values():  # warm the file cache and the program cache
         fn()
     times: dict[str, list[list[float]]] = {name: [] for name in STRATEGIES}
@@ -121,7 +90,8 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, parties: int, repe
         echo(f"  round {rep + 1}/{repeat} done")
     return {"parameters": {"clients": clients, "dim": dim, "rows": rows, "sparsity": sparsity,
                            "parties": parties, "repeat": repeat,
-                           "share_file_mb": shares.share_file(0).stat().st_size / 1e6},
+                           "share_file_mb": shares.share_file(0).stat().st_size / 1e6,
+                           "blocks": fast_work.blocks.describe()},
             "metadata": metadata(mp_spdz=mp.describe(), protocol="semi2k", parties=parties),
             "times": times}
 
@@ -158,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     add_workload_arguments(parser, clients=1_000_000, sparsity=1, repeat=5)
     parser.add_argument("--parties", type=int, default=2)
     parser.add_argument("--mp-spdz", dest="mp_spdz")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     return run_benchmark(
         "benchmarks.programs", args.json,
         lambda tmp: measure(args.clients, args.dim, args.rows, args.sparsity, args.parties,

@@ -18,7 +18,7 @@ lines are ratios of the medians of the slowest party's time, with the targets:
 each protocol's fast within 1.3x of its own engine read, and local under
 ps-rep-ring within 2x of semi2k's local.
 
-    python -m benchmarks.protocols [--clients N] [--repeat K] [--json FILE]
+    python -m benchmarks.protocols [--clients N] [--repeat K] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -28,35 +28,21 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from benchmarks._cli import add_workload_arguments, run_benchmark
-from harness.engine import (
-    LocalCluster,
-    aggregate_share_file,
-    compile_program,
-    find_mpspdz,
-    parse_output,
-)
-from harness.errors import VerificationError
+from benchmarks._cli import add_workload_arguments, parse_arguments, run_benchmark
+from benchmarks._servers import engine_read_program, local_round, timed_run
+from harness.engine import LocalCluster, find_mpspdz
 from harness.experiments import (
     RunConfig,
     build_workload,
     metadata,
     prepare_cluster,
     program_for,
-    public_input_for,
 )
 
 PROTOCOLS = ("semi2k", "replicated-ring", "ps-rep-ring")
 KINDS = ("fast", "local", "engine-read")
-
-
-def _verify(runs, expected: np.ndarray, label: str) -> None:
-    for r in runs:
-        got = parse_output(f"P{r.party}", r.completed.stdout, expected.size)
-        if not np.array_equal(got.reshape(expected.shape), expected):
-            raise VerificationError(f"{label}: P{r.party} revealed a wrong sketch")
+# The smallest size (--smoke): every measurement once, in seconds.
+SMOKE = {"clients": 2000, "repeat": 1}
 
 
 def measure(clients: int, dim: int, rows: int, sparsity: int, repeat: int, workdir: Path,
@@ -71,38 +57,24 @@ def measure(clients: int, dim: int, rows: int, sparsity: int, repeat: int, workd
         local_cfg = RunConfig(program="local", **base).validate()
         echo(f"preparing {protocol}: n={clients} d={dim} m={rows} s={sparsity} S=3 ...")
         work = build_workload(fast_cfg)
+        local_work = build_workload(local_cfg)
         shares = LocalCluster(mp, 3, workdir / protocol / "shares", protocol=protocol)
         expected = prepare_cluster(fast_cfg, work, shares).expected
         aggregated = LocalCluster(mp, 3, workdir / protocol / "aggregated", protocol=protocol)
         sizes[protocol] = shares.share_file(0).stat().st_size / 1e6
-        lay = work.layout
         fast_prog = program_for(mp, fast_cfg, work)
-        open_prog = program_for(mp, local_cfg, work)
-        read_prog = compile_program(mp, "engine_read", {"m": rows, "d": dim,
-                                                        "block_rows": lay.block_rows,
-                                                        "chunk_blocks": lay.chunk_blocks})
-        schedule = public_input_for(fast_cfg, work)
-        fmt = fast_cfg.share_format
+        open_prog = program_for(mp, local_cfg, local_work)
+        read_prog = engine_read_program(mp, fast_cfg, work.blocks)
 
-        def run_fast(shares=shares, prog=fast_prog, schedule=schedule, expected=expected,
-                     protocol=protocol):
-            runs = shares.run(prog, schedule, timeout=600)
-            _verify(runs, expected, f"{protocol} fast")
-            return [r.stats["time_s"] for r in runs]
+        def run_fast(shares=shares, prog=fast_prog, expected=expected, protocol=protocol):
+            return timed_run(shares, prog, expected, f"{protocol} fast")
 
-        def run_local(shares=shares, aggregated=aggregated, lay=lay, fmt=fmt, prog=open_prog,
-                      expected=expected, protocol=protocol):
-            agg = [aggregate_share_file(shares.share_file(i), lay, aggregated.share_file(i),
-                                        fmt) for i in range(3)]
-            runs = aggregated.run(prog, "", timeout=600)
-            _verify(runs, expected, f"{protocol} local")
-            return [a + r.stats["time_s"] for a, r in zip(agg, runs, strict=True)]
-
-        def run_read(shares=shares, prog=read_prog, schedule=schedule):
-            return [r.stats["time_s"] for r in shares.run(prog, schedule, timeout=600)]
+        def run_read(shares=shares, prog=read_prog, protocol=protocol):
+            return timed_run(shares, prog, None, f"{protocol} engine-read")
 
         runners[f"{protocol} fast"] = run_fast
-        runners[f"{protocol} local"] = run_local
+        runners[f"{protocol} local"] = local_round(aggregated, local_cfg, local_work, open_prog,
+                                                   f"{protocol} local")
         runners[f"{protocol} engine-read"] = run_read
     for fn in runners.values():  # warm the file cache and the program cache
         fn()
@@ -153,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     add_workload_arguments(parser, clients=1_000_000, sparsity=1, repeat=5)
     parser.add_argument("--mp-spdz", dest="mp_spdz")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     return run_benchmark(
         "benchmarks.protocols", args.json,
         lambda tmp: measure(args.clients, args.dim, args.rows, args.sparsity, args.repeat, tmp,

@@ -26,6 +26,7 @@ with one line naming it, and exit status 1.
 
     python -m benchmarks.scale [--base N] [--big N] [--small] [--reps K]
                                [--kill-above-gib G] [--mp-spdz DIR] [--json FILE]
+                               [--smoke]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from benchmarks._cli import run_benchmark
+from benchmarks._cli import parse_arguments, run_benchmark
 from harness.clients import noise_rng
 from harness.errors import LtmError
 from harness.experiments import PeakMemory
@@ -53,6 +54,8 @@ DIM, ROWS, SPARSITY, PARTIES = 10, 100, 1, 3
 _CHUNK = 1 << 20
 _FRAC_BITS = 16  # ltm run's default --frac-bits
 _KERNELS = ("normal", "encode", "aes-ctr masks", "subtract")
+# The smallest size (--smoke): two small runs and a few kernel chunks, in seconds.
+SMOKE = {"base": 2000, "big": 4000, "reps": 2}
 
 
 class RunFailed(LtmError):
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                              "target)")
     parser.add_argument("--mp-spdz", type=Path, help="MP-SPDZ's directory, for ltm run")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv, SMOKE)
     if args.small:
         args.base, args.big = 10**5, 10**6
     if args.base >= args.big or not 1 <= args.reps <= 1000 or not args.kill_above_gib > 0:

@@ -10,11 +10,13 @@ ratio of each size's time to the first's. Linear: doubling the size doubles the
 time (ratio 2 for 16 and 32 MiB); quadratic: four times.
 
     python -m benchmarks.stream_read [--mib 16 32] [--repeat 3] [--no-appending]
+                                     [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import ssl
 import sys
@@ -25,9 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._cli import parse_arguments
 from harness.engine import make_certificates
 from harness.engine.stream_wire import DeadlineReader, pack_fields, read_fields
 from harness.engine.upload import tls_context
+
+# The smallest size (--smoke): small fields, in seconds.
+SMOKE = {"mib": [1, 2], "repeat": 1}
 
 
 def _appending(sock: ssl.SSLSocket, n: int) -> bytes:
@@ -96,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-appending", action="store_true",
                         help="leave out the quadratic read (slow at large sizes)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", type=Path, help="also write the times here")
+    args = parse_arguments(parser, argv, SMOKE)
+    if args.json is not None and args.json.exists():
+        print(f"benchmarks.stream_read: error: {args.json} exists; not overwriting it",
+              file=sys.stderr)
+        return 1
     if args.repeat < 1 or min(args.mib) < 1 or max(args.mib) > 1024:
         print("benchmarks.stream_read: error: --repeat must be positive and --mib in "
               "[1, 1024]", file=sys.stderr)
@@ -112,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, times in best.items():
         print(f"| {name} | " + " | ".join(f"{times[mib]:.3f}" for mib in args.mib) + " | "
               + " | ".join(f"{times[mib] / times[first]:.2f}" for mib in args.mib[1:]) + " |")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"mib": args.mib, "repeat": args.repeat, "seconds": {
+            name: {str(mib): t for mib, t in times.items()} for name, times in best.items()}},
+            indent=2) + "\n")
     return 0
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.netns import profile_for, tbf_args
+from harness.remote.loopback import host_keypair, sshd_config, start_server, wait_ready
 
-SSHD = "/usr/sbin/sshd"
 _START_SECONDS = 15.0
 
 
@@ -124,35 +124,18 @@ class FreshHost:
         self.root.mkdir(parents=True, exist_ok=True)
         key = self.root / "ssh_host_ed25519_key"
         if not key.exists():
-            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
-        setenv = " ".join(f"{k}={v}" for k, v in self.env.items())
+            host_keypair(key, f"{self.name}-host")
         config = self.root / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}", f"ListenAddress {self.address}", f"HostKey {key}",
-            f"PidFile {self.root / 'sshd.pid'}", "AuthorizedKeysFile .ssh/authorized_keys",
-            f"AllowUsers {self.user}", "UsePAM no", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "UseDNS no",
-            "PrintMotd no", "MaxStartups 100", "Subsystem sftp internal-sftp",
-            *([f"SetEnv {setenv}"] if setenv else []), ""]))
+        config.write_text(sshd_config(port=self.port, address=self.address, host_key=key,
+                                      pid_file=self.root / "sshd.pid",
+                                      authorized_keys=".ssh/authorized_keys",
+                                      allow_users=self.user, env=self.env))
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-        argv = [SSHD, "-D", "-e", "-f", str(config)]
-        if self.netns:
-            argv = ["ip", "netns", "exec", self.netns, *argv]
-        with open(self.root / "sshd.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         start_new_session=True)
-        deadline = time.monotonic() + _START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sshd for {self.name} exited: {self.log()}")
-            try:
-                with socket.create_connection((self.address, self.port), timeout=1) as sock:
-                    sock.settimeout(2)
-                    if sock.recv(4).startswith(b"SSH-"):
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"sshd for {self.name} did not answer: {self.log()}")
+        prefix = ("ip", "netns", "exec", self.netns) if self.netns else ()
+        self.proc = start_server(config, self.root / "sshd.log", prefix)
+        proc = self.proc
+        wait_ready(self.address, self.port, lambda: proc.poll() is None, self.log, self.name,
+                   timeout=_START_SECONDS)
 
     def log(self) -> str:
         try:

@@ -3,61 +3,40 @@
 Each :class:`FakeHost` is one ``/usr/sbin/sshd -D`` with its own host key,
 config and ``workdir``, so the SSH runner is tested against the same server it
 meets in production. All of them share the test process's file system, which
-lets the tests look into the "remote" working directories and ``/proc``.
+lets the tests look into the "remote" working directories and ``/proc``. The
+pieces are :mod:`harness.remote.loopback`'s, which ``ltm hosts loopback`` runs.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-import harness
 from harness.engine.cluster import find_free_ports
-from harness.remote.hosts import REMOTE_PYTHON, Host, Inventory, format_inventory
+from harness.remote.hosts import Host, Inventory, format_inventory
+from harness.remote.loopback import (
+    SSHD,
+    LoopbackHost,
+    descendants,
+    free_port,
+    host_keypair,
+    install_harness,
+    start_server,
+    stop_server,
+    wait_ready,
+)
 
 __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
            "processes_under", "trusted_inventory", "write_inventory_file"]
-
-SSHD = Path("/usr/sbin/sshd")
-_START_SECONDS = 10.0
 
 
 def mpc_base_port(count: int) -> int:
     """A free range for the parties (below the ephemeral ports the SSH sessions use)."""
     return find_free_ports(count)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def descendants(root_pid: int) -> list[int]:
-    """Every process below ``root_pid`` (from /proc), children before grandchildren."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[-1].split()[1])
-            except OSError:
-                continue
-    found, frontier = [], [root_pid]
-    while frontier:
-        pid = frontier.pop(0)
-        children = [c for c, p in parents.items() if p == pid]
-        found += children
-        frontier += children
-    return found
 
 
 def processes_under(root: Path) -> list[tuple[int, str]]:
@@ -77,11 +56,6 @@ def processes_under(root: Path) -> list[tuple[int, str]]:
     return found
 
 
-def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
-                    "-f", str(path)], check=True, capture_output=True, timeout=30)
-
-
 @dataclass
 class FakeHost:
     """One sshd; ``start``/``stop`` may be repeated (``new_key`` simulates a rebuilt host)."""
@@ -94,114 +68,69 @@ class FakeHost:
     home: Path | None = None  # the sessions' $HOME, if not root's own
 
     @property
+    def _files(self) -> LoopbackHost:
+        return LoopbackHost(self.name, self.root, self.port, self.authorized_keys)
+
+    @property
     def workdir(self) -> Path:
         return self.root / "remote"
 
     def install_harness(self) -> None:
         """What ``ltm hosts setup`` leaves, cheaply: a $HOME of this host's own whose
         venv python is this test's interpreter running this tree's harness."""
-        self.home = self.root / "home"
-        python = self.home / REMOTE_PYTHON.removeprefix("~/")
-        python.parent.mkdir(parents=True)
-        tree = Path(harness.__file__).resolve().parent.parent
-        python.write_text(f'#!/bin/sh\nPYTHONPATH={tree} exec {sys.executable} "$@"\n')
-        python.chmod(0o755)
+        self.home = self._files.home
+        install_harness(self.home)
 
     @property
     def host_key(self) -> Path:
-        return self.root / "ssh_host_ed25519_key"
+        return self._files.host_key
 
     def new_key(self) -> None:
         for path in (self.host_key, self.host_key.with_suffix(".pub")):
             path.unlink(missing_ok=True)
-        _keygen(self.host_key, f"{self.name}-host")
+        host_keypair(self.host_key, f"{self.name}-host")
 
     def start(self, wait: bool = True) -> None:
         if not self.host_key.exists():
             self.new_key()
-        config = self.root / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
-            f"HostKey {self.host_key}",
-            f"PidFile {self.root / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            "PermitRootLogin yes",
-            "StrictModes no",
-            "UsePAM no",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PubkeyAuthentication yes",
-            "UseDNS no",
-            "PrintMotd no",
-            "MaxStartups 100",
-            "Subsystem sftp internal-sftp",
-            *([f"SetEnv HOME={self.home}"] if self.home else []),
-            "",
-        ]))
-        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation dir
-        log = open(self.root / "sshd.log", "ab")  # noqa: SIM115 - owned by the child
-        try:
-            self.proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)],
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         start_new_session=True)
-        finally:
-            log.close()
+        files = self._files
+        files.config.unlink(missing_ok=True)
+        files.write_config(home=self.home is not None)
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation dir
+        self.proc = start_server(files.config, files.log_file)
         if wait:
             self.wait_ready()
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + _START_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"sshd for {self.name} exited: {self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    sock.settimeout(2)
-                    if sock.recv(4).startswith(b"SSH-"):
-                        return
-            except OSError:
-                time.sleep(0.02)
-        raise RuntimeError(f"sshd for {self.name} did not answer: {self.log()}")
+        proc = self.proc
+        wait_ready("127.0.0.1", self.port, lambda: proc is not None and proc.poll() is None,
+                   self.log, self.name)
 
     def stop(self) -> None:
-        """Stop the server and everything it started.
-
-        Each connection's sshd and each party lead their own sessions, so they
-        are found as descendants (before the server goes and they are orphaned).
-        """
+        """Stop the server and everything it started."""
         if self.proc is None:
             return
-        sessions = descendants(self.proc.pid)
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
-        self.proc = None
-        for pid in sessions:
+        proc, self.proc = self.proc, None
+
+        def reap(seconds: float) -> bool:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                proc.wait(seconds)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+
+        stop_server(proc.pid, reap)
+        proc.wait(5)
 
     def log(self) -> str:
-        try:
-            return (self.root / "sshd.log").read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return self._files.log()
 
     def as_host(self, client_key: Path, engine: Path, **overrides: object) -> Host:
         """This server as an inventory entry; ``overrides`` replace fields (e.g. mp_spdz)."""
-        fields: dict = dict(name=self.name, ssh_host="127.0.0.1", ssh_port=self.port,
-                            user="root", key=str(client_key), mpc_host="127.0.0.1",
-                            mp_spdz=str(engine), workdir=str(self.workdir))
-        fields.update(overrides)
-        return Host(**fields)
+        fields = {"workdir": str(self.workdir), **overrides}
+        return self._files.as_host(str(fields.pop("user", "root")), client_key,
+                                   fields.pop("mp_spdz", engine), **fields)
 
 
 class SshFarm:
@@ -213,7 +142,7 @@ class SshFarm:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.client_key = root / "client_key"
-        _keygen(self.client_key, "ltm-test-client")
+        host_keypair(self.client_key, "ltm-test-client")
         self.authorized_keys = root / "authorized_keys"
         self.authorized_keys.write_text(self.client_key.with_suffix(".pub").read_text())
         self.hosts: list[FakeHost] = []

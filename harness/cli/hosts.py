@@ -1,7 +1,7 @@
-"""`ltm hosts trust | setup | check`: the SSH side of a hosts inventory.
+"""`ltm hosts trust | setup | check | loopback`: the SSH side of a hosts inventory.
 
-The handlers only translate arguments; the work is in :mod:`harness.remote._trust`
-and :mod:`harness.remote.setup`.
+The handlers only translate arguments; the work is in :mod:`harness.remote._trust`,
+:mod:`harness.remote.setup` and :mod:`harness.remote.loopback`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ from typing import Any
 
 from harness.cli.common import number
 from harness.errors import InputError, LtmError
+
+# Kept equal to harness.remote.loopback.MAX_HOSTS (a test checks), so that --help loads
+# neither paramiko nor the engine.
+MAX_LOOPBACK_HOSTS = 16
 
 __all__ = ["add_commands"]
 
@@ -66,6 +70,52 @@ def add_commands(subparsers: Any) -> None:
                     "`ltm hosts setup` installed (flagged if it differs from this one).")
     check.add_argument("inventory", type=Path, metavar="FILE", help="the hosts inventory")
     check.set_defaults(func=_check)
+    _add_loopback(commands)
+
+
+# `ltm hosts loopback start|stop`: where the hosts live unless --dir says otherwise.
+LOOPBACK_DIR = Path("loopback-hosts")
+
+
+def _add_loopback(commands: Any) -> None:
+    loopback = commands.add_parser(
+        "loopback", help="start or stop OpenSSH servers on this machine to try --hosts on",
+        description="Run OpenSSH servers on this machine's loopback, one per party, each "
+                    "with its own host key and home, and write their hosts inventory: a "
+                    "--hosts run on one machine, as on real hosts (pinned keys, SSH, TLS "
+                    "between the parties). Needs /usr/sbin/sshd (openssh-server).")
+    actions = loopback.add_subparsers(dest="loopback_command", metavar="ACTION", required=True)
+    start = actions.add_parser(
+        "start", help="start N sshd servers and write DIR/hosts.toml",
+        description="Start N sshd servers on free loopback ports as background daemons, "
+                    "each with a new host key and a home whose harness is this one (as "
+                    "`ltm hosts setup` leaves a host) and this machine's MP-SPDZ, and a new "
+                    "key for you to log in with (as the user running this command); write "
+                    "their inventory DIR/hosts.toml. Every file is 0600 in a 0700 "
+                    "directory. Pin the keys next: `ltm hosts trust DIR/hosts.toml`.")
+    start.add_argument("count", type=number("N", low=2, high=MAX_LOOPBACK_HOSTS, integer=True),
+                       metavar="N", help=f"how many hosts (parties), 2 to {MAX_LOOPBACK_HOSTS}")
+    start.add_argument("--client-hosts", type=number("--client-hosts", low=0,
+                                                     high=MAX_LOOPBACK_HOSTS, integer=True),
+                       default=0, metavar="K",
+                       help="also K client hosts ([[client]] entries), which stream the "
+                            "clients' shares to the servers (default: 0, this machine does)")
+    start.add_argument("--dir", type=Path, default=LOOPBACK_DIR, metavar="DIR",
+                       help="a new (or empty) directory for the hosts' keys, homes and "
+                            f"inventory (default: {LOOPBACK_DIR})")
+    start.add_argument("--mp-spdz", type=Path, default=None, metavar="DIR",
+                       help="the MP-SPDZ the hosts run (default: $MP_SPDZ_HOME or "
+                            "~/.local/share/ltm-harness/mp-spdz, installed on first use)")
+    start.set_defaults(func=_loopback_start)
+    stop = actions.add_parser(
+        "stop", help="stop the servers and remove DIR (keys, homes, inventory)",
+        description="Stop the sshd servers `ltm hosts loopback start` started in DIR, with "
+                    "every session and party they run, and remove DIR: its keys, the "
+                    "hosts' homes and working directories, the inventory and its pinned "
+                    "keys.")
+    stop.add_argument("--dir", type=Path, default=LOOPBACK_DIR, metavar="DIR",
+                      help=f"the directory given to start (default: {LOOPBACK_DIR})")
+    stop.set_defaults(func=_loopback_stop)
 
 
 def _ask(question: str) -> bool:
@@ -106,4 +156,22 @@ def _check(args: argparse.Namespace) -> int:
         raise LtmError(f"{failed} of {len(checks)} host(s) failed the check: each FAILED line "
                        f"above says why (`ltm hosts setup {args.inventory}` installs what is "
                        "missing)")
+    return 0
+
+
+def _loopback_start(args: argparse.Namespace) -> int:
+    from harness.engine import ensure_mpspdz, find_free_ports
+    from harness.remote import check_loopback, start_loopback
+
+    check_loopback(args.count, args.dir, args.client_hosts)  # before any install
+    mp = ensure_mpspdz(args.mp_spdz)
+    start_loopback(args.count, args.dir, mp.root, base_port=find_free_ports(args.count),
+                   client_hosts=args.client_hosts)
+    return 0
+
+
+def _loopback_stop(args: argparse.Namespace) -> int:
+    from harness.remote import stop_loopback
+
+    stop_loopback(args.dir)
     return 0

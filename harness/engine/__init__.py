@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         PROTOCOL,
         LocalCluster,
         PartyRun,
+        find_free_ports,
         party_input_file,
     )
     from harness.engine.installer import ensure_mpspdz, install
@@ -158,6 +159,7 @@ __all__ = [
     "stream_inputs",
     "worker_count",
     "parse_stats",
+    "find_free_ports",
     "party_input_file",
     "profile_for",
     "protocol_for",

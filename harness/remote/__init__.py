@@ -6,7 +6,8 @@ parties, the group that runs them and trust/check behind it in private
 modules, preparing hosts (:mod:`.setup`, with the harness's wheel in
 :mod:`.wheel` and MP-SPDZ in :mod:`.bundle`), and the one program the hosts
 themselves run (:mod:`.agent`: seed expansion, local aggregation, and the
-client host's preparation and transfers, :mod:`.transfer`).
+client host's preparation and transfers, :mod:`.transfer`), and loopback hosts
+(:mod:`.loopback`: sshd servers on this machine standing in for the parties' machines).
 
 May import: the top-level shared modules, :mod:`harness.clients` and
 :mod:`harness.engine` (a remote party is an engine party started over SSH).
@@ -43,6 +44,10 @@ _LAZY = {
     "Stop": "harness.remote._stop",
     "Stopped": "harness.remote._stop",
     "parallel": "harness.remote._results",
+    "check_loopback": "harness.remote.loopback",
+    "loopback_servers": "harness.remote.loopback",
+    "start_loopback": "harness.remote.loopback",
+    "stop_loopback": "harness.remote.loopback",
 }
 
 __all__ = sorted(_LAZY)

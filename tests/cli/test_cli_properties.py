@@ -422,6 +422,28 @@ def test_hosts(tmp_path_factory, capsys, action, inventory, timeout, mode, yes, 
     assert check_outcome(capsys, argv)[0] == 1  # every inventory here is broken
 
 
+@BUDGET
+@given(count=wild_number(), clients=st.one_of(st.none(), wild_number()),
+       directory=st.one_of(st.none(), out_name()), stop=st.booleans())
+def test_hosts_loopback(tmp_path_factory, capsys, monkeypatch, count, clients, directory,
+                        stop):
+    """No sshd here: every start is refused (a bad count first, else the missing
+    server), and a stop finds no hosts; in one line, with nothing left behind."""
+    loopback = importlib.import_module("harness.remote.loopback")
+    root = tmp_path_factory.mktemp("loopback")
+    monkeypatch.setattr(loopback, "SSHD", root / "no-sshd")
+    monkeypatch.chdir(root)
+    before = sorted(root.iterdir())
+    dir_args = ["--dir", directory] if directory is not None else []
+    if stop:
+        argv = ["hosts", "loopback", "stop", *dir_args]
+    else:
+        argv = ["hosts", "loopback", "start", count, *dir_args,
+                *(["--client-hosts", clients] if clients is not None else [])]
+    assert check_outcome(capsys, argv)[0] == 1
+    assert sorted(root.iterdir()) == before
+
+
 # --- aws, under moto ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -254,8 +254,12 @@ def fill_placeholders(parser: argparse.ArgumentParser, argv: list[str]) -> list[
     last = _chain(parser, argv)
     options = {s: a for p in _parsers(parser) for s, a in p._option_string_actions.items()}
     options.update(last._option_string_actions)  # the command's own options win
-    positional = ["1", *(str(c) for a in last._actions if not a.option_strings and a.choices
-                         for c in a.choices)]
+    # A positional's value is tried as 1, as a value its type accepts (`start N`, N >= 2),
+    # and as each of its choices.
+    positional = list(dict.fromkeys([
+        "1", *(_dummy(a) for a in last._actions if not a.option_strings and not a.choices),
+        *(str(c) for a in last._actions if not a.option_strings and a.choices
+          for c in a.choices)]))
     slots: list[list[str]] = []
     for k, word in enumerate(argv):
         if not _PLACEHOLDER.fullmatch(word):

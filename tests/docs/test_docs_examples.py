@@ -3,8 +3,10 @@
 Every command of README.md's tour and every how-to command marked ``% quick``
 (see ``_examples.py``) is run as written, at the size the page gives it, in a
 fresh directory per page (commands on one page may use what earlier ones wrote),
-against the real MP-SPDZ and, for ``--hosts``, real OpenSSH servers on loopback
-named by a ``hosts.toml`` there. Its output must hold the lines the page shows.
+against the real MP-SPDZ; the README's ``--hosts`` run starts its own OpenSSH
+servers on loopback with ``ltm hosts loopback start`` and stops them, as a reader
+would (any still running when a command fails are stopped here). Its output must
+hold the lines the page shows.
 """
 
 from __future__ import annotations
@@ -17,20 +19,12 @@ from pathlib import Path
 
 import pytest
 from _examples import ROOT, Example, doc_pages, examples, expected_pattern, missing_lines
-from _sshd import SshFarm, mpc_base_port, write_inventory_file
+
+from harness.remote import stop_loopback
 
 pytestmark = [pytest.mark.mpspdz, pytest.mark.slow]
 
 PAGES = [p for p in doc_pages() if examples(p)]
-# The --hosts example logs into loopback sshd servers as root.
-NEEDS_HOSTS = {p for p in PAGES if "hosts.toml" in p.read_text(encoding="utf-8")}
-
-
-def _hosts_file(where: Path, farm: SshFarm, mp_root: Path) -> None:
-    """hosts.toml: two loopback sshd hosts with the harness, as after `ltm hosts setup`."""
-    fakes = [farm.add(f"p{i}", harness=True) for i in range(2)]
-    hosts = [f.as_host(farm.client_key, mp_root) for f in fakes]
-    write_inventory_file(where / "hosts.toml", hosts, mpc_base_port(2))
 
 
 def _run(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -42,23 +36,13 @@ def _run(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.parametrize("page", [
-    pytest.param(p, id=str(p.relative_to(ROOT)),
-                 marks=[pytest.mark.root] if p in NEEDS_HOSTS else [])
-    for p in PAGES])
+@pytest.mark.parametrize("page", [pytest.param(p, id=str(p.relative_to(ROOT))) for p in PAGES])
 def test_the_page_s_examples_print_what_it_shows(page: Path, tmp_path: Path, mp_spdz,
                                                  program_cache) -> None:
     found: list[Example] = examples(page)
     work = tmp_path / "work"
     work.mkdir()
-    farm = None
     try:
-        if page in NEEDS_HOSTS:
-            if os.geteuid() != 0:
-                pytest.fail("the --hosts example logs into loopback sshd servers as root: "
-                            "run this test as root (CI does)")
-            farm = SshFarm(tmp_path / "farm")
-            _hosts_file(work, farm, mp_spdz.root)
         for example in found:
             for command in example.commands:
                 done = _run(command.text, work, program_cache)
@@ -69,8 +53,8 @@ def test_the_page_s_examples_print_what_it_shows(page: Path, tmp_path: Path, mp_
                 assert not missing, (f"{where} did not print these shown lines:\n  "
                                      + "\n  ".join(missing) + f"\nit printed:\n{done.stdout}")
     finally:
-        if farm is not None:
-            farm.close()
+        for left in work.rglob("loopback.json"):  # hosts a failed command left running
+            stop_loopback(left.parent, echo=lambda line: None)
 
 
 def test_the_readme_tour_is_found() -> None:
@@ -82,6 +66,16 @@ def test_the_readme_tour_is_found() -> None:
     assert any(c.startswith("ltm utility figure") for c in commands), commands
     assert any("--hosts" in c for c in commands), commands
     assert all(c.shown for e in tour for c in e.commands if c.text.startswith("ltm run"))
+    # The --hosts run can be followed on one machine: the tour starts its hosts, pins
+    # their keys, runs on the inventory it wrote, and stops them.
+    steps = ("ltm hosts loopback start", "ltm hosts trust", "ltm run --hosts",
+             "ltm hosts loopback stop")
+    where = [[i for i, c in enumerate(commands) if c.startswith(step)] for step in steps]
+    assert all(where), dict(zip(steps, where, strict=True))
+    assert [w[0] for w in where] == sorted(w[0] for w in where), commands
+    start, trust, run = (shlex.split(commands[w[0]]) for w in where[:3])
+    inventory = Path(start[start.index("--dir") + 1]) / "hosts.toml"
+    assert Path(trust[3]) == inventory and Path(run[run.index("--hosts") + 1]) == inventory
     quick = [e for p in doc_pages() if p.name != "README.md" for e in examples(p)]
     assert len(quick) >= 4, [e.page for e in quick]
 
