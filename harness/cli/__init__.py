@@ -31,8 +31,8 @@ DEBUG_ENV_VAR = "LTM_DEBUG"
 
 # The argparse dests that hold a subcommand's name, outermost first: they name the
 # command in an internal error's line.
-_COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "aws_command",
-                  "mpspdz_command")
+_COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "loopback_command",
+                  "aws_command", "mpspdz_command")
 
 # SIGTERM (kill, systemd, a batch scheduler) and SIGHUP (a closed terminal) stop a
 # command the way Ctrl-C does, through the same cleanup: parties stopped, partial
