@@ -67,7 +67,7 @@ SWEEP_FILE = "sweep.json"
 # mix incomparable repetitions in one table.
 _IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise",
              "calibration", "seed")
-# spdz2k's party input, measured with MP-SPDZ v0.4.2 on a 2-core AMD EPYC VM (November
+# spdz2k's party input, measured with MP-SPDZ v0.4.2 on a 2-core x86-64 VM (November
 # 2026): 2 parties each inputting 100,000 values took 1.84 s and sent 222 MB. Party input
 # of every noisy value costs that per 200,000 values; above this many it is left out.
 _SPDZ2K_PARTY_INPUT_MAX = 200_000
