@@ -36,7 +36,8 @@ FORBIDDEN: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\b(?:PR|pull request)\s*#?\d+", re.I), "an internal tracking number"),
     (re.compile(r"\bthis (?:session|sprint)\b|\bstretch of work\b|\bmeasured for\b"
                 r"|\bon (?:its|their|a|my|our) (?:own )?branch\b|\bother engineers\b"
-                r"|\bCEO\b|\bthe brief\b|\bhelper (?:session|agent)s?\b", re.I),
+                r"|\bCEO\b|\bthe brief\b|\bhelper (?:session|agent)s?\b"
+                r"|\b(?:the|this|that) issue's\b|\bas in the issue\b", re.I),
      "words about how the work was organised"),
     (re.compile(r"secure-sketching\.tex"), "the paper's source file (cite arXiv:2412.00497)"),
     # Published examples write beside the user's working directory, never to a root
@@ -137,6 +138,8 @@ def _report(where: str, found: list[tuple[int, str, str]]) -> list[str]:
     "in the last stretch of work",
     "measured on its branch while the machine was loaded",
     "beside other engineers' test runs",
+    "about the issue's target of 1.15",
+    "5 as in the issue",
     "mp_spdz = \"/root/.local/share/ltm-harness/mp-spdz\"",
     "the file /home/alice/data.npy",
     "python -m benchmarks.hosts --json /tmp/hosts.json",
