@@ -9,7 +9,7 @@ run so that both see the same machine load; each figure is the minimum and the
 median over ``--repeat`` repetitions. Each repetition times both generators
 back to back (alternating which goes first), and the headline ratio is the
 median of those paired ratios: on a loaded machine the minima and medians of
-each side also measure the neighbours. The issue's target is a ratio of at most
+each side also measure the neighbours. The target is a ratio of at most
 1.15 for normal draws.
 
     python -m benchmarks.noise_rng [--draws N] [--repeat K] [--json FILE] [--smoke]

@@ -1,6 +1,6 @@
 """The clients at population scale: their kernel floor, and ``ltm run`` at 1e6 and 1e8.
 
-In one run (issue 20's targets, S = 3, d = 10, m = 100, s = 1, ``local``, Gaussian):
+In one run (the scale targets, S = 3, d = 10, m = 100, s = 1, ``local``, Gaussian):
 
 - the kernel floor on warm buffers, on one core: per noisy value one normal draw
   (the clients' generator, :func:`harness.clients.noise_rng`), its fixed-point

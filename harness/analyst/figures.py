@@ -1,7 +1,7 @@
 """The paper's utility figures and Tables 6-7, each reproduced by one call.
 
-Section "Interpolation between Local and Central DP" (secure-sketching.tex,
-lines ~1120-1275) has three figures: psi of low-rank approximation
+Section "Interpolation between Local and Central DP" of the paper (arXiv:2412.00497)
+has three figures: psi of low-rank approximation
 (``lowrank``: epsilon in {0.1, 0.5} x k in {5, 10}, d = 50), phi of ridge
 regression (``ridge``: epsilon in {0.01, 0.03, 0.05, 0.1}, d = 10, lambda = 10,
 mu^2 = n) and the same for lambda in {1, 10, 100} (``ridge-lambda``). Each

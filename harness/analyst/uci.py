@@ -14,14 +14,14 @@ Each may also sit in the zip archive UCI serves it in (any ``*.zip`` in the
 directory holding a member of that name). With internet, ``ucimlrepo`` (PyPI)
 or the UCI pages give the same files.
 
-The paper's preprocessing (lines ~1220-1230): Power drops Date and Time and the
-rows with a missing value and predicts Sub_metering_3 from the other 6;
-Elevation predicts ALTITUDE from LONGITUDE and LATITUDE; Ethylene uses the
-Ethylene-CO recording and predicts the last column (TGS2620) from the other
-18; Songs predicts the year from the audio features. Low rank (Table 6) uses
-the features alone, with the paper's k. Then every column is divided by its
-largest absolute value, so that the entry bound eta = 1 the calibrations
-assume holds (the paper does not say how it scaled the data).
+The paper's preprocessing (Section "Interpolation between Local and Central
+DP"): Power drops Date and Time and the rows with a missing value and predicts
+Sub_metering_3 from the other 6; Elevation predicts ALTITUDE from LONGITUDE and
+LATITUDE; Ethylene uses the Ethylene-CO recording and predicts the last column
+(TGS2620) from the other 18; Songs predicts the year from the audio features.
+Low rank (Table 6) uses the features alone, with the paper's k. Then every
+column is divided by its largest absolute value, so that the entry bound eta = 1
+the calibrations assume holds (the paper does not say how it scaled the data).
 """
 
 from __future__ import annotations

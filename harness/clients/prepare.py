@@ -40,7 +40,7 @@ __all__ = ["SHARE_HEADER", "Prepared", "ShareSink", "Sink", "TextSink", "prepare
 # Persistence/Transactions-P<i>.data of semi2k: header length, descriptor, then 8-byte shares.
 SHARE_HEADER = ADDITIVE.header
 _STREAM_ROWS = 1 << 18
-# What --tamper adds: any nonzero change of one word breaks the sum; 5 as in the issue.
+# What --tamper adds: any nonzero change of one word breaks the sum; 5 is one.
 TAMPER_DELTA = 5
 
 

@@ -66,7 +66,7 @@ COST_NS: dict[tuple[str, str], tuple[float, float]] = {
     ("malicious-rep-ring", "reference"): (320, 4700),
     ("spdz2k", "local"): (170, 52),
     # spdz2k's party input (it runs only up to 200,000 values): 1.84 s per 200,000
-    # values (MP-SPDZ v0.4.2, measured for issue 10); preparing is semi2k's.
+    # values (MP-SPDZ v0.4.2, 2-core x86-64 VM, November 2026); preparing is semi2k's.
     ("spdz2k", "reference"): (460, 9200),
 }
 # The parties' start-up and shut-down around T_MPC: the median of wall_s - T_MPC

@@ -60,9 +60,9 @@ __all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
 
 RAW_FILE = "raw.jsonl"
 SWEEP_FILE = "sweep.json"
-# spdz2k's party input, measured with MP-SPDZ v0.4.2 (issue 10): 2 parties each
-# inputting 100,000 values took 1.84 s and sent 222 MB. Party input of every
-# noisy value costs that per 200,000 values; above this many it is left out.
+# spdz2k's party input, measured with MP-SPDZ v0.4.2 on a 2-core x86-64 VM (November
+# 2026): 2 parties each inputting 100,000 values took 1.84 s and sent 222 MB. Party input
+# of every noisy value costs that per 200,000 values; above this many it is left out.
 _SPDZ2K_PARTY_INPUT_MAX = 200_000
 
 
@@ -256,7 +256,7 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
     if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
             and cell.sparsity * cell.clients * cell.dim > _SPDZ2K_PARTY_INPUT_MAX:
         return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "
-                f"per 200,000 values (MP-SPDZ v0.4.2, measured for issue 10), i.e. minutes "
+                f"per 200,000 values (MP-SPDZ v0.4.2 on a 2-core x86-64 VM), i.e. minutes "
                 f"and gigabytes per run here; run only up to {_SPDZ2K_PARTY_INPUT_MAX} values")
     if mp is None:
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -148,3 +149,33 @@ def test_zero_output_when_too_few_clients(tmp_path, mp_spdz, program_cache):
     result, out = _run(tmp_path, program_cache, noise="gaussian", clients=300, rows=10, dim=2)
     assert result["parameters"]["noise"]["zero_output"] is True
     assert np.count_nonzero(np.load(out / "output.npy")) == 0
+
+
+_END_TO_END = re.compile(r"  T_end_to_end (\S+) s = stream (\S+) \(.*\) \+ (T_MPC|MPC) (\S+)"
+                         r"( \(opening the sums\))?")
+
+
+@pytest.mark.parametrize("program", ["fast", "local"])
+def test_the_summary_s_end_to_end_names_the_term_after_the_stream(tmp_path, mp_spdz,
+                                                                  program_cache, program):
+    """The term after a stream is T_MPC itself (fast), or only the MPC that opens the
+    servers' sums (local, whose T_MPC includes those sums): never a figure named like
+    T_MPC that differs from it. The terms add up to T_end_to_end."""
+    result, out = _run(tmp_path, program_cache, program=program, parties=2, clients=3000,
+                       rows=10, dim=3)
+    assert "stream_wall_s" in result.timings  # both programs stream on this machine
+    lines = summary(result, out).splitlines()
+    t_mpc = next(x for x in lines if x.startswith("  T_MPC "))
+    found = _END_TO_END.fullmatch(next(x for x in lines if "T_end_to_end" in x))
+    assert found, lines
+    total, stream, term, after, opening = found.groups()
+    assert float(total) == pytest.approx(float(stream) + float(after), abs=0.0015)
+    if program == "fast":
+        assert term == "T_MPC" and not opening
+        assert t_mpc.startswith(f"  T_MPC {after} s (slowest party);")
+    else:
+        assert term == "MPC" and opening
+        assert "its aggregation while the shares arrived included" in t_mpc
+        assert float(after) == pytest.approx(
+            max(p.mpc_time_s for p in result.parties), abs=0.0015)
+        assert float(after) < result.t_mpc_s
