@@ -36,6 +36,17 @@ from harness.clients.matrices import (
     npy_error,
     open_rows,
 )
+from harness.clients.mechanisms import (
+    COIN_TARGET,
+    MAX_COINS,
+    MECHANISMS,
+    CoinLayout,
+    ServerNoise,
+    binomial_epsilon,
+    grid_sensitivity,
+    least_coins,
+    server_noise,
+)
 from harness.clients.noise import CALIBRATIONS, NOISE_GENERATOR, NOISE_KINDS, NoiseSpec, noise_rng
 from harness.clients.prepare import (
     Prepared,
@@ -97,6 +108,15 @@ from harness.clients.stream_seeded import SeededReader
 from harness.clients.stream_spec import OffsetRows, StreamSpec, write_rows
 
 __all__ = [
+    "COIN_TARGET",
+    "MAX_COINS",
+    "MECHANISMS",
+    "CoinLayout",
+    "ServerNoise",
+    "binomial_epsilon",
+    "grid_sensitivity",
+    "least_coins",
+    "server_noise",
     "OffsetRows",
     "ProducerTotals",
     "StreamSpec",

@@ -12,7 +12,12 @@ protocol and security, sharing, hosts and network parameters; T_end_to_end,
 whether the upload was measured and whether inputs were reused); 2 has every
 key of :class:`RunResult` in every file; 3 adds ``privacy``, the (epsilon, delta)
 requested and the one the accountant certifies for the noise drawn (null in
-older files, which certified nothing; sweep rows are unchanged).
+older files, which certified nothing; sweep rows are unchanged); 4 adds the
+``mechanism`` parameter (``ltm``, ``dng`` or ``central``: every older run was the
+LTM's), ``verification.noise_check`` (the servers' noise against the certified
+one; null for the LTM, whose runs are bit-exact) and, in ``privacy``, the
+mechanism with its noise's standard deviation against the central Gaussian's
+(absent from older files).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -59,6 +64,8 @@ class Verification:
     mismatches: int
     entries: int
     method: str = VERIFICATION_METHOD
+    # The servers' noise (dng, central): the release against the noise certified.
+    noise_check: dict | None = None
 
 
 @dataclass
@@ -104,6 +111,7 @@ class RunParameters:
     network: str  # the emulated network's profile, or "loopback"
     noise: dict = field(default_factory=dict)
     layout: dict = field(default_factory=dict)
+    mechanism: str = "ltm"  # who added the noise: the clients, each server or the MPC
 
 
 @dataclass
@@ -186,7 +194,18 @@ def _update_to_3(data: dict) -> dict:
     return {**data, "privacy": None}
 
 
-_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3}
+def _update_to_4(data: dict) -> dict:
+    """Version 3 ran the LTM only: the clients' noise, verified bit for bit."""
+    privacy = data.get("privacy")
+    if privacy is not None:
+        privacy = {"mechanism": "ltm", **privacy}
+    return {**data, "parameters": {**data["parameters"], "mechanism": "ltm"},
+            "verification": {**data["verification"], "noise_check": None},
+            "privacy": privacy}
+
+
+_RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
+                                                      3: _update_to_4}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -254,7 +273,11 @@ def _row_to_3(row: dict) -> dict:
     return row  # version 3 changed result.json only
 
 
-_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3}
+def _row_to_4(row: dict) -> dict:
+    return row  # version 4 changed result.json only
+
+
+_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

@@ -25,6 +25,7 @@ from harness.clients import (
     NoiseSpec,
     Prepared,
     Rows,
+    ServerNoise,
     Sketch,
     SlotShape,
     SyntheticRows,
@@ -32,6 +33,7 @@ from harness.clients import (
     certify,
     check_dimensions,
     open_rows,
+    server_noise,
     smallest_n,
     split_clients,
 )
@@ -41,6 +43,7 @@ from harness.experiments.config import RunConfig
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
            "check_noise", "check_ring", "check_workload_size", "client_job", "noise_for",
+           "servers_noise_for",
            "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
 
 
@@ -64,6 +67,7 @@ class Workload:
     blocks: BlockShape | None = None
     split: ClientSplit | None = None  # the clients' ranges, with several client hosts
     slots: SlotShape | None = None
+    servers_noise: ServerNoise | None = None  # dng or central: the servers' noise
 
     @property
     def n(self) -> int:
@@ -103,6 +107,8 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     if cfg.calibration not in CALIBRATIONS:
         raise InputError(f"unknown --calibration {cfg.calibration!r}; choose "
                          f"{' or '.join(CALIBRATIONS)}")
+    if cfg.mechanism != "ltm":  # the servers add the noise: the clients send plain rows
+        return NoiseSpec("none", n=n, m=cfg.rows, d=d, s=s, frac_bits=cfg.frac_bits)
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
                       calibration=cfg.calibration, frac_bits=cfg.frac_bits)
@@ -111,6 +117,15 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     check_encodable(noise, FixedPoint(cfg.frac_bits), cfg.eta)
     check_certified(noise)
     return noise
+
+
+def servers_noise_for(cfg: RunConfig, d: int, s: int) -> ServerNoise | None:
+    """The servers' noise of a dng or central run, certified (None for the LTM); an
+    (epsilon, delta) that would need too many coins is refused in one line."""
+    return server_noise(cfg.mechanism, servers=cfg.party_count,
+                        corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
+                        m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
+                        frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
 
 
 def check_noise(cfg: RunConfig) -> None:
@@ -122,6 +137,7 @@ def check_noise(cfg: RunConfig) -> None:
     if cfg.dim < 1:
         raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
     noise_for(cfg, cfg.clients, cfg.dim, s)
+    servers_noise_for(cfg, cfg.dim, s)
 
 
 def check_certified(noise: NoiseSpec) -> None:
@@ -213,6 +229,7 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
     check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
+    servers = servers_noise_for(cfg, d, s)
     fp = FixedPoint(cfg.frac_bits)
     check_ring(noise, fp, n, s, cfg.eta)
     # Without --seed the sketch and the synthetic data still get one, drawn here and
@@ -238,7 +255,7 @@ def build_workload(cfg: RunConfig) -> Workload:
         blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
     elif not program.aggregates and cfg.input_kind == "shares":  # one row per slot
         slots = SlotShape()
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots)
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots, servers)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -249,8 +266,14 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
               "block_rows": shape.block_rows if shape else 1,
               "chunk_blocks": shape.chunk_blocks if shape else 1}
-    return compile_program(mp, program.template, program.template_params(values),
-                           cache_dir=cfg.cache_dir)
+    params = program.template_params(values)
+    options: tuple[str, ...] = ()
+    if work.servers_noise is not None:
+        params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
+        if work.servers_noise.kind == "central":  # its coins are edaBits: cheaper split
+            options = cfg.spec.split_args(cfg.party_count)
+    return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
+                           options=options)
 
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:
