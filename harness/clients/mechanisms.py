@@ -23,10 +23,11 @@ clients enters (no delta_E): the servers' noise alone is certified.
   low bits gone, so the revealed grid values carry nothing finer). A neighbour
   then moves an entry by at most ceil(E / 2^k) + 1 grid steps (E = 2 round(eta
   2^F) the lattice sensitivity; the one step for the rounding). The certificate
-  is dp-accounting's privacy loss distribution from the exact probability mass functions of Binomial(N, 1/2)
-  and its shift by that many steps, composed over the s d entries a client moves
-  (a smaller shift of a log-concave noise is dominated by the largest), and N is
-  the least even number of coins it certifies at (epsilon, delta).
+  is dp-accounting's privacy loss distribution from the exact probability mass
+  functions of Binomial(N, 1/2) and its shift by that many steps, composed over
+  the s d entries a client moves (a smaller shift of a log-concave noise is
+  dominated by the largest: tests check both by brute force), and N is the least
+  even number of coins it certifies at (epsilon, delta).
 
 Every mechanism reports its noise's standard deviation per entry of T against
 the central Gaussian's for the same (epsilon, delta, l2 sensitivity): 1.0 is the
@@ -49,8 +50,9 @@ from harness.clients.privacy import (
 )
 from harness.errors import InputError
 
-__all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise", "binomial_epsilon",
-           "central_noise", "dng_noise", "grid_sensitivity", "least_coins", "server_noise"]
+__all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise",
+           "binomial_epsilon", "central_noise", "dng_noise", "grid_sensitivity", "least_coins",
+           "server_noise"]
 
 MECHANISMS = ("ltm", "dng", "central")
 # The most coins per cell a central run draws: about two minutes of the MPC per
@@ -80,7 +82,8 @@ def _binomial_pmfs(coins: int, steps: int) -> tuple[dict, dict]:
     high = min(coins, math.ceil(coins / 2 + spread + steps))
     xs = np.arange(low, high + 1)
     logs = stats.binom.logpmf(xs, coins, 0.5).tolist()
-    return dict(zip(xs.tolist(), logs)), dict(zip((xs + steps).tolist(), logs))
+    return (dict(zip(xs.tolist(), logs, strict=True)),
+            dict(zip((xs + steps).tolist(), logs, strict=True)))
 
 
 @lru_cache(maxsize=256)

@@ -29,7 +29,7 @@ __all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_
            "render"]
 
 COMPILE_ARGS = ("-R", "64")
-_TEMPLATES = ("fast", "reference", "open", "engine_read")
+_TEMPLATES = ("fast", "reference", "open", "engine_read", "noise_cost")
 
 
 def default_cache_dir() -> Path:

@@ -45,7 +45,6 @@ from harness.engine import (
     party_input_file,
 )
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
-from harness.fileio import open_private, private_dir
 from harness.experiments.config import RunConfig
 from harness.experiments.noise_check import check_noise_release, method
 from harness.experiments.placement import make_cluster
@@ -57,6 +56,7 @@ from harness.experiments.results import (
     metadata,
 )
 from harness.experiments.workload import Workload, client_job, public_input_for, upload_model_mb
+from harness.fileio import open_private, private_dir
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
 

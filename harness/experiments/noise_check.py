@@ -54,7 +54,7 @@ def _gof(errors: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
         grid = np.linspace(errors.min() - 1, errors.max(), 4097).round().astype(np.int64)
         support = np.unique(grid)
     cum = cdf(support)
-    edges = []
+    edges: list[int] = []
     for q in np.linspace(0, 1, bins + 1)[1:-1]:
         at = support[min(np.searchsorted(cum, q), support.size - 1)]
         if not edges or at > edges[-1]:

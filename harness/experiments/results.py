@@ -196,7 +196,7 @@ def _update_to_3(data: dict) -> dict:
 
 def _update_to_4(data: dict) -> dict:
     """Version 3 ran the LTM only: the clients' noise, verified bit for bit."""
-    privacy = data.get("privacy")
+    privacy = data["privacy"]
     if privacy is not None:
         privacy = {"mechanism": "ltm", **privacy}
     return {**data, "parameters": {**data["parameters"], "mechanism": "ltm"},
