@@ -7,10 +7,13 @@ back, added to a sketch of zeros and revealed) and runs it under every protocol,
 reporting the slowest party's time, the data sent and the rounds, per cell and
 per coin. Each run's revealed noise is checked against Binomial(N, 1/2) - N/2.
 
-Techniques (``--technique``): ``edabits`` (the harness's: the binary halves of
-edaBits, a binary popcount, one conversion per 2,048 coins), ``random-bits``
-(arithmetic random bits, summed: the textbook way), and ``edabits`` compiled
-without the ``-Z`` split (``--no-split``). The reference figures (2-core machine,
+Techniques (``--technique``): ``split`` (the harness's where the protocol converts
+shares locally, compiled with ``-Z``: the bitwise XOR of a random ring element's
+locally converted summands, free, then a binary popcount and one conversion per
+2,048 coins), ``edabits`` (the harness's elsewhere: the binary halves of edaBits,
+as the reference prototype), ``random-bits`` (arithmetic random bits, summed: the
+textbook way), each also without ``-Z`` (``--no-split``); ``best`` (default) is
+the harness's choice per protocol. The reference figures (2-core machine,
 loopback): replicated-ring 0.71 s and 16 MB, semi2k 6.9 s and 774 MB; the
 last lines are the ratios to them (target: within 1.5x) when C and N are theirs.
 
@@ -31,8 +34,7 @@ from benchmarks._cli import run_benchmark
 from harness.clients import CoinLayout, ServerNoise
 from harness.engine import PROTOCOLS, LocalCluster, compile_program, find_mpspdz, parse_output
 from harness.errors import VerificationError
-from harness.experiments import metadata
-from harness.experiments.noise_check import check_noise_release
+from harness.experiments import check_noise_release, coin_technique, metadata
 
 # The reference prototype's figures: (seconds, MB) for 5,000 cells of 2,304 coins.
 REFERENCE = {"replicated-ring": (0.71, 16.0), "semi2k": (6.9, 774.0)}
@@ -55,11 +57,17 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
         spec = PROTOCOLS[name]
         parties = spec.exact_parties or 2
         options = spec.split_args(parties) if split else ()
-        params = {"m": cells, "d": 1, **noise.template_params(), "technique": technique}
+        params = {"m": cells, "d": 1, **noise.template_params(),
+                  **coin_technique(spec, parties)}
+        if technique != "best":
+            params["technique"] = technique
+        if params["technique"] == "split" and not spec.splits:
+            echo(f"{name}: no local share conversion, so no split coins; skipped")
+            continue
         program = compile_program(mp, "noise_cost", params, options=options)
         cluster = LocalCluster(mp, parties, workdir / name, protocol=name)
         echo(f"{name}: {parties} parties, {cells} cells x {noise.coins} coins "
-             f"({technique}{', -Z' if options else ''}) ...")
+             f"({params['technique']}{', -Z' if options else ''}) ...")
         reps = []
         for _ in range(repeat):
             runs = cluster.run(program, "", timeout=3600)
@@ -72,7 +80,8 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
             reps.append({"time_s": max(r.stats["time_s"] for r in runs),
                          "global_mb": max(r.stats["global_data_sent_mb"] for r in runs),
                          "rounds": max(r.stats["rounds"] for r in runs)})
-        rows[name] = {"parties": parties, "runs": reps}
+        rows[name] = {"parties": parties, "technique": params["technique"],
+                      "split": bool(options), "runs": reps}
     return {"parameters": {"cells": cells, "coins": noise.coins, "repeat": repeat,
                            "technique": technique, "split": split},
             "metadata": metadata(mp_spdz=mp.describe(), protocol=",".join(protocols),
@@ -83,17 +92,18 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
 def report(result: dict) -> str:
     p = result["parameters"]
     cells, coins = p["cells"], p["coins"]
-    lines = [f"central noise: {cells} cells x {coins} coins, {p['technique']}"
-             f"{' with -Z where supported' if p['split'] else ' without -Z'}, "
-             f"{p['repeat']} repetitions (medians; the slowest party)",
-             f"{'protocol':<20} {'S':>2} {'T_MPC s':>9} {'global MB':>10} {'rounds':>7} "
-             f"{'us/cell':>9} {'ns/coin':>8}"]
+    lines = [f"central noise: {cells} cells x {coins} coins, {p['repeat']} repetitions "
+             "(medians; the slowest party)",
+             f"{'protocol':<20} {'S':>2} {'coins':<14} {'T_MPC s':>9} {'global MB':>10} "
+             f"{'rounds':>7} {'us/cell':>9} {'ns/coin':>8}"]
     ratios = []
     for name, row in result["protocols"].items():
         t = statistics.median(r["time_s"] for r in row["runs"])
         mb = statistics.median(r["global_mb"] for r in row["runs"])
         rounds = statistics.median(r["rounds"] for r in row["runs"])
-        lines.append(f"{name:<20} {row['parties']:>2} {t:>9.3f} {mb:>10.1f} {rounds:>7.0f} "
+        how = row["technique"] + (" -Z" if row["split"] else "")
+        lines.append(f"{name:<20} {row['parties']:>2} {how:<14} {t:>9.3f} {mb:>10.1f} "
+                     f"{rounds:>7.0f} "
                      f"{1e6 * t / cells:>9.2f} {1e9 * t / (cells * coins):>8.2f}")
         if name in REFERENCE and (cells, coins) == REFERENCE_SIZE:
             ref_t, ref_mb = REFERENCE[name]
@@ -110,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--protocols", default=",".join(PROTOCOLS),
                         help="comma-separated (default: all)")
-    parser.add_argument("--technique", choices=("edabits", "random-bits"), default="edabits")
+    parser.add_argument("--technique", choices=("best", "split", "edabits", "random-bits"),
+                        default="best", help="how the coins are drawn (default: the "
+                                             "harness's choice per protocol)")
     parser.add_argument("--no-split", dest="split", action="store_false",
                         help="compile without -Z even where the protocol supports it")
     parser.add_argument("--smoke", action="store_true",

@@ -25,6 +25,7 @@ from harness.experiments.estimate import (
 )
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
 from harness.experiments.memory import PeakMemory, tree_pss_bytes
+from harness.experiments.noise_check import check_noise_release
 from harness.experiments.placement import make_cluster
 from harness.experiments.reproduce import ReproduceConfig, reproduce
 from harness.experiments.results import (
@@ -39,12 +40,15 @@ from harness.experiments.workload import (
     Workload,
     build_workload,
     client_job,
+    coin_technique,
     prepare_cluster,
     program_for,
     public_input_for,
 )
 
 __all__ = [
+    "check_noise_release",
+    "coin_technique",
     "FORMAT_VERSION",
     "INPUT_MODES",
     "PROGRAMS",

@@ -37,13 +37,20 @@ from harness.clients import (
     smallest_n,
     split_clients,
 )
-from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
+from harness.engine import (
+    ClientJob,
+    Cluster,
+    CompiledProgram,
+    MpSpdz,
+    Protocol,
+    compile_program,
+)
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
-           "check_noise", "check_ring", "check_workload_size", "client_job", "noise_for",
-           "servers_noise_for",
+           "check_noise", "check_ring", "check_workload_size", "client_job", "coin_technique",
+           "noise_for", "servers_noise_for",
            "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
 
 
@@ -270,10 +277,20 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     options: tuple[str, ...] = ()
     if work.servers_noise is not None:
         params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
-        if work.servers_noise.kind == "central":  # its coins are edaBits: cheaper split
+        if work.servers_noise.kind == "central":
+            params.update(coin_technique(cfg.spec, cfg.party_count))
             options = cfg.spec.split_args(cfg.party_count)
     return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
                            options=options)
+
+
+def coin_technique(spec: Protocol, parties: int) -> dict[str, object]:
+    """How the central mechanism's program draws its coins under ``spec``: the XOR of
+    a random ring element's locally converted summands where the protocol converts
+    shares locally (free: only the popcount interacts), else edaBits' binary halves."""
+    if spec.splits:
+        return {"technique": "split", "summands": parties}
+    return {"technique": "edabits", "summands": 0}
 
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:
