@@ -126,9 +126,15 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     return noise
 
 
-def servers_noise_for(cfg: RunConfig, d: int, s: int) -> ServerNoise | None:
+def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | None:
     """The servers' noise of a dng or central run, certified (None for the LTM); an
     (epsilon, delta) that would need too many coins is refused in one line."""
+    scale = 2.0**cfg.frac_bits
+    if cfg.mechanism == "central" and s * n * cfg.eta * scale >= 2.0**62:
+        # Its probabilistic truncation reads the sketch as a 63-bit signed value.
+        raise InputError(f"n={n} clients could sum past 2^62 in one bucket, beyond what "
+                         "--mechanism central rounds inside the MPC; use --clients <= "
+                         f"{int(2.0**62 / (s * cfg.eta * scale))} or lower --frac-bits")
     return server_noise(cfg.mechanism, servers=cfg.party_count,
                         corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
                         m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
@@ -144,7 +150,7 @@ def check_noise(cfg: RunConfig) -> None:
     if cfg.dim < 1:
         raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
     noise_for(cfg, cfg.clients, cfg.dim, s)
-    servers_noise_for(cfg, cfg.dim, s)
+    servers_noise_for(cfg, cfg.clients, cfg.dim, s)
 
 
 def check_certified(noise: NoiseSpec) -> None:
@@ -236,9 +242,10 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_dimensions(n, cfg.rows, s, dense=cfg.dense)
     check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
-    servers = servers_noise_for(cfg, d, s)
+    servers = servers_noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
     check_ring(noise, fp, n, s, cfg.eta)
+
     # Without --seed the sketch and the synthetic data still get one, drawn here and
     # recorded with the run, so both can be recomputed from it.
     seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(7), "little")

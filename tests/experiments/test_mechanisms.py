@@ -8,6 +8,7 @@ for bit: released = (rounded plaintext + noise) << (F - g).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,6 +97,8 @@ def test_without_the_test_aid_the_release_is_checked_against_the_noise(
     ({"mechanism": "central", "epsilon": 0.01, "grid_bits": 8}, "coins per cell"),
     ({"mechanism": "ltm", "grid_bits": 2}, "--mechanism central"),
     ({"mechanism": "laplace"}, "unknown --mechanism"),
+    ({"mechanism": "dng", "hosts": Path("hosts.toml"), "parties": 2}, "without --hosts"),
+    ({"mechanism": "central", "clients": 2**40, "eta": 100.0}, "past 2^62"),
 ])
 def test_a_mechanism_the_run_cannot_carry_is_refused_in_one_line(tmp_path, kw, words):
     cfg = _config(tmp_path, None, **kw)
