@@ -232,7 +232,11 @@ class ServerNoise:
                        server_mu=self.server_mu, frac_bits=self.frac_bits,
                        generator="each server's randomgen.AESCounter (key from os.urandom)")
         else:
+            layout = self.layout
             out.update(coins_per_cell=self.coins, grid_bits=self.grid_bits,
+                       coin_layout=None if layout is None else {
+                           "bits": layout.bits, "edabits": layout.edabits,
+                           "lanes": layout.lanes, "rounds": layout.rounds},
                        grid_sensitivity_steps=self.steps, frac_bits=self.frac_bits,
                        generator="the MPC's shared random bits (edaBits), no party learns "
                                  "them")

@@ -291,13 +291,20 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
                            options=options)
 
 
+# Measured with benchmarks/mechanisms.py (docs: Mechanisms): spdz2k's edaBits cost 2.8 ms
+# a coin against 1.7 ms for its arithmetic random bits; malicious-rep-ring's edaBits
+# 3.4 us against 18 us.
+_COINS_WITHOUT_SPLIT = {"spdz2k": "random-bits"}
+
+
 def coin_technique(spec: Protocol, parties: int) -> dict[str, object]:
     """How the central mechanism's program draws its coins under ``spec``: the XOR of
     a random ring element's locally converted summands where the protocol converts
-    shares locally (free: only the popcount interacts), else edaBits' binary halves."""
+    shares locally (free: only the popcount interacts), else edaBits' binary halves,
+    or arithmetic random bits where those are cheaper."""
     if spec.splits:
         return {"technique": "split", "summands": parties}
-    return {"technique": "edabits", "summands": 0}
+    return {"technique": _COINS_WITHOUT_SPLIT.get(spec.name, "edabits"), "summands": 0}
 
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:
