@@ -186,7 +186,8 @@ def summary(result: RunResult, out: Path) -> str:
     lines = [
         f"ltm run: {p.program} program, {p.protocol} ({p.security}), "
         f"{p.parties} parties, n={p.clients} d={p.dim}"
-        f" m={p.rows} s={p.sparsity}, noise {p.noise['kind']}",
+        f" m={p.rows} s={p.sparsity}, noise "
+        + (p.noise["kind"] if p.mechanism == "ltm" else f"{p.mechanism} (the servers')"),
         verified_line(result),
         f"  T_MPC {result.t_mpc_s:.3f} s (slowest party{_aggregated(result)}); C_MPC "
         f"{result.c_mpc_mb:.3f} MB "
