@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from harness.clients import mechanisms
-from harness.errors import InputError
+from harness.errors import InputError, VerificationError
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
 
@@ -107,3 +107,19 @@ def test_a_mechanism_the_run_cannot_carry_is_refused_in_one_line(tmp_path, kw, w
         run(cfg)
     assert words in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_noise_unlike_the_certified_one_fails_the_run_loudly(tmp_path, mp_spdz, program_cache,
+                                                            monkeypatch):
+    # Every server draws three times the standard deviation it should: the release is
+    # still revealed, but the check against the certified noise must refuse it.
+    draw = mechanisms.ServerNoise.sample
+    monkeypatch.setattr(mechanisms.ServerNoise, "sample",
+                        lambda self, rng, shape: 3 * draw(self, rng, shape))
+    with pytest.raises(VerificationError, match="is not the dng noise the accountant "
+                                                "certified") as err:
+        run(_config(tmp_path, program_cache, mechanism="dng", rows=40, dim=5, clients=2000))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.mismatch").exists()
+    saved = json.loads((tmp_path / "out.mismatch" / "result.json").read_text())
+    assert saved["verification"]["noise_check"]["variance_z"] > 8
