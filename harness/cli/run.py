@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
-from harness.clients import EXPORT_LIMIT
+from harness.clients import EXPORT_LIMIT, MAX_COINS, MECHANISMS
 from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
 
@@ -60,6 +60,17 @@ FRAC_BITS = option("--frac-bits", type=int,
                    help="fixed-point fraction bits (default {default})")
 PORT = option("--port", type=int, unset="a free range; 5000 inside --network",
               help="first party port (default: {default})")
+MECHANISM = option("--mechanism", choices=MECHANISMS,
+                   help="who adds the noise: ltm, the clients (--noise); dng, each server "
+                        "draws its own for every cell and inputs it (the honest servers' "
+                        "noise suffices); central, the servers jointly draw binomial noise "
+                        "inside the MPC, which no party learns (--program local; default "
+                        "{default})")
+GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the finest grid within 2^16 "
+                   "coins per cell",
+                   help="--mechanism central: round the sketch inside the MPC to the grid "
+                        f"2^-g before its noise (at most {MAX_COINS:,} coins per cell; "
+                        "default: {default})")
 FORCE = option("--force", action="store_true", help="replace an existing --out")
 KEEP_WORK = option("--keep-work", action="store_true",
                    help="keep the parties' working directories in --out/work")
@@ -80,7 +91,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                 ALLOW_ZERO_OUTPUT, common.NOISE,
                 common.CALIBRATION, EPSILON, DELTA, ETA, CORRUPT_CLIENTS, common.PROGRAM,
                 common.PROTOCOL, TAMPER, common.SHARING, INPUT, FRAC_BITS, common.SEED, PORT,
-                common.TIMEOUT, common.HOSTS, common.NETWORK):
+                common.TIMEOUT, common.HOSTS, common.NETWORK, MECHANISM, GRID_BITS):
         add(opt)
     p.add_argument("--out", type=Path, help="result directory (default results/run-<time>)")
     for opt in (FORCE, KEEP_WORK, EXPORT_SKETCH, common.MP_SPDZ, common.NO_INSTALL):

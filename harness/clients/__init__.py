@@ -44,6 +44,17 @@ if TYPE_CHECKING:
         npy_error,
         open_rows,
     )
+    from harness.clients.mechanisms import (
+        COIN_TARGET,
+        MAX_COINS,
+        MECHANISMS,
+        CoinLayout,
+        ServerNoise,
+        binomial_epsilon,
+        grid_sensitivity,
+        least_coins,
+        server_noise,
+    )
     from harness.clients.noise import (
         CALIBRATIONS,
         NOISE_GENERATOR,
@@ -144,6 +155,15 @@ __all__ = [
     "FORMATS",
     "FixedPoint",
     "Layout",
+    "COIN_TARGET",
+    "MAX_COINS",
+    "MECHANISMS",
+    "CoinLayout",
+    "ServerNoise",
+    "binomial_epsilon",
+    "grid_sensitivity",
+    "least_coins",
+    "server_noise",
     "MALICIOUS_REPLICATED",
     "NOISE_GENERATOR",
     "NOISE_KINDS",

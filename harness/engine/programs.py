@@ -29,7 +29,7 @@ __all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_
            "render"]
 
 COMPILE_ARGS = ("-R", "64")
-_TEMPLATES = ("fast", "reference", "open", "engine_read")
+_TEMPLATES = ("fast", "reference", "open", "engine_read", "noise_cost")
 
 
 def default_cache_dir() -> Path:
@@ -64,9 +64,13 @@ def render(template: str, **params: object) -> str:
 
 
 def compile_program(mp: MpSpdz, template: str, params: dict, *,
-                    cache_dir: Path | None = None, timeout: float = 900) -> CompiledProgram:
+                    cache_dir: Path | None = None, timeout: float = 900,
+                    options: tuple[str, ...] = ()) -> CompiledProgram:
+    """``template`` rendered with ``params`` and compiled with :data:`COMPILE_ARGS`
+    and ``options`` (cached)."""
     source = render(template, **params)
-    identity = json.dumps({"source": source, "args": COMPILE_ARGS,
+    args = (*COMPILE_ARGS, *options)
+    identity = json.dumps({"source": source, "args": args,
                            "mp_spdz": str(mp.root.resolve()), "version": mp.version,
                            "compiler_mtime": _mtime(mp.compiler)}, sort_keys=True)
     key = hashlib.sha256(identity.encode()).hexdigest()[:20]
@@ -85,7 +89,7 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
             started = time.perf_counter()
             try:
                 check_call(Command(f"compile-{template}",
-                                   [sys.executable, str(mp.compiler), *COMPILE_ARGS,
+                                   [sys.executable, str(mp.compiler), *args,
                                     f"{template}.mpc"], staging), timeout)
             except PartyError as exc:
                 raise MpSpdzError(

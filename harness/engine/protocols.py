@@ -33,6 +33,17 @@ class Protocol:
     exact_parties: int | None = None
     # Why clients cannot write its share files, for the one-line refusal.
     no_client_shares: str = ""
+    # MP-SPDZ converts its shares to binary locally (the compiler's -Z, "split"),
+    # which makes edaBits, hence the central mechanism's coins, cheaper.
+    splits: bool = False
+
+    def corrupt(self, parties: int) -> int:
+        """The most servers that may collude in its threat model (t)."""
+        return parties - 1 if self.majority == "dishonest" else (parties - 1) // 2
+
+    def split_args(self, parties: int) -> tuple[str, ...]:
+        """The compiler's ``-Z S`` where the protocol converts shares locally."""
+        return ("-Z", str(parties)) if self.splits else ()
 
     def party_count_args(self, parties: int) -> list[str]:
         """``-N S`` for the binaries that take it; the three-party ones reject it."""
@@ -53,11 +64,11 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
-    Protocol("semi2k", "semi2k-party.x", False, "dishonest", ADDITIVE),
+    Protocol("semi2k", "semi2k-party.x", False, "dishonest", ADDITIVE, splits=True),
     Protocol("replicated-ring", "replicated-ring-party.x", False, "honest", REPLICATED,
-             exact_parties=3),
+             exact_parties=3, splits=True),
     Protocol("ps-rep-ring", "ps-rep-ring-party.x", True, "honest", REPLICATED,
-             exact_parties=3),
+             exact_parties=3, splits=True),
     Protocol("malicious-rep-ring", "malicious-rep-ring-party.x", True, "honest",
              MALICIOUS_REPLICATED, exact_parties=3),
     Protocol("spdz2k", "spdz2k-party.x", True, "dishonest", None,

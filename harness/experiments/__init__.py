@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     )
     from harness.experiments.execute import RunOutcome, ServerInputs, execute
     from harness.experiments.memory import PeakMemory, tree_pss_bytes
+    from harness.experiments.noise_check import check_noise_release
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
     from harness.experiments.results import (
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         Workload,
         build_workload,
         client_job,
+        coin_technique,
         prepare_cluster,
         program_for,
         public_input_for,
@@ -66,7 +68,9 @@ __all__ = [
     "ServerInputs",
     "Workload",
     "build_workload",
+    "check_noise_release",
     "client_job",
+    "coin_technique",
     "default_input_mode",
     "estimate_sweep",
     "execute",

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.clients import ADDITIVE, CALIBRATIONS, ShareFormat
+from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, ShareFormat
 from harness.engine import (
     DEFAULT_PROTOCOL,
     INPUT_MODES,
@@ -84,6 +84,10 @@ class RunConfig:
     tamper: int | None = None  # test aid: change one word of this party's input
     sharing: str = "full"
     export_sketch: bool = False  # save sketch.npz at any n (by default only up to EXPORT_LIMIT)
+    # Who adds the noise: the clients (ltm), each server (dng) or the MPC (central).
+    mechanism: str = "ltm"
+    grid_bits: int | None = None  # central: the grid 2^-g (default: chosen by coins)
+    reveal_noise: bool = False  # test aid: the MPC reveals the servers' noise as well
 
     @property
     def streams(self) -> bool:
@@ -199,6 +203,7 @@ class RunConfig:
                                  "the servers hold none; use --input shares")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
+        check_mechanism(self)
         resolved = dataclasses.replace(self, input_mode=input_mode, parties=parties)
         if (self.hosts is not None and input_mode == "shares" and not program.blocked
                 and resolved.client_hosts > 1):
@@ -216,6 +221,34 @@ class RunConfig:
         return resolved
 
 
+def check_mechanism(cfg: RunConfig) -> None:
+    """A mechanism this run can carry: its program, input and noise (before any draw)."""
+    if cfg.mechanism not in MECHANISMS:
+        raise InputError(f"unknown --mechanism {cfg.mechanism!r}; choose "
+                         f"{', '.join(MECHANISMS)}")
+    if cfg.mechanism == "ltm":
+        if cfg.grid_bits is not None:
+            raise InputError("--grid-bits is the central mechanism's grid; add --mechanism "
+                             "central or drop it")
+        if cfg.reveal_noise:
+            raise InputError("reveal_noise reveals the servers' noise, and --mechanism ltm "
+                             "has none; use --mechanism dng or central")
+        return
+    if cfg.program != "local":
+        raise InputError(f"--mechanism {cfg.mechanism} adds the servers' noise in the local "
+                         f"program, not --program {cfg.program}; use --program local")
+    if cfg.noise not in ("gaussian", "none"):
+        raise InputError(f"--noise {cfg.noise} is the clients' noise of the LTM; with "
+                         f"--mechanism {cfg.mechanism} the clients send noise-free rows: "
+                         "drop --noise or use --mechanism ltm")
+    if cfg.mechanism == "dng" and cfg.hosts is not None:
+        raise InputError("--mechanism dng has each server draw its noise here, not on its "
+                         "host; run it without --hosts, or use --mechanism central")
+    if cfg.grid_bits is not None and cfg.mechanism != "central":
+        raise InputError("--grid-bits is the central mechanism's grid; use --mechanism "
+                         "central or drop it")
+
+
 def check_numbers(cfg: RunConfig) -> None:
     """Every numeric option finite and in range, before anything is read or drawn."""
     # Lower bounds of the dimensions and parties: checked (and worded) by the sketch and
@@ -229,7 +262,7 @@ def check_numbers(cfg: RunConfig) -> None:
         check_number(option, value, low=low, high=high, integer=True)
     optional: tuple[tuple[str, int | None, int | None, int], ...] = (
         ("--parties", cfg.parties, None, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
-        ("--port", cfg.port, 1024, 65535))
+        ("--port", cfg.port, 1024, 65535), ("--grid-bits", cfg.grid_bits, -44, 52))
     for name, given, least, most in optional:
         if given is not None:
             check_number(name, given, low=least, high=most, integer=True)

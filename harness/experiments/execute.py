@@ -21,8 +21,13 @@ from harness.clients import (
     NOISE_GENERATOR,
     NoiseSpec,
     Prepared,
+    ServerNoise,
     accountant,
+    analytic_gaussian_sigma,
     certificate,
+    format_integers,
+    noise_rng,
+    release_sensitivity,
     tamper_share_file,
     tamper_text_file,
 )
@@ -41,6 +46,7 @@ from harness.engine import (
 )
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
 from harness.experiments.config import RunConfig
+from harness.experiments.noise_check import check_noise_release, method
 from harness.experiments.placement import make_cluster
 from harness.experiments.results import (
     PartyResult,
@@ -50,6 +56,7 @@ from harness.experiments.results import (
     metadata,
 )
 from harness.experiments.workload import Workload, client_job, public_input_for, upload_model_mb
+from harness.fileio import open_private, private_dir
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
 
@@ -109,6 +116,9 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
             delivery = cluster.deliver(job)
         if cfg.server_program.aggregates:
             aggregate_s = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
+        if work.servers_noise is not None and work.servers_noise.kind == "dng":
+            input_servers_noise(work.servers_noise, cluster, cfg.party_count,
+                                (work.sketch.m, work.d), after_aggregate=cfg.inputs_aggregates)
         if cfg.tamper is not None:  # after the upload: a server changes what it received
             tamper_input(cfg, work, cluster)
         launched = time.perf_counter()
@@ -123,7 +133,8 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                 raise MpSpdzError(refusal) from exc
             raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
-    revealed, mismatches = _verify(runs, prepared.expected)
+    revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
+                                                cfg.reveal_noise)
     parties = _party_results(cfg, runs, delivery, aggregate_s)
     expand = [p.expand_s for p in parties if p.expand_s is not None]
     if expand:
@@ -165,28 +176,66 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         c_mpc_mb=sum(upload) / 1e6 + global_mb,
         model_c_mpc_mb=cfg.party_count * 8 * (s * work.n * d + m * d) / 1e6,
         model_client_upload_mb=upload_model_mb(cfg, s * work.n * d),
-        verification=Verification(ok=mismatches == 0, mismatches=mismatches, entries=m * d),
+        verification=_verification(mismatches, m * d, work.servers_noise, noise_check),
         # Statistics of the noise as released: drawn on the lattice, in reals.
         noise_observed={**prepared.stats, "released": True},
-        privacy=privacy_record(work.noise),
+        privacy=(work.servers_noise.record() if work.servers_noise is not None
+                 else privacy_record(work.noise)),
         timings=timings,
     )
     kept = None
-    if keep_inputs and cluster.reuses_inputs and cfg.tamper is None:
+    # dng's servers append fresh noise after their inputs: a rerun would read stale noise.
+    fresh_noise = work.servers_noise is not None and work.servers_noise.kind == "dng"
+    if keep_inputs and cluster.reuses_inputs and cfg.tamper is None and not fresh_noise:
         kept = ServerInputs(cluster, job, prepared, delivery)
     return RunOutcome(result, revealed, kept)
 
 
-def _verify(runs: list[PartyRun], expected: np.ndarray) -> tuple[np.ndarray, int]:
-    """P0's revealed ring elements, and the most entries any party's view got wrong."""
+def _verify(runs: list[PartyRun], expected: np.ndarray, noise: ServerNoise | None = None,
+            reveal_noise: bool = False) -> tuple[np.ndarray, int, dict | None]:
+    """P0's revealed ring elements, the most entries any party's view got wrong, and
+    for the servers' noise, its statistics against the noise certified."""
     m, d = expected.shape
-    revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
-    # Every party that printed its view is checked: one honest-looking P0 is not enough.
-    mismatches = max(
-        int(np.count_nonzero(parse_output(f"P{r.party}", r.completed.stdout, m * d)
-                             .reshape(m, d) != expected))
-        for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout)
-    return revealed, mismatches
+    # The test aid reveals the noise (and central's rounded sketch) after the sketch.
+    views = 1 + (0 if noise is None or not reveal_noise else
+                 1 if noise.kind == "dng" else 2)
+    printed = {r.party: parse_output(f"P{r.party}", r.completed.stdout, views * m * d)
+               .reshape(views, m, d)
+               for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout}
+    revealed = printed[0][0]
+    if noise is None:
+        # Every party that printed its view is checked: one honest-looking P0 is not enough.
+        return revealed, max(int(np.count_nonzero(view[0] != expected))
+                             for view in printed.values()), None
+    # Every party must have seen what P0 saw; that is then checked against the noise.
+    differ = max(int(np.count_nonzero(view != printed[0])) for view in printed.values())
+    extra = printed[0][1:]
+    mismatches, stats = check_noise_release(
+        noise, expected, revealed, extra[0] if len(extra) else None,
+        extra[1] if len(extra) > 1 else None)
+    return revealed, differ + mismatches, stats
+
+
+def _verification(mismatches: int, entries: int, noise: ServerNoise | None,
+                  noise_check: dict | None) -> Verification:
+    if noise is None or noise_check is None:
+        return Verification(ok=mismatches == 0, mismatches=mismatches, entries=entries)
+    return Verification(ok=mismatches == 0 and noise_check["ok"], mismatches=mismatches,
+                        entries=entries, method=method(noise, noise_check["exact"]),
+                        noise_check=noise_check)
+
+
+def input_servers_noise(noise: ServerNoise, cluster: Cluster, parties: int,
+                        shape: tuple[int, int], *, after_aggregate: bool) -> None:
+    """dng: each server draws its own noise for every cell as its private input to the
+    MPC (after its aggregate, when it inputs that too)."""
+    for party in range(parties):
+        drawn = noise.sample(noise_rng(), shape)
+        path = party_input_file(cluster.party_dir(party), party)
+        private_dir(path.parent)
+        with open_private(path, "ab" if after_aggregate else "wb") as fh:
+            fh.write(format_integers(drawn.ravel()))
+        del drawn  # nothing of a server's noise is kept here
 
 
 def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
@@ -242,20 +291,29 @@ def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParame
         frac_bits=cfg.frac_bits, seed=cfg.seed,
         data=str(cfg.data) if cfg.data else "synthetic",
         hosts=str(cfg.hosts) if cfg.hosts else "local", network=cfg.network or "loopback",
-        noise=work.noise.describe(), layout=layout)
+        noise=work.noise.describe(), layout=layout, mechanism=cfg.mechanism)
 
 
 def privacy_record(noise: NoiseSpec) -> dict:
     """result.json's ``privacy``: what was asked, and what the accountant certifies for
-    the noise drawn (the run was refused before drawing if that were more)."""
+    the noise drawn (the run was refused before drawing if that were more), with the
+    noise's standard deviation per entry of T against the central Gaussian's."""
     if noise.kind == "none":
-        return {"requested_epsilon": None, "requested_delta": None, "certified_epsilon": None,
-                "certified_delta": None, "accountant": accountant(noise), "calibration": None,
-                "generator": None, "on_lattice": True}
+        return {"mechanism": "ltm", "requested_epsilon": None, "requested_delta": None,
+                "certified_epsilon": None, "certified_delta": None,
+                "accountant": accountant(noise), "calibration": None, "generator": None,
+                "on_lattice": True, "noise_std": 0.0, "central_std": None, "std_ratio": None}
     epsilon, delta = certificate(noise)
     calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
                    "laplace": "corollary"}[noise.kind]
-    return {"requested_epsilon": noise.epsilon, "requested_delta": noise.delta,
+    # A bucket holds n s / m of the clients' draws on average (the accountant counts
+    # only its guaranteed honest ones).
+    std = math.sqrt(noise.n * noise.s / noise.m * noise.variance)
+    central = analytic_gaussian_sigma(release_sensitivity(noise.eta, noise.s, noise.d).l2,
+                                      noise.epsilon, noise.delta)
+    return {"mechanism": "ltm", "requested_epsilon": noise.epsilon,
+            "requested_delta": noise.delta, "noise_std": std, "central_std": central,
+            "std_ratio": std / central,
             # JSON has no infinity: None is "nothing certified".
             "certified_epsilon": epsilon if math.isfinite(epsilon) else None,
             "certified_delta": delta, "accountant": accountant(noise),

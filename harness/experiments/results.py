@@ -15,7 +15,12 @@ requested and the one the accountant certifies for the noise drawn (null in
 older files, which certified nothing; sweep rows are unchanged); 4 draws the noise
 on the 2^-F lattice and certifies it as released: ``privacy.on_lattice`` and
 ``noise_observed.released`` are true (false in older files, whose certificate
-and statistics were of the noise before rounding; sweep rows are unchanged).
+and statistics were of the noise before rounding; sweep rows are unchanged); 5 adds the
+``mechanism`` parameter (``ltm``, ``dng`` or ``central``: every older run was the
+LTM's), ``verification.noise_check`` (the servers' noise against the certified
+one; null for the LTM, whose runs are bit-exact) and, in ``privacy``, the
+mechanism with its noise's standard deviation against the central Gaussian's
+(absent from older files).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -62,6 +67,8 @@ class Verification:
     mismatches: int
     entries: int
     method: str = VERIFICATION_METHOD
+    # The servers' noise (dng, central): the release against the noise certified.
+    noise_check: dict | None = None
 
 
 @dataclass
@@ -107,6 +114,7 @@ class RunParameters:
     network: str  # the emulated network's profile, or "loopback"
     noise: dict = field(default_factory=dict)
     layout: dict = field(default_factory=dict)
+    mechanism: str = "ltm"  # who added the noise: the clients, each server or the MPC
 
 
 @dataclass
@@ -196,8 +204,18 @@ def _update_to_4(data: dict) -> dict:
             "privacy": None if privacy is None else {**privacy, "on_lattice": False}}
 
 
+def _update_to_5(data: dict) -> dict:
+    """Version 4 ran the LTM only: the clients' noise, verified bit for bit."""
+    privacy = data["privacy"]
+    if privacy is not None:
+        privacy = {"mechanism": "ltm", **privacy}
+    return {**data, "parameters": {**data["parameters"], "mechanism": "ltm"},
+            "verification": {**data["verification"], "noise_check": None},
+            "privacy": privacy}
+
+
 _RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
-                                                      3: _update_to_4}
+                                                      3: _update_to_4, 4: _update_to_5}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -269,7 +287,12 @@ def _row_to_4(row: dict) -> dict:
     return row  # so did version 4
 
 
-_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4}
+def _row_to_5(row: dict) -> dict:
+    return row  # and so did version 5
+
+
+_ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4,
+                                                   4: _row_to_5}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

@@ -72,10 +72,7 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
             failed = Path(str(cfg.out) + ".mismatch")
             shutil.rmtree(failed, ignore_errors=True)
             copy_tree_private(staging, failed)
-            raise VerificationError(
-                f"the revealed sketch differs from the plaintext computation in "
-                f"{result.verification.mismatches} of {result.verification.entries}"
-                f" entries; evidence kept in {failed}")
+            raise VerificationError(f"{failure(result)}; evidence kept in {failed}")
     if echo:
         echo(summary(result, Path(cfg.out)))
     return result
@@ -97,6 +94,30 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
                 short_writes_as_full_disk(staging / "data.npy"):  # the clients' own rows
             np.save(fh, work.data)
     return outcome.result
+
+
+def failure(result: RunResult) -> str:
+    """Why a run failed its verification, in words."""
+    v = result.verification
+    if v.mismatches or v.noise_check is None:
+        return (f"the revealed sketch differs from the plaintext computation in "
+                f"{v.mismatches} of {v.entries} entries")
+    c = v.noise_check
+    return (f"the revealed sketch minus the plaintext sketch is not the "
+            f"{result.parameters.mechanism} noise the accountant certified: mean z "
+            f"{c['mean_z']:.2f}, variance {c['variance']:.4g} for {c['expected_variance']:.4g}"
+            f" (z {c['variance_z']:.2f}), goodness-of-fit p {c['gof_p_value']:.3g}")
+
+
+def verified_line(result: RunResult) -> str:
+    v = result.verification
+    if v.noise_check is None:
+        return f"  verified: {'yes, bit-exact' if v.ok else 'NO'}"
+    c = v.noise_check
+    exact = ", bit-exact with the noise revealed" if c["exact"] else ""
+    return (f"  verified: {'yes' if v.ok else 'NO'}, the release minus the plaintext sketch "
+            f"is the noise (mean z {c['mean_z']:.2f}, variance z {c['variance_z']:.2f}, "
+            f"goodness-of-fit p {c['gof_p_value']:.3g}){exact}")
 
 
 def end_to_end_parts(result: RunResult) -> str:
@@ -154,12 +175,17 @@ def privacy_line(privacy: dict) -> str:
     """The summary's privacy line: requested against certified, and the generator."""
     if privacy.get("requested_epsilon") is None:
         return "privacy: none (no noise; nothing is private)"
+    mechanism = privacy.get("mechanism", "ltm")
+    price = ""
+    if privacy.get("std_ratio") is not None:
+        price = (f"; {mechanism} noise std {privacy['noise_std']:.4g} per entry, "
+                 f"{privacy['std_ratio']:.3f}x the central Gaussian's")
     certified = privacy.get("certified_epsilon")
     shown = "none" if certified is None else f"{certified:.3g}"
     generator = (privacy.get("generator") or "?").split(" (")[0]
     return (f"privacy: requested epsilon {privacy['requested_epsilon']:g}, delta "
             f"{privacy['requested_delta']:g}; certified epsilon {shown} "
-            f"({privacy.get('accountant')}); generator {generator}")
+            f"({privacy.get('accountant')}); generator {generator}{price}")
 
 
 def data_line(path: str, n: int, d: int, header: bool | None) -> str:
@@ -176,8 +202,9 @@ def summary(result: RunResult, out: Path) -> str:
     lines = [
         f"ltm run: {p.program} program, {p.protocol} ({p.security}), "
         f"{p.parties} parties, n={p.clients} d={p.dim}"
-        f" m={p.rows} s={p.sparsity}, noise {p.noise['kind']}",
-        f"  verified: {'yes, bit-exact' if result.verification.ok else 'NO'}",
+        f" m={p.rows} s={p.sparsity}, noise "
+        + (p.noise["kind"] if p.mechanism == "ltm" else f"{p.mechanism} (the servers')"),
+        verified_line(result),
         f"  T_MPC {result.t_mpc_s:.3f} s (slowest party{_aggregated(result)}); C_MPC "
         f"{result.c_mpc_mb:.3f} MB "
         f"(model {result.model_c_mpc_mb:.3f} MB)",

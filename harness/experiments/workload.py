@@ -26,6 +26,7 @@ from harness.clients import (
     NoiseSpec,
     Prepared,
     Rows,
+    ServerNoise,
     Sketch,
     SlotShape,
     SyntheticRows,
@@ -34,17 +35,25 @@ from harness.clients import (
     check_dimensions,
     concentration_failure,
     open_rows,
+    server_noise,
     smallest_n,
     split_clients,
     zero_output_bound,
 )
-from harness.engine import ClientJob, Cluster, CompiledProgram, MpSpdz, compile_program
+from harness.engine import (
+    ClientJob,
+    Cluster,
+    CompiledProgram,
+    MpSpdz,
+    Protocol,
+    compile_program,
+)
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
            "check_noise", "check_ring", "check_workload_size", "check_zero_output",
-           "client_job", "largest_rows", "noise_for",
+           "client_job", "coin_technique", "largest_rows", "noise_for", "servers_noise_for",
            "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
 
 
@@ -69,6 +78,7 @@ class Workload:
     split: ClientSplit | None = None  # the clients' ranges, with several client hosts
     slots: SlotShape | None = None
     header: bool | None = None  # a text --data file's first line was a header (skipped)
+    servers_noise: ServerNoise | None = None  # dng or central: the servers' noise
 
     @property
     def n(self) -> int:
@@ -150,6 +160,8 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     if cfg.calibration not in CALIBRATIONS:
         raise InputError(f"unknown --calibration {cfg.calibration!r}; choose "
                          f"{' or '.join(CALIBRATIONS)}")
+    if cfg.mechanism != "ltm":  # the servers add the noise: the clients send plain rows
+        return NoiseSpec("none", n=n, m=cfg.rows, d=d, s=s, frac_bits=cfg.frac_bits)
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
                       calibration=cfg.calibration, frac_bits=cfg.frac_bits)
@@ -162,6 +174,21 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     return noise
 
 
+def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | None:
+    """The servers' noise of a dng or central run, certified (None for the LTM); an
+    (epsilon, delta) that would need too many coins is refused in one line."""
+    scale = 2.0**cfg.frac_bits
+    if cfg.mechanism == "central" and s * n * cfg.eta * scale >= 2.0**62:
+        # Its probabilistic truncation reads the sketch as a 63-bit signed value.
+        raise InputError(f"n={n} clients could sum past 2^62 in one bucket, beyond what "
+                         "--mechanism central rounds inside the MPC; use --clients <= "
+                         f"{int(2.0**62 / (s * cfg.eta * scale))} or lower --frac-bits")
+    return server_noise(cfg.mechanism, servers=cfg.party_count,
+                        corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
+                        m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
+                        frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+
+
 def check_noise(cfg: RunConfig) -> None:
     """:func:`noise_for` before anything else, where n and d are known without --data."""
     if cfg.data is not None:
@@ -172,6 +199,7 @@ def check_noise(cfg: RunConfig) -> None:
         raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
     check_fits(cfg, cfg.clients, cfg.dim, s)  # in build_workload's order
     noise_for(cfg, cfg.clients, cfg.dim, s)
+    servers_noise_for(cfg, cfg.clients, cfg.dim, s)
 
 
 def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None) -> None:
@@ -312,6 +340,7 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
     check_zero_output(cfg, noise, cfg.dense)
+    servers = servers_noise_for(cfg, n, d, s)
     fp = FixedPoint(cfg.frac_bits)
     header = getattr(rows, "header", None)  # a text file's, before it is read whole
     # Without --seed the sketch and the synthetic data still get one, drawn here and
@@ -337,7 +366,8 @@ def build_workload(cfg: RunConfig) -> Workload:
         blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
     elif not program.aggregates and cfg.input_kind == "shares":  # one row per slot
         slots = SlotShape()
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots, header)
+    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots, header,
+                    servers)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -348,8 +378,31 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
               "block_rows": shape.block_rows if shape else 1,
               "chunk_blocks": shape.chunk_blocks if shape else 1}
-    return compile_program(mp, program.template, program.template_params(values),
-                           cache_dir=cfg.cache_dir)
+    params = program.template_params(values)
+    options: tuple[str, ...] = ()
+    if work.servers_noise is not None:
+        params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
+        if work.servers_noise.kind == "central":
+            params.update(coin_technique(cfg.spec, cfg.party_count))
+            options = cfg.spec.split_args(cfg.party_count)
+    return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
+                           options=options)
+
+
+# Measured with benchmarks/mechanisms.py (docs: Mechanisms): spdz2k's edaBits cost 2.8 ms
+# a coin against 1.7 ms for its arithmetic random bits; malicious-rep-ring's edaBits
+# 3.4 us against 18 us.
+_COINS_WITHOUT_SPLIT = {"spdz2k": "random-bits"}
+
+
+def coin_technique(spec: Protocol, parties: int) -> dict[str, object]:
+    """How the central mechanism's program draws its coins under ``spec``: the XOR of
+    a random ring element's locally converted summands where the protocol converts
+    shares locally (free: only the popcount interacts), else edaBits' binary halves,
+    or arithmetic random bits where those are cheaper."""
+    if spec.splits:
+        return {"technique": "split", "summands": parties}
+    return {"technique": _COINS_WITHOUT_SPLIT.get(spec.name, "edabits"), "summands": 0}
 
 
 def public_input_for(cfg: RunConfig, work: Workload) -> str:

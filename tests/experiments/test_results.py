@@ -78,7 +78,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 4
+    assert result.format_version == FORMAT_VERSION == 5
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -92,7 +92,9 @@ def test_the_first_format_loads_as_the_run_it_was():
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 4 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 5 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["parameters"]["mechanism"] == "ltm"  # the only mechanism there was
+    assert saved["verification"]["noise_check"] is None
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
 
 
@@ -102,10 +104,12 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     path.write_text(json.dumps(data))
     result = load_result(path)
     saved = result.to_json()
-    # the same keys and values, version 3's privacy, unknown then, and version 4's flag:
-    # its statistics were of the noise before rounding
-    assert saved == {**data, "format_version": 4, "privacy": None,
-                     "noise_observed": {**data["noise_observed"], "released": False}}
+    # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
+    # statistics were of the noise before rounding) and version 5's mechanism, the LTM's
+    assert saved == {**data, "format_version": 5, "privacy": None,
+                     "noise_observed": {**data["noise_observed"], "released": False},
+                     "parameters": {**data["parameters"], "mechanism": "ltm"},
+                     "verification": {**data["verification"], "noise_check": None}}
     assert [k for k in saved if k != "privacy"] == list(data)  # in the order the file had them
     assert result.parameters.security == "malicious" and result.upload_measured is True
 
@@ -119,11 +123,11 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(version_2()))
     result = load_result(path)
-    assert result.format_version == 4 and result.privacy is None
+    assert result.format_version == 5 and result.privacy is None
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
-    skip = ("privacy", "format_version", "noise_observed")
+    skip = ("privacy", "format_version", "noise_observed", "parameters", "verification")
     assert {k: v for k, v in saved.items() if k not in skip} == \
         {k: v for k, v in version_2().items() if k not in skip}
 
@@ -134,14 +138,21 @@ def test_a_version_3_result_keeps_its_certificate(tmp_path):
                "calibration": "corollary", "generator": "randomgen.AESCounter"}
     data = {**version_2(), "format_version": 3, "privacy": privacy}
     result = load_result(data)
-    # version 3 certified the noise before it was rounded to the lattice: said so
-    assert result.privacy == {**privacy, "on_lattice": False}
+    # version 3 certified the noise before it was rounded to the lattice, and ran the LTM
+    assert result.privacy == {"mechanism": "ltm", **privacy, "on_lattice": False}
     assert result.noise_observed["released"] is False
     result.save(tmp_path / "result.json")
     assert json.loads((tmp_path / "result.json").read_text())["privacy"] == \
-        {**privacy, "on_lattice": False}
+        {"mechanism": "ltm", **privacy, "on_lattice": False}
     with pytest.raises(InputError, match="is not a complete version-3 result"):
         load_result({k: v for k, v in data.items() if k != "privacy"})
+
+
+def test_a_version_3_result_was_the_ltm_verified_bit_for_bit():
+    result = load_result({**version_2(), "format_version": 3, "privacy": None})
+    assert result.format_version == 5 and result.parameters.mechanism == "ltm"
+    assert result.verification.noise_check is None and result.privacy is None
+    assert result.to_json()["parameters"]["mechanism"] == "ltm"
 
 
 def test_a_current_result_round_trips(tmp_path):

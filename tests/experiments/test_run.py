@@ -55,7 +55,7 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     # fixed point with 16 fraction bits: error below 2^-16 per summand
     assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
     saved = json.loads((out / "result.json").read_text())
-    assert saved["format_version"] == FORMAT_VERSION == 4
+    assert saved["format_version"] == FORMAT_VERSION == 5
     assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
     assert saved["metadata"]["harness_version"] and saved["metadata"]["date"]
     sk = np.load(out / "sketch.npz")

@@ -1,0 +1,125 @@
+"""``ltm run --mechanism dng|central`` with real MP-SPDZ parties under every protocol.
+
+Tiny sizes (3 x 2 cells, tens of coins): the test aid ``reveal_noise`` makes the MPC
+reveal the noise (and central's rounded sketch) too, so every entry is checked bit
+for bit: released = (rounded plaintext + noise) << (F - g).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.clients import mechanisms
+from harness.errors import InputError, VerificationError
+from harness.experiments import RunConfig, run
+from harness.experiments.run import summary
+
+pytestmark = pytest.mark.mpspdz
+
+PROTOCOLS = [("semi2k", 2), ("replicated-ring", 3), ("ps-rep-ring", 3),
+             ("malicious-rep-ring", 3), ("spdz2k", 2)]
+
+
+def _config(tmp_path, cache, name="out", **kw) -> RunConfig:
+    base = dict(clients=300, rows=3, dim=2, program="local", seed=5, epsilon=4.0,
+                delta=1e-3, timeout=300)
+    return RunConfig(out=tmp_path / name, cache_dir=cache, **{**base, **kw})
+
+
+def _check(result, out, mechanism: str, exact: bool) -> dict:
+    v = result["verification"]
+    assert v["ok"] and v["mismatches"] == 0 and v["noise_check"]["exact"] is exact
+    assert result["parameters"]["mechanism"] == mechanism
+    privacy = result["privacy"]
+    assert privacy["mechanism"] == mechanism
+    assert privacy["certified_epsilon"] <= privacy["requested_epsilon"]
+    assert privacy["std_ratio"] == pytest.approx(privacy["noise_std"] / privacy["central_std"])
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["verification"]["noise_check"] == v["noise_check"]
+    for p in result["parties"]:
+        assert p["time_s"] > 0 and p["rounds"] >= 1
+    return privacy
+
+
+@pytest.mark.parametrize(("protocol", "parties"), PROTOCOLS)
+def test_central_noise_is_drawn_inside_the_mpc_and_verified_bit_for_bit(
+        tmp_path, mp_spdz, program_cache, protocol, parties):
+    result = run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
+                         mechanism="central", grid_bits=0, reveal_noise=True))
+    privacy = _check(result, tmp_path / "out", "central", exact=True)
+    assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 3
+    # the revealed sketch lies on the grid: nothing finer than 2^0 is revealed
+    output = np.load(tmp_path / "out" / "output.npy")
+    assert np.array_equal(output, np.round(output))
+    # the clients sent noise-free rows
+    assert result["parameters"]["noise"] == {"kind": "none"}
+
+
+@pytest.mark.parametrize(("protocol", "parties"), PROTOCOLS)
+def test_each_servers_noise_is_input_and_verified_bit_for_bit(
+        tmp_path, mp_spdz, program_cache, protocol, parties):
+    result = run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
+                         mechanism="dng", reveal_noise=True))
+    privacy = _check(result, tmp_path / "out", "dng", exact=True)
+    honest = 1 if protocol in ("semi2k", "spdz2k") else 2
+    assert (privacy["servers"], privacy["honest_servers"]) == (parties, honest)
+
+
+def test_many_coins_in_lanes_and_rounds(tmp_path, mp_spdz, program_cache, monkeypatch):
+    # small popcounts and rounds, so that a tiny run has several of each
+    monkeypatch.setattr(mechanisms, "_POPCOUNT_COINS", 128)
+    monkeypatch.setattr(mechanisms, "_ROUND_COINS", 6 * 64 * 2 * 2)
+    result = run(_config(tmp_path, program_cache, protocol="replicated-ring", parties=3,
+                         mechanism="central", grid_bits=3, reveal_noise=True))
+    privacy = _check(result, tmp_path / "out", "central", exact=True)
+    layout = privacy["coin_layout"]
+    assert layout["lanes"] > 1 and layout["rounds"] > 1 and layout["edabits"] > 1
+
+
+def test_without_the_test_aid_the_release_is_checked_against_the_noise(
+        tmp_path, mp_spdz, program_cache):
+    result = run(_config(tmp_path, program_cache, protocol="replicated-ring", parties=3,
+                         mechanism="central", grid_bits=1, rows=40, dim=5, clients=2000))
+    _check(result, tmp_path / "out", "central", exact=False)
+    c = result["verification"]["noise_check"]
+    assert c["cells"] == 200 and c["gof_p_value"] > 1e-9
+    text = summary(result, tmp_path / "out")
+    assert "the release minus the plaintext sketch is the noise" in text
+    assert "central noise std" in text and "the central Gaussian's" in text
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"mechanism": "central", "program": "fast"}, "use --program local"),
+    ({"mechanism": "dng", "noise": "laplace"}, "the clients send noise-free rows"),
+    ({"mechanism": "central", "epsilon": 0.01, "grid_bits": 8}, "coins per cell"),
+    ({"mechanism": "ltm", "grid_bits": 2}, "--mechanism central"),
+    ({"mechanism": "laplace"}, "unknown --mechanism"),
+    ({"mechanism": "dng", "hosts": Path("hosts.toml"), "parties": 2}, "without --hosts"),
+    ({"mechanism": "central", "clients": 2**40, "eta": 100.0}, "past 2^62"),
+])
+def test_a_mechanism_the_run_cannot_carry_is_refused_in_one_line(tmp_path, kw, words):
+    cfg = _config(tmp_path, None, **kw)
+    with pytest.raises(InputError) as err:
+        run(cfg)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_noise_unlike_the_certified_one_fails_the_run_loudly(tmp_path, mp_spdz, program_cache,
+                                                            monkeypatch):
+    # Every server draws three times the standard deviation it should: the release is
+    # still revealed, but the check against the certified noise must refuse it.
+    draw = mechanisms.ServerNoise.sample
+    monkeypatch.setattr(mechanisms.ServerNoise, "sample",
+                        lambda self, rng, shape: 3 * draw(self, rng, shape))
+    with pytest.raises(VerificationError, match="is not the dng noise the accountant "
+                                                "certified") as err:
+        run(_config(tmp_path, program_cache, mechanism="dng", rows=40, dim=5, clients=2000))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.mismatch").exists()
+    saved = json.loads((tmp_path / "out.mismatch" / "result.json").read_text())
+    assert saved["verification"]["noise_check"]["variance_z"] > 8

@@ -1,0 +1,78 @@
+"""The check of a noisy release against its certified noise (numpy stand-ins for the MPC)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.clients import server_noise
+from harness.experiments.noise_check import check_noise_release
+
+SHAPE = (40, 50)
+
+
+def _central(grid_bits: int = 2, frac_bits: int = 8):
+    noise = server_noise("central", servers=3, corrupt=1, eta=1.0, s=1, d=4, m=5,
+                         epsilon=2.0, delta=1e-5, frac_bits=frac_bits, grid_bits=grid_bits)
+    assert noise is not None
+    return noise
+
+
+def _ring(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int64).view(np.uint64)
+
+
+def _central_release(noise, rng, scale: float = 1.0, bias: int = 0):
+    k = noise.shift
+    plain = rng.integers(-2**20, 2**20, size=SHAPE)
+    up = rng.random(SHAPE) < (plain % (1 << k)) / 2**k  # probabilistic truncation
+    rounded = (plain >> k) + up
+    drawn = rng.binomial(noise.coins, 0.5, size=SHAPE) - noise.coins // 2
+    drawn = np.round(drawn * scale).astype(np.int64) + bias
+    return _ring(plain), _ring((rounded + drawn) << k), _ring(drawn), _ring(rounded)
+
+
+def test_true_binomial_noise_passes_and_is_bit_exact_with_the_noise_revealed():
+    rng = np.random.default_rng(1)
+    noise = _central()
+    plain, released, drawn, rounded = _central_release(noise, rng)
+    mismatches, stats = check_noise_release(noise, plain, released, drawn, rounded)
+    assert mismatches == 0 and stats["ok"] and stats["exact"]
+    assert stats["gof_p_value"] > 1e-4 and abs(stats["mean_z"]) < 5
+
+
+@pytest.mark.parametrize("scale,bias", [(1.5, 0), (0.5, 0), (1.0, 0.5)])
+def test_noise_unlike_the_certified_one_fails(scale, bias):
+    rng = np.random.default_rng(2)
+    noise = _central()
+    # a bias of half a standard deviation: 2000 cells see it
+    plain, released, _, _ = _central_release(noise, rng, scale,
+                                             round(bias * noise.coins**0.5 / 2))
+    _, stats = check_noise_release(noise, plain, released)
+    assert not stats["ok"]
+
+
+def test_a_changed_entry_or_leaking_low_bits_are_mismatches():
+    rng = np.random.default_rng(3)
+    noise = _central()
+    plain, released, drawn, rounded = _central_release(noise, rng)
+    wrong = released.copy()
+    wrong[0, 0] += np.uint64(1 << noise.shift)
+    assert check_noise_release(noise, plain, wrong, drawn, rounded)[0] == 1
+    leaky = released.copy()
+    leaky[1, 1] += np.uint64(1)  # a low bit of the sketch shows through
+    assert check_noise_release(noise, plain, leaky)[0] >= 1
+
+
+def test_dng_skellam_noise_passes_and_other_noise_fails():
+    rng = np.random.default_rng(4)
+    noise = server_noise("dng", servers=2, corrupt=1, eta=1.0, s=1, d=4, m=5, epsilon=8.0,
+                         delta=1e-3, frac_bits=2)
+    assert noise is not None
+    plain = rng.integers(-2**40, 2**40, size=SHAPE)
+    drawn = sum(noise.sample(rng, SHAPE) for _ in range(noise.servers))
+    mismatches, stats = check_noise_release(noise, _ring(plain), _ring(plain + drawn),
+                                            _ring(drawn))
+    assert mismatches == 0 and stats["ok"]
+    _, bad = check_noise_release(noise, _ring(plain), _ring(plain + 2 * drawn))
+    assert not bad["ok"]
