@@ -120,8 +120,7 @@ def _run_clients(plan: StreamPlan, job: ClientJob, clients: list[ClientHost], se
                                        tuple(port for _, port, _ in servers),
                                        tuple(c for _, _, c in servers), cert, key, job.timeout)
         return stream_clients(plan, job.sketch, job.rows, job.noise, job.fp, route,
-                              workers=range(plan.workers), workdir=workdir,
-                              timeout=job.timeout)
+                              workers=range(plan.workers), timeout=job.timeout)
     seed = job.rows.seed
 
     def one(k: int) -> list[ProducerTotals]:

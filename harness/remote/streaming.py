@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from harness.clients import ProducerTotals, StreamSpec
-from harness.engine import TlsRoute, TlsTransport, channel_root, serve_party, stream_clients
+from harness.engine import TlsRoute, TlsTransport, serve_party, stream_clients
 
 __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
 
@@ -40,15 +39,11 @@ def serve(spec_path: Path, party: int, port: int, cert: Path, key: Path, peer: P
     """Server ``party``'s stream into ``dest`` (and ``schedule``); its figures."""
     spec = StreamSpec.from_json(spec_path.read_text())
     route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout)
-    root = channel_root(Path.cwd())
-    try:
-        end = TlsTransport(route, root).listening_end(party)
-        if callable(on_listening):
-            on_listening()
-        return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input,
-                           spec.blocks, schedule)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    end = TlsTransport(route).listening_end(party)
+    if callable(on_listening):
+        on_listening()
+    return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input, spec.blocks,
+                       schedule)
 
 
 def produce(spec_path: Path, targets_path: Path, host: int, cert: Path, key: Path,
@@ -65,8 +60,7 @@ def produce(spec_path: Path, targets_path: Path, host: int, cert: Path, key: Pat
                                    cert.resolve(), key.resolve(), timeout)
     workers = spec.plan.host_workers(host)
     totals = stream_clients(spec.plan, spec.sketch, spec.open_rows(Path.cwd()), spec.noise,
-                            spec.fp, route, workers=workers, workdir=Path.cwd(),
-                            timeout=timeout)
+                            spec.fp, route, workers=workers, timeout=timeout)
     return {"workers": [encode_totals(t) for t in totals]}
 
 
