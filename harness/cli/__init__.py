@@ -22,7 +22,7 @@ import traceback
 from typing import NoReturn
 
 from harness._version import __version__
-from harness.errors import LtmError
+from harness.errors import Interrupted, LtmError, stop_on_signals
 
 __all__ = ["DEBUG_ENV_VAR", "Interrupted", "build_parser", "main"]
 
@@ -33,11 +33,6 @@ DEBUG_ENV_VAR = "LTM_DEBUG"
 # command in an internal error's line.
 _COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "aws_command",
                   "mpspdz_command")
-
-# SIGTERM (kill, systemd, a batch scheduler) and SIGHUP (a closed terminal) stop a
-# command the way Ctrl-C does, through the same cleanup: parties stopped, partial
-# directories and remote working directories removed.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _COMMAND_MODULES = (
     "harness.cli.run",
@@ -76,31 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Interrupted(KeyboardInterrupt):
-    """A stop signal, raised where the main thread is, so every cleanup path runs."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-def _on_stop_signal(signum: int, _frame: object) -> None:
-    # Once: a second signal must not cut the cleanup the first one started short.
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
-def _install_stop_handlers() -> dict:
-    previous = {}
-    for sig in _STOP_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, _on_stop_signal)
-        except ValueError:  # not the main thread (main() called from a worker): leave them
-            break
-    return previous
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     debug = _debug_requested(argv)
@@ -114,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 1
-        previous = _install_stop_handlers()
+        previous = stop_on_signals()
         return int(args.func(args) or 0)
     except LtmError as exc:
         # One clear line (plus a party's stderr tail where there is one), no traceback.
