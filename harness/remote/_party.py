@@ -28,6 +28,7 @@ from harness.remote._shell import (
     EXEC_TIMEOUT,
     NO_HARNESS,
     agent_command,
+    exec_anyhow,
     exec_command,
     harness_check,
     read_steps,
@@ -303,20 +304,8 @@ class RemoteParty(Listening):
 
     def _exec_anyhow(self, script: str, options: ConnectOptions,
                      known_hosts: Path) -> tuple[int, str, str]:
-        """Run a cleanup script, reconnecting once if the first connection died."""
-        client = self.client
-        transport = client.get_transport() if client is not None else None
-        if client is not None and transport is not None and transport.is_active():
-            try:
-                return exec_command(client, script)
-            except (OSError, EOFError, paramiko.SSHException):
-                pass
-        fresh = connect(self.host, known_hosts, options=ConnectOptions(
-            timeout=options.timeout, attempts=2, backoff=options.backoff))
-        try:
-            return exec_command(fresh, script)
-        finally:
-            fresh.close()
+        """Run a cleanup script, reconnecting if the first connection died."""
+        return exec_anyhow(self.client, self.host, known_hosts, options, script)
 
     def close(self) -> None:
         if self.client is not None:
