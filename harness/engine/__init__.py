@@ -88,6 +88,7 @@ from harness.engine.stream import (
 from harness.engine.stream_file import write_owner
 from harness.engine.stream_serve import serve_party
 from harness.engine.tls_stream import TlsRoute, TlsTransport
+from harness.engine.transport import sweep_stale_buffers
 from harness.engine.upload import (
     TIMEOUT,
     receive_files,
@@ -144,6 +145,7 @@ __all__ = [
     "make_certificates",
     "parse_output",
     "stream_inputs",
+    "sweep_stale_buffers",
     "worker_count",
     "parse_stats",
     "party_input_file",

@@ -50,7 +50,13 @@ from harness.engine.chunks import Refused as _Refused
 from harness.engine.stream_file import partial
 from harness.engine.stream_procs import Processes, StreamError
 from harness.engine.stream_serve import serve_party
-from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
+from harness.engine.transport import (
+    ClientEnd,
+    ServerEnd,
+    ShmTransport,
+    TransportFactory,
+    sweep_stale_buffers,
+)
 from harness.errors import InputError
 
 __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
@@ -83,11 +89,15 @@ def worker_count() -> int:
 def _context() -> Any:
     """Processes forked from a fork server that imported only this module.
 
+    Every streamed run starts here, and first removes what a killed run of an earlier
+    release left in /dev/shm (:func:`sweep_stale_buffers`).
+
     Not plain fork: a server must not inherit the parent's memory (the clients' data,
     the other servers' channels). Not spawn: each of the S + cores processes would
     import the harness again, seconds per run on two cores. The fork server starts
     once per process and serves every later run.
     """
+    sweep_stale_buffers()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, "harness.engine.tls_stream"])
     return ctx

@@ -22,15 +22,17 @@ bytes and seconds; nothing for shared memory).
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from multiprocessing import reduction
+from pathlib import Path
 from typing import Any, Protocol
 
 from harness.clients import ChannelBuffer, StreamPlan
 from harness.fileio import private_memory
 
 __all__ = ["ClientEnd", "Link", "ServerEnd", "ShmTransport", "StreamTransport",
-           "TransportFactory"]
+           "TransportFactory", "sweep_stale_buffers"]
 
 
 class Link(Protocol):
@@ -170,3 +172,39 @@ class ShmTransport:
             for a, b in pairs:
                 a.close()
                 b.close()
+
+
+def sweep_stale_buffers(shm: Path = Path("/dev/shm")) -> list[Path]:
+    """Remove the channel buffers earlier releases kept in ``shm`` whose run is over.
+
+    They were directories ``ltm-stream-PID-*`` of files, made by process PID, which a
+    process killed outright (SIGKILL) left behind, with the shares in them. Only those
+    whose process is gone are removed (a live one is another run's); what was removed.
+    """
+    removed = []
+    try:
+        entries = list(shm.glob("ltm-stream-*"))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name.split("-")[2]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if entry.lstat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True

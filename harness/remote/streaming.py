@@ -28,7 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients import ProducerTotals, StreamSpec
-from harness.engine import TlsRoute, TlsTransport, serve_party, stream_clients
+from harness.engine import (
+    TlsRoute,
+    TlsTransport,
+    serve_party,
+    stream_clients,
+    sweep_stale_buffers,
+)
 
 __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
 
@@ -38,6 +44,7 @@ def serve(spec_path: Path, party: int, port: int, cert: Path, key: Path, peer: P
           on_listening: object = None) -> dict:
     """Server ``party``'s stream into ``dest`` (and ``schedule``); its figures."""
     spec = StreamSpec.from_json(spec_path.read_text())
+    sweep_stale_buffers()  # what a killed run of an earlier release left on this host
     route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout)
     end = TlsTransport(route).listening_end(party)
     if callable(on_listening):

@@ -469,3 +469,31 @@ def test_memory_a_stream_cannot_reserve_is_refused_in_one_line(tmp_path):
                         r"streamed run's channel buffer \(.+\); free some memory on this "
                         r"machine and run again\n", done.stderr), done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_run_sweeps_what_killed_runs_left_in_dev_shm_and_spares_live_ones(tmp_path):
+    """Earlier releases kept the buffers in ``/dev/shm/ltm-stream-PID-*``, which a run
+    killed outright left there, shares and all: the next run removes those whose
+    process is gone, never one whose process still runs (another run's)."""
+    shm = Path("/dev/shm")
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True,
+                          check=True)
+    alive = subprocess.Popen(["sleep", "60"])
+    token = os.urandom(4).hex()
+    stale = shm / f"ltm-stream-{int(dead.stdout)}-{token}"
+    live = shm / f"ltm-stream-{alive.pid}-{token}"
+    try:
+        for root in (stale, live):
+            root.mkdir(mode=0o700)
+            (root / "w0-P1").write_bytes(b"a server's shares")
+        n, d, m = 500, 2, 4
+        stream_inputs(_plan(n, d, m, 1, 2), Sketch.sparse(n, m, 1, seed=1),
+                      SyntheticRows(n, d, 1.0, seed=1), NoiseSpec("none", n=n, m=m, d=d, s=1),
+                      FixedPoint(16), _dests(tmp_path, 2), as_input=False, timeout=120)
+        assert not stale.exists()
+        assert (live / "w0-P1").read_bytes() == b"a server's shares"
+    finally:
+        alive.kill()
+        alive.wait()
+        for root in (stale, live):
+            shutil.rmtree(root, ignore_errors=True)
