@@ -181,7 +181,7 @@ def sweep_stale_buffers(shm: Path = Path("/dev/shm")) -> list[Path]:
     process killed outright (SIGKILL) left behind, with the shares in them. Only those
     whose process is gone are removed (a live one is another run's); what was removed.
     """
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(shm.glob("ltm-stream-*"))
     except OSError:
