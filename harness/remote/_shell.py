@@ -176,9 +176,10 @@ class SessionDir:
     """
 
     def __init__(self, client: paramiko.SSHClient, setup: str, pattern: str,
-                 report: str = "true") -> None:
+                 report: str = "true", end: str = 'rm -rf "$d"') -> None:
         """Run ``setup`` (which may exit with a status of its own), create ``pattern``
-        (``mktemp -d``'s, quoted), enter it, print its path and what ``report`` prints."""
+        (``mktemp -d``'s, quoted), enter it, print its path and what ``report`` prints;
+        when the session ends, run ``end`` from ``/`` (the directory is ``"$d"``)."""
         transport = client.get_transport()
         if transport is None:
             raise paramiko.SSHException("the SSH connection is closed")
@@ -186,8 +187,8 @@ class SessionDir:
         self.channel.settimeout(EXEC_TIMEOUT)
         self.channel.exec_command(
             f'{setup}; d=$(mktemp -d {pattern}) && cd "$d" && pwd -P && {{ {report}; }} '
-            f"|| exit 1; trap 'cd / && rm -rf \"$d\"; exit 1' HUP INT TERM; echo {_READY}; "
-            'while read -r _; do :; done; cd / && rm -rf "$d"')
+            f"|| exit 1; trap {shlex.quote(f'cd /; {end}; exit 1')} HUP INT TERM; "
+            f"echo {_READY}; while read -r _; do :; done; cd /; {end}")
         out = self.channel.makefile("r")
         self.lines: list[str] = []
         for line in out:
