@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -330,3 +332,30 @@ def _comm(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("clients", [0, 1])
+def test_a_runner_killed_outright_mid_stream_leaves_nothing_on_any_host(
+        tmp_path, farm, mp_spdz, program_cache, clients):
+    """SIGKILL: the runner cleans nothing up. Each host notices its SSH session end and
+    stops what runs there and removes its working directory (keys, shares, rows)."""
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2, clients=clients)
+    victim = fakes[-1] if clients else fakes[0]
+    step = b"stream" if clients else b"serve"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--hosts", str(path), "--program", "local",
+         "--clients", "2000000", "--rows", "10", "--dim", "3", "--out", str(tmp_path / "out")],
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not any(_sockets(pid) >= 2 for pid in _agents(victim.workdir, step)):
+        assert runner.poll() is None, runner.communicate()
+        assert time.monotonic() < deadline, "the stream never started"
+        time.sleep(0.01)
+    assert [p for f in fakes for p in f.workdir.iterdir()]  # the hosts' directories
+    runner.kill()
+    runner.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while left_behind(fakes, 0) != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left_behind(fakes, 0) == ([], [])
