@@ -351,7 +351,10 @@ def test_a_runner_killed_outright_mid_stream_leaves_nothing_on_any_host(
         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not any(_sockets(pid) >= 2 for pid in _agents(victim.workdir, step)):
+    # mid-stream: a server holds its listener and a connection, a client host's workers
+    # their connections
+    while not any(sum(_sockets(p) for p in [pid, *descendants(pid)]) >= 2
+                  for pid in _agents(victim.workdir, step)):
         assert runner.poll() is None, runner.communicate()
         assert time.monotonic() < deadline, "the stream never started"
         time.sleep(0.01)
