@@ -3,7 +3,9 @@
 The CLI prints an ``LtmError`` as one line and exits with status 1; anything
 else is a bug and keeps its traceback. The checks every user-supplied number
 and size goes through (:func:`check_number`, :func:`check_memory`) live here too,
-so that every layer words them the same way.
+so that every layer words them the same way, and so does the one way a process is
+stopped by a signal (:class:`Interrupted`, :func:`stop_on_signals`): ``ltm`` and
+the host agent both clean up on the way out.
 """
 
 from __future__ import annotations
@@ -11,7 +13,39 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 from pathlib import Path
+
+# SIGTERM (kill, systemd, a batch scheduler, a host's lost SSH session) and SIGHUP (a
+# closed terminal) stop a process the way Ctrl-C does, through the same cleanup.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal, raised where the main thread is, so every cleanup path runs."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    # Once: a second signal must not cut the cleanup the first one started short.
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def stop_on_signals() -> dict:
+    """Make :data:`STOP_SIGNALS` raise :class:`Interrupted` in the main thread; the
+    handlers they had (for the caller to restore), empty when not called from it."""
+    previous = {}
+    for sig in STOP_SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, _on_stop_signal)
+        except ValueError:  # not the main thread (main() called from a worker): leave them
+            break
+    return previous
 
 
 class LtmError(Exception):

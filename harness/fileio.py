@@ -4,6 +4,8 @@ Atomic: a reader sees the old file or the new one, never half of one.
 Private: files holding shares, keys or inputs are created 0600 inside 0700
 directories, with the mode given to ``open(2)`` itself, so no other user can
 read them at any moment, not even between creating and chmod-ing.
+Memory: :func:`private_memory` is shared memory that no file system names, for
+what processes of one run pass each other (the streamed run's channel buffers).
 Locked: :func:`file_lock` is the one inter-process lock (``ARCHITECTURE.md``,
 "Locks"); :func:`output_lock` is it on a command's output directory.
 """
@@ -25,7 +27,8 @@ from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
-           "output_lock", "parents_made", "private_dir", "short_writes_as_full_disk",
+           "output_lock", "parents_made", "private_dir", "private_memory",
+           "short_writes_as_full_disk",
            "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
@@ -119,6 +122,32 @@ def open_private(path: str | os.PathLike[str], mode: str = "wb"):
     except BaseException:
         os.close(fd)
         raise
+
+
+def private_memory(size: int, name: str, what: str) -> int:
+    """A descriptor of ``size`` bytes of shared memory, 0600, that no file system names
+    (``name`` shows only in ``/proc/PID/fd``; ``what`` it holds, for the message).
+
+    It is a memfd: no path leads to it (only this process's descriptors, and those it
+    passes on), and the kernel frees it with the last process that holds or maps it,
+    however that process ends, SIGKILL included, so nothing of it outlives a run. It
+    is not in ``/dev/shm`` either, whose size (64 MB in a container) does not bound it.
+    Its whole size is reserved now: memory that cannot be had is refused here, in one
+    line, never met later by a process that writes into its mapping (SIGBUS).
+    """
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            raise InputError(f"cannot reserve {size / 2**20:.1f} MiB of shared memory for "
+                             f"{what} ({exc.strerror}); free some memory on this machine "
+                             "and run again") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_private(path: str | os.PathLike[str], data: str | bytes) -> Path:

@@ -4,6 +4,7 @@ import contextlib
 import sys
 
 import pytest
+from _buffers import left_in_shm, shm_entries
 
 from harness.engine import ensure_mpspdz
 from harness.errors import MpSpdzError
@@ -33,3 +34,15 @@ def mp_spdz(pytestconfig: pytest.Config):
 def program_cache(tmp_path_factory):
     """One compile cache for the session, apart from the user's."""
     return tmp_path_factory.mktemp("program-cache")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_dev_shm():
+    """Nothing secret outlives a run: after the whole session (every kill and interrupt
+    the tests inflict included), the harness has left nothing in ``/dev/shm``."""
+    before = shm_entries()
+    yield
+    left = left_in_shm(before)
+    if left:
+        pytest.fail(f"the tests left {len(left)} entries in /dev/shm: {', '.join(left)}",
+                    pytrace=False)

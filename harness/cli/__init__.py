@@ -22,7 +22,7 @@ import traceback
 from typing import Any, NoReturn
 
 from harness._version import __version__
-from harness.errors import LtmError
+from harness.errors import Interrupted, LtmError, stop_on_signals
 
 __all__ = ["DEBUG_ENV_VAR", "Interrupted", "build_parser", "main"]
 
@@ -33,11 +33,6 @@ DEBUG_ENV_VAR = "LTM_DEBUG"
 # command in an internal error's line.
 _COMMAND_DESTS = ("command", "analysis", "grid", "hosts_command", "loopback_command",
                   "aws_command", "mpspdz_command")
-
-# SIGTERM (kill, systemd, a batch scheduler) and SIGHUP (a closed terminal) stop a
-# command the way Ctrl-C does, through the same cleanup: parties stopped, partial
-# directories and remote working directories removed.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # Each command: the module whose ``add_commands`` adds its parser, and its line in
 # ``ltm --help``. A module is imported when its command is parsed (or the whole
@@ -152,37 +147,12 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-class Interrupted(KeyboardInterrupt):
-    """A stop signal, raised where the main thread is, so every cleanup path runs."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-def _on_stop_signal(signum: int, _frame: object) -> None:
-    # Once: a second signal must not cut the cleanup the first one started short.
-    for sig in _STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    raise Interrupted(signum)
-
-
-def _install_stop_handlers() -> dict:
-    previous = {}
-    for sig in _STOP_SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, _on_stop_signal)
-        except ValueError:  # not the main thread (main() called from a worker): leave them
-            break
-    return previous
-
-
 def main(argv: list[str] | None = None) -> int:
     debug = _debug_requested(argv)
     command = "ltm"
     # First of all: a stop signal while the command's modules load is an interruption
     # like any later one (its line, its exit status), not a traceback.
-    previous = _install_stop_handlers()
+    previous = stop_on_signals()
     try:
         # Inside the try: an option's type check (harness.cli.common.number) raises
         # InputError, which is one line like every other.

@@ -14,8 +14,8 @@ sketch at the cost of one sketch draw in all, not one per server.
 A chunk's values are laid out column by column, (d, slots): each column's
 accumulator runs are then contiguous. Each server's shares of a chunk are
 written straight into that server's own
-channel buffer (:class:`ChannelBuffer`: two slots of a file in a private
-directory on tmpfs, mapped by the client worker and that one server only), and
+channel buffer (:class:`ChannelBuffer`: two slots of shared memory that no file
+system names, mapped by the client worker and that one server only), and
 the server is told which slot holds which chunk. Masks come from AES-256-CTR
 keyed from ``os.urandom`` per worker; the last share is the value minus them.
 With seeded sharing the slot holds the chunk's seeds and full words instead
@@ -32,7 +32,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -47,7 +46,7 @@ from harness.clients.stream_plan import SLACK as _SLACK
 from harness.clients.stream_plan import StreamPlan
 from harness.clients.stream_seeded import SeededShares
 from harness.errors import InputError
-from harness.fileio import open_private
+from harness.fileio import private_memory
 
 __all__ = ["ChannelBuffer", "NoisyChunks", "ProducerTotals", "SketchGroups", "StreamBroken",
            "chunk_groups", "group_slots", "produce", "run_starts"]
@@ -105,24 +104,29 @@ def run_starts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ChannelBuffer:
-    """Two slots of one server's shares, in a 0600 file in a 0700 directory on tmpfs.
+    """Two slots of one server's shares, in 0600 shared memory that no file system names.
 
-    The client worker that creates it and the one server it is for map it; nobody
-    else is told its path. It is memory, not disk, and bounded by two chunks.
+    Made with no descriptor, it reserves its memory (:func:`harness.fileio.private_memory`)
+    for this process alone; made from one (a buffer another process reserved and passed
+    on at this one's start), it maps that and closes the descriptor. Either way only the
+    one client worker and the one server it is for map it, and the kernel frees it when
+    both have ended, however they end. It is memory, not disk, bounded by two chunks.
     """
 
-    def __init__(self, path: Path, slot_bytes: int, create: bool) -> None:
-        self.path = path
+    def __init__(self, slot_bytes: int, fd: int | None = None, name: str = "ltm-channel") -> None:
         self.slot_bytes = slot_bytes
-        size = 2 * (slot_bytes + _SLACK)
-        if create:
-            with open_private(path) as fh:
-                fh.truncate(size)
-        fd = os.open(path, os.O_RDWR)
+        size = self.size(slot_bytes)
+        if fd is None:
+            fd = private_memory(size, name, "a streamed run's channel buffer")
         try:
             self.map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
+
+    @staticmethod
+    def size(slot_bytes: int) -> int:
+        """The bytes of a buffer of two slots of ``slot_bytes`` (the cipher's slack included)."""
+        return 2 * (slot_bytes + _SLACK)
 
     def slot(self, b: int, words: int) -> np.ndarray:
         """Slot b's first ``words`` words as uint64 (with the cipher's slack after them)."""

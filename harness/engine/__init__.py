@@ -91,7 +91,6 @@ if TYPE_CHECKING:
         Streamed,
         StreamError,
         assemble_stream,
-        channel_root,
         stream_clients,
         stream_inputs,
         worker_count,
@@ -99,6 +98,7 @@ if TYPE_CHECKING:
     from harness.engine.stream_file import write_owner
     from harness.engine.stream_serve import serve_party
     from harness.engine.tls_stream import TlsRoute, TlsTransport
+    from harness.engine.transport import sweep_stale_buffers
     from harness.engine.upload import (
         TIMEOUT,
         receive_files,
@@ -136,9 +136,9 @@ __all__ = [
     "TlsRoute",
     "TlsTransport",
     "assemble_stream",
-    "channel_root",
     "serve_party",
     "stream_clients",
+    "sweep_stale_buffers",
     "write_owner",
     "TIMEOUT",
     "URL_ENV_VAR",

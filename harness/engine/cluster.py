@@ -149,9 +149,8 @@ class LocalCluster(PartyStaging):
                 warm_up()  # the processes' fork server starts while the network is made
                 transport = self._tls_route(self._hold_network(), job.timeout)
             streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
-                                     as_input=job.as_input, workdir=self.workdir,
-                                     timeout=job.timeout, transport=transport,
-                                     blocks=job.blocks, schedule=schedule)
+                                     as_input=job.as_input, timeout=job.timeout,
+                                     transport=transport, blocks=job.blocks, schedule=schedule)
             job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         except BaseException:  # no session will follow to close the network
             self._release_network()

@@ -22,8 +22,6 @@ import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
-import secrets
-import shutil
 import signal
 import time
 from collections.abc import Sequence
@@ -53,14 +51,20 @@ from harness.engine.chunks import Violation as _Violation
 from harness.engine.stream_file import partial
 from harness.engine.stream_procs import Processes, StreamError
 from harness.engine.stream_serve import serve_party
-from harness.engine.transport import ClientEnd, ServerEnd, ShmTransport, TransportFactory
+from harness.engine.transport import (
+    ClientEnd,
+    ServerEnd,
+    ShmTransport,
+    TransportFactory,
+    sweep_stale_buffers,
+)
 from harness.errors import InputError
-from harness.fileio import private_dir
 
 __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
            "warm_up", "worker_count"]
 
 _PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+_MAX_WORKERS = 100
 
 
 @dataclass
@@ -77,18 +81,24 @@ class Streamed:
 
 
 def worker_count() -> int:
-    """Client worker processes: one per core this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)))
+    """Client worker processes: one per core this process may run on, up to 100 (a
+    server's start passes it every worker's pipe and buffer, and a process's start
+    passes fewer than 252 descriptors)."""
+    return max(1, min(_MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
 def _context() -> Any:
     """Processes forked from a fork server that imported only this module.
+
+    Every streamed run starts here, and first removes what a killed run of an earlier
+    release left in /dev/shm (:func:`sweep_stale_buffers`).
 
     Not plain fork: a server must not inherit the parent's memory (the clients' data,
     the other servers' channels). Not spawn: each of the S + cores processes would
     import the harness again, seconds per run on two cores. The fork server starts
     once per process and serves every later run.
     """
+    sweep_stale_buffers()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, "harness.engine.tls_stream"])
     return ctx
@@ -101,18 +111,10 @@ def warm_up() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def channel_root(workdir: Path) -> Path:
-    """A fresh 0700 directory for the channel buffers: on tmpfs (memory, not disk) when
-    there is one, else in the run's workdir."""
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else workdir
-    return private_dir(base / f"ltm-stream-{os.getpid()}-{secrets.token_hex(4)}")
-
-
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
-                  fp: FixedPoint, dests: list[Path], *, as_input: bool, workdir: Path,
-                  timeout: float, transport: TransportFactory = ShmTransport,
-                  blocks: FileShape | None = None, schedule: Path | None = None) -> Streamed:
+                  fp: FixedPoint, dests: list[Path], *, as_input: bool, timeout: float,
+                  transport: TransportFactory = ShmTransport, blocks: FileShape | None = None,
+                  schedule: Path | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
@@ -130,11 +132,10 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     ``if __name__ == "__main__":`` guard; ``ltm`` and notebooks need nothing.
     """
     ctx = _context()
-    root = channel_root(workdir)
     started = time.perf_counter()
     complete = False
+    carrier = transport(plan, ctx)
     try:
-        carrier = transport(plan, root, ctx)
         with Processes(ctx) as procs:
             for i in range(plan.parties):
                 procs.start(f"server P{i}", _server_main,
@@ -147,7 +148,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
             results = procs.collect(started + timeout)
         complete = True
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        carrier.started()
         if blocks is not None and not complete:  # nothing half-written stays
             for path in [*dests, *([schedule] if schedule else [])]:
                 for leftover in (path, partial(path)):
@@ -159,14 +160,13 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
 
 def stream_clients(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                    fp: FixedPoint, transport: TransportFactory, *, workers: Sequence[int],
-                   workdir: Path, timeout: float) -> list[ProducerTotals]:
+                   timeout: float) -> list[ProducerTotals]:
     """Only the clients' side, here: client workers ``workers`` of the plan, streaming
     to servers that run elsewhere (on their hosts, :func:`serve_party`). Each
     worker's totals, in that order; a failure is a :class:`StreamError` naming it."""
     ctx = _context()
-    root = channel_root(workdir)
+    carrier = transport(plan, ctx)
     try:
-        carrier = transport(plan, root, ctx)
         with Processes(ctx) as procs:
             for w in workers:
                 procs.start(f"client worker {w}", _worker_main,
@@ -174,7 +174,7 @@ def stream_clients(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpe
             carrier.started()
             results = procs.collect(time.perf_counter() + timeout)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        carrier.started()
     return [results[f"client worker {w}"] for w in workers]
 
 

@@ -19,18 +19,24 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from harness.errors import InputError, PartyError
+from harness.errors import STOP_SIGNALS, InputError, PartyError
 
 __all__ = ["Processes", "StreamError"]
 
 # Seconds a failed process's peers get to report their own error before all are stopped:
 # a server's "ended early" says more than a worker's "server closed its stream".
 _GRACE_S = 2.0
-_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class StreamError(PartyError):
-    """A server or client worker of a streamed run failed; names which."""
+    """A server or client worker of a streamed run failed; names which.
+
+    ``lost``: the one named only lost a stream (its peer closed it), the consequence
+    of a failure elsewhere, on another host when these processes are a host's share
+    of the run.
+    """
+
+    lost = False
 
 
 class Processes:
@@ -72,7 +78,7 @@ def _signals_deferred() -> Iterator[None]:
         return
     caught: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum))
-                for sig in _STOPPING}
+                for sig in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -131,5 +137,7 @@ def _raise(failures: list[tuple[str, str, str]]) -> None:
     who, kind, message = failures[0]
     if kind == "input":
         raise InputError(message)
-    raise StreamError(f"the streamed run failed: {who} {message}; every server and client "
-                      "worker was stopped and no output was written", party=who)
+    error = StreamError(f"the streamed run failed: {who} {message}; every server and "
+                        "client worker was stopped and no output was written", party=who)
+    error.lost = kind in ("lost", "broken")
+    raise error

@@ -96,8 +96,8 @@ class TlsRoute:
     timeout: float
     bind: str = ""
 
-    def __call__(self, plan: StreamPlan, root: Path, ctx: Any) -> TlsTransport:
-        return TlsTransport(self, root)
+    def __call__(self, plan: StreamPlan, ctx: Any) -> TlsTransport:
+        return TlsTransport(self)
 
     @classmethod
     def between_hosts(cls, addresses: tuple[str, ...], ports: tuple[int, ...],
@@ -120,19 +120,19 @@ class TlsRoute:
 class TlsTransport:
     """Nothing shared between the processes: each end opens its own sockets and buffers."""
 
-    def __init__(self, route: TlsRoute, root: Path) -> None:
-        self.route, self.root = route, root
+    def __init__(self, route: TlsRoute) -> None:
+        self.route = route
 
     def client_end(self, worker: int) -> ClientEnd:
-        return _ClientEnd(self.route, self.root, worker)
+        return _ClientEnd(self.route, worker)
 
     def server_end(self, party: int) -> ServerEnd:
-        return _ServerEnd(self.route, self.root, party)
+        return _ServerEnd(self.route, party)
 
     def listening_end(self, party: int) -> ServerEnd:
         """Server ``party``'s end with its port already bound (a host's agent says
         "listening" only then)."""
-        end = _ServerEnd(self.route, self.root, party)
+        end = _ServerEnd(self.route, party)
         end.listen()
         return end
 
@@ -208,8 +208,8 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
 
 
 class _ClientEnd:
-    def __init__(self, route: TlsRoute, root: Path, worker: int) -> None:
-        self.route, self.root, self.worker = route, root, worker
+    def __init__(self, route: TlsRoute, worker: int) -> None:
+        self.route, self.worker = route, worker
         self.sockets: list[Any] = []
         self.buffers: list[ChannelBuffer] = []
 
@@ -228,8 +228,7 @@ class _ClientEnd:
             tls = tls_context(False, r.client_cert, r.client_key, r.certs[i]).wrap_socket(raw)
             self.sockets.append(tls)
             tls.sendall(HELLO.pack(MAGIC, self.worker))
-            buffer = ChannelBuffer(self.root / f"w{self.worker}-P{i}", plan.slot_bytes,
-                                   create=True)
+            buffer = ChannelBuffer(plan.slot_bytes, name=f"ltm-channel-w{self.worker}-P{i}")
             self.buffers.append(buffer)
             links.append(_Sender(tls, buffer, r.timeout))
         return self.buffers, links
@@ -299,8 +298,8 @@ class _Receiver:
 
 
 class _ServerEnd:
-    def __init__(self, route: TlsRoute, root: Path, party: int) -> None:
-        self.route, self.root, self.party = route, root, party
+    def __init__(self, route: TlsRoute, party: int) -> None:
+        self.route, self.party = route, party
         self.sockets: list[Any] = []
         self.buffers: list[ChannelBuffer] = []
         self.receivers: list[_Receiver] = []
@@ -328,7 +327,7 @@ class _ServerEnd:
         self.listener.close()
         ends = []
         for w, stream in enumerate(streams):
-            buffer = ChannelBuffer(self.root / f"r{w}-P{i}", plan.slot_bytes, create=True)
+            buffer = ChannelBuffer(plan.slot_bytes, name=f"ltm-channel-r{w}-P{i}")
             self.buffers.append(buffer)
             mine, theirs = multiprocessing.Pipe(duplex=True)
             self.sockets += [mine, theirs]

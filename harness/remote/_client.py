@@ -39,7 +39,9 @@ from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
     BAD_WORKDIR,
     NO_HARNESS,
+    SessionDir,
     agent_command,
+    exec_anyhow,
     exec_command,
     harness_check,
     read_steps,
@@ -47,15 +49,21 @@ from harness.remote._shell import (
     use_workdir,
     workdir_problem,
 )
+from harness.remote.agent import LOST
 from harness.remote.hosts import Host
 from harness.remote.streaming import decode_totals
 
 if TYPE_CHECKING:
     from harness.engine import ClientJob
 
-__all__ = ["ClientHost", "combine_parts"]
+__all__ = ["ClientHost", "StreamCut", "combine_parts"]
 
 _SIGNALS = {int(s): s.name for s in signal.Signals}
+
+
+class StreamCut(LtmError):
+    """A client host's step ended because a server closed its streams: the consequence
+    of a failure elsewhere (another host's), never named before it."""
 
 
 class ClientHost:
@@ -66,6 +74,7 @@ class ClientHost:
         self.options = options
         self.several = several  # one of several client hosts: named apart in messages
         self.client: paramiko.SSHClient | None = None
+        self.session_dir: SessionDir | None = None
         self.remote_dir: str | None = None
         self.key, self.cert = certificate
         # files[i]: (path under the remote directory, bytes) of what server i receives
@@ -85,17 +94,19 @@ class ClientHost:
             self.client = connect(self.host, self.known_hosts, options=self.options,
                                   inventory_path=self.inventory_path)
             workdir = shell_path(self.host.workdir.rstrip("/") or "/")
-            rc, out, err = exec_command(self.client,
-                                        f"{harness_check()}; {use_workdir(self.host.workdir)}; "
-                                        f"d=$(mktemp -d {workdir}/ltm-client-XXXXXXXXXX) "
-                                        '&& cd "$d" && pwd -P && (nproc || echo 1)')
+            # Removed by the host itself once this connection ends, however it ends: the
+            # private key and the clients' rows put there never outlive the run.
+            self.session_dir = SessionDir(self.client,
+                                          f"{harness_check()}; {use_workdir(self.host.workdir)}",
+                                          f"{workdir}/ltm-client-XXXXXXXXXX", "nproc || echo 1")
+            rc, lines, err = (self.session_dir.status, self.session_dir.lines,
+                              self.session_dir.stderr)
             if rc == NO_HARNESS:
                 raise LtmError(f"{self.label}: the harness is not installed there; run `ltm "
                                "hosts setup` first")
             if rc == BAD_WORKDIR:
                 raise InputError(workdir_problem(self.host, err).replace(
                     describe(self.host), self.label, 1).replace("this party", self.section))
-            lines = out.strip().splitlines()
             if rc != 0 or len(lines) < 2:
                 raise LtmError(f"{self.label}: cannot create a working directory under "
                                f"{self.host.workdir}: {err.strip() or f'status {rc}'}")
@@ -136,6 +147,13 @@ class ClientHost:
             # The shell's own "Killed" line says less than the signal's name.
             raise LtmError(f"{self.label}: `agent {step}` was killed by "
                            f"{_SIGNALS[rc - 128]} there (status {rc})")
+        transport = self.client.get_transport()
+        if rc < 0 and (transport is None or not transport.is_active()):
+            raise LtmError(f"{self.label}: the SSH connection was lost while `agent {step}` "
+                           "ran (the host removes its working directory as its session ends)")
+        if rc == LOST:
+            tail = " | ".join(err.strip().splitlines()[-1:])
+            raise StreamCut(f"{self.label}: `agent {step}` lost its streams: {tail}")
         if rc != 0 or reply is None:
             tail = " | ".join(err.strip().splitlines()[-3:])
             raise LtmError(f"{self.label}: `agent {step}` failed (status {rc}): "
@@ -228,13 +246,22 @@ class ClientHost:
             sftp.close()
 
     def remove(self) -> None:
+        """Remove the working directory: the host does as its session ends, and this
+        makes sure, over a new connection if this one died."""
         if self.client is None:
             return
         try:
+            if self.session_dir is not None:
+                self.session_dir.release()
             if self.remote_dir is not None:
-                exec_command(self.client, f"rm -rf {shlex.quote(self.remote_dir)}")
+                rc, _, err = exec_anyhow(self.client, self.host, self.known_hosts,
+                                         self.options, f"rm -rf {shlex.quote(self.remote_dir)}")
+                if rc != 0:
+                    raise LtmError(f"{self.label}: could not remove {self.remote_dir}: "
+                                   f"{err.strip() or f'status {rc}'}")
                 self.remote_dir = None
         finally:
+            self.session_dir = None
             self.client.close()
             self.client = None
 

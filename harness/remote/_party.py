@@ -27,7 +27,9 @@ from harness.remote._shell import (
     BAD_WORKDIR,
     EXEC_TIMEOUT,
     NO_HARNESS,
+    SessionDir,
     agent_command,
+    exec_anyhow,
     exec_command,
     harness_check,
     read_steps,
@@ -59,9 +61,9 @@ class Upload:
     moved_from: str | None = None  # a file already on the host, renamed into place
 
 
-def _kill_script(directory: str, wait_for_pgid: bool) -> str:
+def _kill_script(d: str, wait_for_pgid: bool) -> str:
+    """Kill the party's group, its pgid read in directory ``d`` (a shell word)."""
     # Prints "killed" when the group still existed: that party did not end on its own.
-    d = shlex.quote(directory)
     wait = (f'i=0; while [ ! -s {d}/{PGID_FILE} ] && [ $i -lt 50 ]; do sleep 0.1; '
             'i=$((i+1)); done; ') if wait_for_pgid else ""
     return (f'{wait}[ -s {d}/{PGID_FILE} ] || exit 0; g=$(cat {d}/{PGID_FILE}); '
@@ -70,6 +72,15 @@ def _kill_script(directory: str, wait_for_pgid: bool) -> str:
             'i=$((i+1)); done; kill -KILL -- "-$g" 2>/dev/null; '
             'i=0; while kill -0 -- "-$g" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; '
             'i=$((i+1)); done; exit 0')
+
+
+def _remove_script(d: str, started: bool) -> str:
+    """Kill anything the party left in directory ``d`` (a shell word), then remove it."""
+    # The subshell's exits end only the kill part; the removal always runs. A receiver
+    # still waiting for the client host (whose send failed) goes too.
+    return (f"({_kill_script(d, wait_for_pgid=started)}) >/dev/null; "
+            f"[ -s {d}/{RECEIVER_PID} ] && kill $(cat {d}/{RECEIVER_PID}) 2>/dev/null; "
+            f"rm -rf {d}")
 
 
 class RemoteParty(Listening):
@@ -97,6 +108,7 @@ class RemoteParty(Listening):
         self._channel: paramiko.Channel | None = None
         self._began = 0.0
         self._lock = threading.Lock()  # remote_dir/started vs. a concurrent cleanup
+        self._session: SessionDir | None = None  # what removes remote_dir as it ends
 
     @property
     def label(self) -> str:
@@ -119,14 +131,18 @@ class RemoteParty(Listening):
         assert self.client is not None
         workdir = shell_path(self.host.workdir.rstrip("/") or "/")
         harness = f"{harness_check()}; " if harness_for else ""
-        script = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
-                  f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; {harness}"
-                  f"{use_workdir(self.host.workdir)}; "
-                  f'd=$(mktemp -d {workdir}/ltm-XXXXXXXXXX) && cd "$d" '
-                  "&& pwd -P && df -Pk . | awk 'NR==2 {print $4}'")
+        setup = (f"test -x {shell_path(self.binary)} || exit {_NO_BINARY}; "
+                 f"command -v setsid >/dev/null 2>&1 || exit {_NO_SETSID}; {harness}"
+                 f"{use_workdir(self.host.workdir)}")
         with self._lock:
-            rc, out, err = exec_command(self.client, script)
-            lines = out.strip().splitlines()
+            # The host stops the party and removes the directory (its key, its shares)
+            # itself once this connection ends, however it ends: the runner killed
+            # outright leaves nothing there either.
+            session = SessionDir(self.client, setup, f"{workdir}/ltm-XXXXXXXXXX",
+                                 "df -Pk . | awk 'NR==2 {print $4}'",
+                                 _remove_script('"$d"', started=False))
+            self._session = session
+            rc, lines, err = session.status, session.lines, session.stderr
             if rc == 0 and len(lines) >= 2:
                 self.remote_dir = lines[-2]
                 self.free_bytes = int(lines[-1]) * 1024 if lines[-1].isdigit() else None
@@ -279,7 +295,7 @@ class RemoteParty(Listening):
             directory, started = self.remote_dir, self.started
         if directory is None or not started:
             return False
-        rc, out, _ = self._exec_anyhow(_kill_script(directory, wait_for_pgid=True),
+        rc, out, _ = self._exec_anyhow(_kill_script(shlex.quote(directory), True),
                                        options, known_hosts)
         return rc == 0 and "killed" in out
 
@@ -289,13 +305,10 @@ class RemoteParty(Listening):
             directory, started = self.remote_dir, self.started
         if directory is None:
             return
-        # The subshell's exits end only the kill part; the removal always runs.
-        d = shlex.quote(directory)
-        # A receiver still waiting for the client host (whose send failed) goes too.
-        script = (f"({_kill_script(directory, wait_for_pgid=started)}) >/dev/null; "
-                  f"[ -s {d}/{RECEIVER_PID} ] && kill $(cat {d}/{RECEIVER_PID}) 2>/dev/null; "
-                  f"rm -rf {d}")
-        rc, _, err = self._exec_anyhow(script, options, known_hosts)
+        if self._session is not None:
+            self._session.release()  # the host kills and removes as the session ends
+        rc, _, err = self._exec_anyhow(_remove_script(shlex.quote(directory), started),
+                                       options, known_hosts)
         if rc != 0:
             raise LtmError(f"{self.label}: could not remove {directory}: {err.strip()}")
         with self._lock:
@@ -303,20 +316,8 @@ class RemoteParty(Listening):
 
     def _exec_anyhow(self, script: str, options: ConnectOptions,
                      known_hosts: Path) -> tuple[int, str, str]:
-        """Run a cleanup script, reconnecting once if the first connection died."""
-        client = self.client
-        transport = client.get_transport() if client is not None else None
-        if client is not None and transport is not None and transport.is_active():
-            try:
-                return exec_command(client, script)
-            except (OSError, EOFError, paramiko.SSHException):
-                pass
-        fresh = connect(self.host, known_hosts, options=ConnectOptions(
-            timeout=options.timeout, attempts=2, backoff=options.backoff))
-        try:
-            return exec_command(fresh, script)
-        finally:
-            fresh.close()
+        """Run a cleanup script, reconnecting if the first connection died."""
+        return exec_anyhow(self.client, self.host, known_hosts, options, script)
 
     def close(self) -> None:
         if self.client is not None:

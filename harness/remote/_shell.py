@@ -17,12 +17,13 @@ from pathlib import Path
 import paramiko
 
 from harness.errors import LtmError
-from harness.remote._connect import describe
+from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote.hosts import REMOTE_PYTHON, Host
 
-__all__ = ["BAD_WORKDIR", "EXEC_TIMEOUT", "NO_HARNESS", "RemoteShell", "agent_command",
-           "exec_command", "guarded", "harness_check", "put_atomic", "read_steps", "shell_join",
-           "shell_path", "use_workdir", "workdir_problem"]
+__all__ = ["BAD_WORKDIR", "EXEC_TIMEOUT", "NO_HARNESS", "RemoteShell", "SessionDir",
+           "agent_command", "exec_anyhow", "exec_command", "guarded", "harness_check",
+           "put_atomic", "read_steps", "shell_join", "shell_path", "use_workdir",
+           "workdir_problem"]
 
 EXEC_TIMEOUT = 60.0
 # The exit status of a command that found no harness on the host (harness_check).
@@ -140,6 +141,76 @@ def exec_command(client: paramiko.SSHClient, command: str,
     out = stdout.read().decode(errors="replace")
     err = stderr.read().decode(errors="replace")
     return stdout.channel.recv_exit_status(), out, err
+
+
+def exec_anyhow(client: paramiko.SSHClient | None, host: Host, known_hosts: Path,
+                options: ConnectOptions, script: str) -> tuple[int, str, str]:
+    """:func:`exec_command` for cleanup: over ``client``, or, if its connection died (or
+    there is none), over a new one to ``host`` (retried as any connection is)."""
+    transport = client.get_transport() if client is not None else None
+    if client is not None and transport is not None and transport.is_active():
+        try:
+            return exec_command(client, script)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+    fresh = connect(host, known_hosts, options=ConnectOptions(
+        timeout=options.timeout, attempts=2, backoff=options.backoff))
+    try:
+        return exec_command(fresh, script)
+    finally:
+        fresh.close()
+
+
+_READY = "ltm-session-dir-ready"
+
+
+class SessionDir:
+    """A fresh private working directory on a host that lasts no longer than the SSH
+    session that made it.
+
+    The shell that creates it stays, reading its channel, which nothing writes to:
+    when the channel closes (:meth:`release`, the runner's end or death, the dropped
+    connection, a killed sshd), its read ends and it removes the directory, so the
+    secrets in it (a client host's private key, its clients' rows) never outlive the
+    run on the host, even when the runner cannot come back to remove them.
+    """
+
+    def __init__(self, client: paramiko.SSHClient, setup: str, pattern: str,
+                 report: str = "true", end: str = 'rm -rf "$d"') -> None:
+        """Run ``setup`` (which may exit with a status of its own), create ``pattern``
+        (``mktemp -d``'s, quoted), enter it, print its path and what ``report`` prints;
+        when the session ends, run ``end`` from ``/`` (the directory is ``"$d"``)."""
+        transport = client.get_transport()
+        if transport is None:
+            raise paramiko.SSHException("the SSH connection is closed")
+        self.channel = transport.open_session(timeout=EXEC_TIMEOUT)
+        self.channel.settimeout(EXEC_TIMEOUT)
+        self.channel.exec_command(
+            f'{setup}; d=$(mktemp -d {pattern}) && cd "$d" && pwd -P && {{ {report}; }} '
+            f"|| exit 1; trap {shlex.quote(f'cd /; {end}; exit 1')} HUP INT TERM; "
+            f"echo {_READY}; while read -r _; do :; done; cd /; {end}")
+        out = self.channel.makefile("r")
+        self.lines: list[str] = []
+        for line in out:
+            if line.strip() == _READY:
+                break
+            self.lines.append(line.rstrip("\n"))
+        else:  # the setup or mktemp failed: the shell ended
+            self.status = self.channel.recv_exit_status()
+            self.stderr = self.channel.makefile_stderr("r").read().decode(errors="replace")
+            self.channel.close()
+            return
+        self.status, self.stderr = 0, ""
+
+    def release(self) -> None:
+        """Close the channel: the host removes the directory now (waits a moment for it)."""
+        try:
+            self.channel.shutdown_write()
+            self.channel.status_event.wait(EXEC_TIMEOUT)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the connection is gone: the host removed it when it noticed
+        finally:
+            self.channel.close()
 
 
 def put_atomic(sftp: paramiko.SFTPClient, local: Path, target: str, mode: int) -> None:

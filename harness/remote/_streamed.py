@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from harness.engine import (
     stream_clients,
 )
 from harness.errors import LtmError
-from harness.remote._client import ClientHost
+from harness.remote._client import ClientHost, StreamCut
 from harness.remote._group import HOST_ERRORS, PartyGroup
 from harness.remote._party import Upload
 from harness.remote._results import HostGroupError, labelled
@@ -121,8 +121,7 @@ def _run_clients(plan: StreamPlan, job: ClientJob, clients: list[ClientHost], se
                                        tuple(port for _, port, _ in servers),
                                        tuple(c for _, _, c in servers), cert, key, job.timeout)
         return stream_clients(plan, job.sketch, job.rows, job.noise, job.fp, route,
-                              workers=range(plan.workers), workdir=workdir,
-                              timeout=job.timeout)
+                              workers=range(plan.workers), timeout=job.timeout)
     seed = job.rows.seed
 
     def one(k: int) -> list[ProducerTotals]:
@@ -141,24 +140,36 @@ def _run_clients(plan: StreamPlan, job: ClientJob, clients: list[ClientHost], se
             # One client host failed: the servers wait for its streams in vain. Stopping
             # them (the run is lost) ends the other hosts' streams at once, not at the
             # timeout; the hosts' failures are then only the consequence.
-            first = next(f for f in futures if f.done() and f.exception() is not None)
-            exc = first.exception()
-            assert exc is not None
-            if not isinstance(exc, HOST_ERRORS):
-                raise exc
-            failure = _failure(group, _ClientHostFailed(
-                labelled(clients[futures.index(first)].label, exc)))
+            failure = _failure(group, _ClientHostFailed(_culprits(clients, futures)))
             group.close()
             wait(pending)
             raise failure
-    outcomes = [f.exception() or f.result() for f in futures]
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            if not isinstance(outcome, HOST_ERRORS):
-                raise outcome
-            raise _ClientHostFailed("; ".join(labelled(c.label, o) for c, o in zip(
-                clients, outcomes, strict=True) if isinstance(o, BaseException)))
-    return [t for o in outcomes if isinstance(o, list) for t in o]
+    if any(f.exception() is not None for f in futures):
+        raise _ClientHostFailed(_culprits(clients, futures))
+    return [t for f in futures for t in f.result()]
+
+
+def _culprits(clients: list[ClientHost], futures: list[Future]) -> str:
+    """The client hosts that failed of themselves, named; only if none did, those that
+    lost their streams (to a server, which :func:`_failure` then names first).
+
+    A host that failed makes the servers close every other host's streams a moment
+    later, and that other host's report may come in first: its own failure gets
+    :data:`_SETTLE_S` to arrive.
+    """
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        failed = [(c, exc) for c, f in zip(clients, futures, strict=True)
+                  if f.done() and (exc := f.exception()) is not None]
+        causes = [(c, e) for c, e in failed if not isinstance(e, StreamCut)]
+        running = [f for f in futures if not f.done()]
+        if causes or not running or time.monotonic() >= deadline:
+            break
+        wait(running, timeout=deadline - time.monotonic(), return_when=FIRST_COMPLETED)
+    for _, exc in failed:
+        if not isinstance(exc, HOST_ERRORS):
+            raise exc  # a bug keeps its traceback
+    return "; ".join(labelled(c.label, e) for c, e in causes or failed)
 
 
 def _failure(group: PartyGroup, exc: BaseException) -> LtmError:

@@ -35,6 +35,13 @@ prints ``{"step": "listening"}`` first, once its port accepts connections.
 Nothing else goes to stdout. A failure is one line on stderr and exit status 1
 (2 for a malformed command line; for ``serve``, 3 when it only lost a client's
 stream, 4 when a client broke the stream's protocol).
+
+SIGTERM, SIGHUP and SIGINT (the runner's cleanup, or a lost SSH session: see
+:func:`harness.remote._shell.guarded`) stop a step through its own cleanup (its
+processes stopped, files it had half-written removed), then it says so in one line
+and exits with 128 + the signal's number. Its streams' buffers need no cleanup: they
+are memory that no file names, freed with the last process holding it, whatever
+ends it (SIGKILL too).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from pathlib import Path
 
 __all__ = ["LOST", "VIOLATION", "main"]
 
-LOST = 3  # the exit status of a server whose stream was cut by the other side
+LOST = 3  # the exit status of a step whose stream was cut by the other side
 VIOLATION = 4  # ... whose client sent what is no message of the stream: a cause
 
 
@@ -197,9 +204,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     os.umask(0o077)  # shares, seeds and aggregates are secret from creation
-    from harness.engine import StreamLost, StreamViolation
-    from harness.errors import LtmError
+    from harness.engine import StreamError, StreamLost, StreamViolation
+    from harness.errors import Interrupted, LtmError, stop_on_signals
 
+    stop_on_signals()
     try:
         if args.step == "expand":
             expand(args.party, args.plan, args.out)
@@ -215,15 +223,19 @@ def main(argv: list[str] | None = None) -> int:
             stream(args)
         else:
             receive(args)
+    except Interrupted as exc:
+        print(f"agent {args.step}: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except StreamViolation as exc:
         # The cause of the run's failure, named first: not a consequence, as a lost stream is.
         print(f"agent {args.step}: {exc}", file=sys.stderr)
         return VIOLATION
-    except StreamLost as exc:
-        # A server that lost a client's stream: the consequence of that client's failure,
-        # which the runner names first (status 3 says so).
+    except (StreamLost, StreamError) as exc:
+        # A server that lost a client's stream, or a client host whose workers lost theirs
+        # to a server: the consequence of a failure elsewhere, which the runner names
+        # first (status 3 says so).
         print(f"agent {args.step}: {exc}", file=sys.stderr)
-        return LOST
+        return LOST if isinstance(exc, StreamLost) or exc.lost else 1
     except (LtmError, OSError, ValueError, KeyError) as exc:
         # A missing or malformed file, a refused or cut connection: one line for the
         # runner, which names the host. Anything else is a bug and keeps its traceback.

@@ -201,7 +201,7 @@ class SshCluster(PartyStaging):
             return prepared
         streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp,
                                  [self.share_file(i) for i in range(self.parties)],
-                                 as_input=False, workdir=self.workdir, timeout=job.timeout,
+                                 as_input=False, timeout=job.timeout,
                                  blocks=job.blocks, schedule=schedule)
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         streamed.upload = None  # the files go by SFTP, timed as any upload is

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from harness.clients import ProducerTotals, StreamSpec
-from harness.engine import TlsRoute, TlsTransport, channel_root, serve_party, stream_clients
+from harness.engine import (
+    TlsRoute,
+    TlsTransport,
+    serve_party,
+    stream_clients,
+    sweep_stale_buffers,
+)
 from harness.errors import LtmError
 
 __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
@@ -42,21 +47,18 @@ def serve(spec_path: Path, party: int, bind: str, port: int, cert: Path, key: Pa
     """Server ``party``'s stream into ``dest`` (and ``schedule``), listening on
     ``bind:port``; its figures."""
     spec = StreamSpec.from_json(spec_path.read_text())
+    sweep_stale_buffers()  # what a killed run of an earlier release left on this host
     route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout, bind)
-    root = channel_root(Path.cwd())
     try:
-        try:
-            end = TlsTransport(route, root).listening_end(party)
-        except OSError as exc:
-            raise LtmError(f"cannot listen on {bind}:{port} ({exc.strerror or exc}); if "
-                           f"{bind} is not an address of this host, give one as `listen` in "
-                           "its inventory entry") from None
-        if callable(on_listening):
-            on_listening()
-        return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input,
-                           spec.blocks, schedule)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        end = TlsTransport(route).listening_end(party)
+    except OSError as exc:
+        raise LtmError(f"cannot listen on {bind}:{port} ({exc.strerror or exc}); if "
+                       f"{bind} is not an address of this host, give one as `listen` in "
+                       "its inventory entry") from None
+    if callable(on_listening):
+        on_listening()
+    return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input, spec.blocks,
+                       schedule)
 
 
 def produce(spec_path: Path, targets_path: Path, host: int, cert: Path, key: Path,
@@ -73,8 +75,7 @@ def produce(spec_path: Path, targets_path: Path, host: int, cert: Path, key: Pat
                                    cert.resolve(), key.resolve(), timeout)
     workers = spec.plan.host_workers(host)
     totals = stream_clients(spec.plan, spec.sketch, spec.open_rows(Path.cwd()), spec.noise,
-                            spec.fp, route, workers=workers, workdir=Path.cwd(),
-                            timeout=timeout)
+                            spec.fp, route, workers=workers, timeout=timeout)
     return {"workers": [encode_totals(t) for t in totals]}
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _buffers import buffers_held, left_in_shm, shm_entries
 from _sshd import SshFarm, mpc_base_port, processes_under, write_inventory_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,18 +143,21 @@ def test_a_streamed_run_stops_every_client_worker_and_server(tmp_path, warm_cach
     proc = ltm(["run", *SMALL_RUN, "--clients", "20000000", "--program", "local",
                 "--parties", "3", "--out", str(out)],
                {"XDG_CACHE_HOME": str(warm_cache), key: value})
-    channels = Path("/dev/shm")
+    shm_before = shm_entries()
+    tree: list[int] = []
 
-    def streaming() -> bool:  # the channel buffers exist and every process is up
-        return bool(list(channels.glob(f"ltm-stream-{proc.pid}-*/w1-P2"))) \
-            and len(marked(marker)) >= 7  # ltm, the fork server, 2 workers, 3 servers
+    def streaming() -> bool:  # the channel buffers are mapped and every process is up
+        tree[:] = marked(marker)
+        return any(name == "ltm-channel-w1-P2" for _, name, _ in buffers_held(tree)) \
+            and len(tree) >= 7  # ltm, the fork server, 2 workers, 3 servers
 
     signal_in_phase(proc, streaming, sig)
     deadline = time.monotonic() + 10
     while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marked(marker) == []
-    assert list(channels.glob(f"ltm-stream-{proc.pid}-*")) == []
+    assert not buffers_held(tree)
+    assert left_in_shm(shm_before) == []
     assert not out.exists()
     assert_nothing_left(tmp_path)
 

@@ -8,14 +8,20 @@ ends early or carries more than announced.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import re
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _buffers import buffers_held, shm_entries
 
 from harness.clients import (
     ADDITIVE,
@@ -37,6 +43,7 @@ from harness.engine import StreamError, stream_inputs
 from harness.engine.chunks import Refused as _Refused
 from harness.engine.stream_serve import _serve
 
+ROOT = Path(__file__).resolve().parents[2]
 
 def _plan(n, d, m, s, parties, fmt=ADDITIVE, workers=2, chunk=97, sharing="full"):
     return StreamPlan(n, d, m, s, parties, fmt.name, workers=workers, chunk=chunk,
@@ -69,7 +76,7 @@ def test_servers_aggregates_add_up_to_the_plaintext_sketch(tmp_path, s, parties)
     noise = NoiseSpec("none", n=n, m=m, d=d, s=s)
     dests = _dests(tmp_path, parties)
     done = stream_inputs(_plan(n, d, m, s, parties), sketch, rows, noise, fp, dests,
-                         as_input=False, workdir=tmp_path, timeout=120)
+                         as_input=False, timeout=120)
     reference = _reference(sketch, rows.read(0, n), fp)
     assert np.array_equal(done.prepared.expected, reference)
     shares = [read_share_file(p).reshape(m, d) for p in dests]
@@ -89,7 +96,7 @@ def test_replicated_aggregates_are_the_pairs_of_a_sharing(tmp_path):
     dests = _dests(tmp_path, 3)
     done = stream_inputs(_plan(n, d, m, 1, 3, REPLICATED), sketch, rows,
                          NoiseSpec("none", n=n, m=m, d=d, s=1), fp, dests, as_input=False,
-                         workdir=tmp_path, timeout=120)
+                         timeout=120)
     pairs = [read_share_file(p, REPLICATED).reshape(m, d, 2) for p in dests]
     total = pairs[0][..., 0] + pairs[1][..., 0] + pairs[2][..., 0]
     assert np.array_equal(total, _reference(sketch, rows.read(0, n), fp))
@@ -105,7 +112,7 @@ def test_aggregates_as_input_text_sum_to_the_sketch_with_noise(tmp_path):
     noise = NoiseSpec("gaussian", n=n, m=m, d=d, s=1, epsilon=1.0, delta=1e-6)
     dests = _dests(tmp_path, 2)
     done = stream_inputs(_plan(n, d, m, 1, 2), sketch, rows, noise, FixedPoint(16), dests,
-                         as_input=True, workdir=tmp_path, timeout=120)
+                         as_input=True, timeout=120)
     texts = [np.array(p.read_text().split(), dtype=np.int64).view(np.uint64) for p in dests]
     assert np.array_equal((texts[0] + texts[1]).reshape(m, d), done.prepared.expected)
     # The noise is drawn and recorded: the plaintext is not the noiseless sketch.
@@ -123,6 +130,7 @@ def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, vic
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
     dests = _dests(tmp_path, 3)
+    children: list[int] = []
     killed: list[int] = []
 
     def kill_victim() -> None:
@@ -131,6 +139,7 @@ def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, vic
             for child in multiprocessing.active_children():
                 if child.name == victim and child.pid:
                     time.sleep(0.5)  # mid-stream: the workers are producing
+                    children.extend(c.pid for c in multiprocessing.active_children() if c.pid)
                     os.kill(child.pid, signal.SIGKILL)
                     killed.append(child.pid)
                     return
@@ -141,12 +150,12 @@ def test_a_process_killed_mid_stream_stops_everything_and_is_named(tmp_path, vic
     with pytest.raises(StreamError, match=rf"{victim} exited with status -9 mid-stream"):
         stream_inputs(_plan(n, d, m, 1, 3, chunk=4096, sharing=sharing), sketch, rows,
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
-                      as_input=False, workdir=tmp_path, timeout=120)
+                      as_input=False, timeout=120)
     killer.join()
     assert killed
     assert not any(p.exists() for p in dests)  # no server wrote an aggregate
     assert not multiprocessing.active_children()  # every process was stopped
-    assert not list(Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"))
+    assert not buffers_held([os.getpid(), *children])  # their buffers went with them
 
 
 class _FakeWorker:
@@ -156,7 +165,7 @@ class _FakeWorker:
         from harness.clients import ChannelBuffer
 
         self.mine, self.theirs = multiprocessing.Pipe()
-        self.buffer = ChannelBuffer(tmp_path / "w0-P0", plan.slot_bytes, create=True)
+        self.buffer = ChannelBuffer(plan.slot_bytes)
 
 
 def _counts(k: int, n: int = 250, m: int = 4, seed: int = 2) -> np.ndarray:
@@ -257,7 +266,7 @@ def test_seeded_streams_add_up_to_the_sketch_bit_for_bit(tmp_path, fmt, parties,
     dests = _dests(tmp_path, parties)
     plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=2, chunk=97, sharing="seeded")
     done = stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=s), fp, dests,
-                         as_input=False, workdir=tmp_path, timeout=120)
+                         as_input=False, timeout=120)
     reference = _reference(sketch, rows.read(0, n), fp)
     assert np.array_equal(done.prepared.expected, reference)
     if fmt.words == 1:
@@ -303,7 +312,7 @@ def test_a_seeded_slot_is_the_file_schemes_components(tmp_path, fmt, parties, s)
     sketch = Sketch.sparse(n, m, s, seed=9)
     start, stop = plan.span(k)
     clients = stop - start
-    buffers = [ChannelBuffer(tmp_path / f"P{i}", plan.slot_bytes, create=True)
+    buffers = [ChannelBuffer(plan.slot_bytes)
                for i in range(parties)]
     sharer = SeededShares(plan)
     acc = SketchGroups(sketch, plan).chunk(k)
@@ -360,23 +369,133 @@ def test_seeded_channel_buffers_are_private_while_they_stream(tmp_path):
     sketch = Sketch.sparse(n, m, 1, seed=1)
     rows = SyntheticRows(n, d, 1.0, seed=1)
     plan = StreamPlan(n, d, m, 1, 3, ADDITIVE.name, workers=2, chunk=4096, sharing="seeded")
-    seen: list[tuple[int, list[int]]] = []
+    seen: list[dict[str, tuple[set[str], set[int]]]] = []
+    pids: list[int] = []
+    shm_before = shm_entries()
 
     def look() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not seen:
-            for root in Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"):
-                files = sorted(root.iterdir())
-                if len(files) == 3 * 2:
-                    seen.append((root.stat().st_mode & 0o777,
-                                 [f.stat().st_mode & 0o777 for f in files]))
-                    return
+            names = {c.pid: c.name for c in multiprocessing.active_children() if c.pid}
+            server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore
+            held: dict[str, tuple[set[str], set[int]]] = {}
+            for pid, name, mode in buffers_held([os.getpid(), server, *names]):
+                holders, modes = held.setdefault(name, (set(), set()))
+                holders.add(names.get(pid, "the parent or the fork server"))
+                modes.add(mode)
+            if len(held) == 3 * 2 and all(len(h) == 2 for h, _ in held.values()):
+                seen.append(held)
+                pids.extend(names)
+                return
             time.sleep(0.01)
 
     watcher = threading.Thread(target=look)
     watcher.start()
     stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16),
-                  _dests(tmp_path, 3), as_input=False, workdir=tmp_path, timeout=300)
+                  _dests(tmp_path, 3), as_input=False, timeout=300)
     watcher.join()
-    assert seen == [(0o700, [0o600] * 6)]
-    assert not list(Path("/dev/shm").glob(f"ltm-stream-{os.getpid()}-*"))
+    # Each buffer is mapped by its worker and its server alone (not even the parent
+    # keeps it), 0600, and has no name in any file system.
+    assert seen == [{f"ltm-channel-w{w}-P{i}": ({f"client worker {w}", f"server P{i}"},
+                                                 {0o600})
+                     for w in range(2) for i in range(3)}]
+    assert shm_entries() <= shm_before
+    assert not buffers_held([os.getpid(), *pids])
+
+
+def _in_a_small_full_dev_shm(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -c script args`` in a mount namespace of its own whose /dev/shm is a
+    256 KiB tmpfs, full (as in a container whose /dev/shm others have filled)."""
+    shell = ("mount -t tmpfs -o size=256k ltm-test-shm /dev/shm || exit 97; "
+             "head -c 1048576 /dev/zero > /dev/shm/filler 2>/dev/null; "
+             'exec "$@"')
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", shell,
+                           "sh", sys.executable, "-c", script, *args],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+_STREAM_HERE = """
+import os, sys
+from pathlib import Path
+import numpy as np
+from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, StreamPlan, SyntheticRows
+from harness.clients import read_share_file
+from harness.engine import stream_inputs
+
+if __name__ == "__main__":
+    n, d, m, parties = 100_000, 4, 10, 3
+    work = Path(sys.argv[1])
+    dests = [work / f"P{i}" for i in range(parties)]
+    plan = StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2, chunk=8192)
+    done = stream_inputs(plan, Sketch.sparse(n, m, 1, seed=3), SyntheticRows(n, d, 1.0, seed=3),
+                         NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
+                         as_input=False, timeout=120)
+    total = np.sum([read_share_file(p).reshape(m, d) for p in dests], axis=0, dtype=np.uint64)
+    assert np.array_equal(total, done.prepared.expected)
+    print("streamed", plan.slot_bytes, sorted(os.listdir("/dev/shm")))
+"""
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounts a tmpfs on /dev/shm in a mount namespace (root)")
+def test_a_full_dev_shm_neither_kills_nor_stops_a_streamed_run(tmp_path):
+    """The channel buffers are not in /dev/shm (each is more than the whole of it
+    here): no worker dies of SIGBUS writing into a full tmpfs, nothing is left there."""
+    done = _in_a_small_full_dev_shm(_STREAM_HERE, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[0] == "streamed" and int(words[1]) >= 256 * 1024, done.stdout  # a slot
+    assert done.stdout.strip().endswith("['filler']")
+
+
+def test_memory_a_stream_cannot_reserve_is_refused_in_one_line(tmp_path):
+    """The buffers' memory is reserved before any process starts: when the kernel
+    refuses it (here a file size limit stands for memory that cannot be had), the run
+    stops with one line, not a SIGBUS mid-stream, and nothing is written."""
+    limit = 64 * 1024
+    script = ("import resource, runpy, sys; "
+              f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+              "sys.argv = ['x', sys.argv[1]]; "
+              "from harness.errors import LtmError\n"
+              "try:\n"
+              f"    exec(compile({_STREAM_HERE!r}, 'stream', 'exec'), {{'__name__': '__main__'}})\n"
+              "except LtmError as exc:\n"
+              "    print(f'ltm: error: {exc}', file=sys.stderr); sys.exit(1)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert re.fullmatch(r"ltm: error: cannot reserve \d+\.\d MiB of shared memory for a "
+                        r"streamed run's channel buffer \(.+\); free some memory on this "
+                        r"machine and run again\n", done.stderr), done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_sweeps_what_killed_runs_left_in_dev_shm_and_spares_live_ones(tmp_path):
+    """Earlier releases kept the buffers in ``/dev/shm/ltm-stream-PID-*``, which a run
+    killed outright left there, shares and all: the next run removes those whose
+    process is gone, never one whose process still runs (another run's)."""
+    shm = Path("/dev/shm")
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True,
+                          check=True)
+    alive = subprocess.Popen(["sleep", "60"])
+    token = os.urandom(4).hex()
+    stale = shm / f"ltm-stream-{int(dead.stdout)}-{token}"
+    live = shm / f"ltm-stream-{alive.pid}-{token}"
+    try:
+        for root in (stale, live):
+            root.mkdir(mode=0o700)
+            (root / "w0-P1").write_bytes(b"a server's shares")
+        n, d, m = 500, 2, 4
+        stream_inputs(_plan(n, d, m, 1, 2), Sketch.sparse(n, m, 1, seed=1),
+                      SyntheticRows(n, d, 1.0, seed=1), NoiseSpec("none", n=n, m=m, d=d, s=1),
+                      FixedPoint(16), _dests(tmp_path, 2), as_input=False, timeout=120)
+        assert not stale.exists()
+        assert (live / "w0-P1").read_bytes() == b"a server's shares"
+    finally:
+        alive.kill()
+        alive.wait()
+        for root in (stale, live):
+            shutil.rmtree(root, ignore_errors=True)

@@ -129,8 +129,8 @@ def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, partie
     dests = _dests(tmp_path, parties)
     schedule = tmp_path / "public-input"
     done = stream_inputs(plan, sketch, rows, NoiseSpec("gaussian", n=n, m=m, d=d, s=s),
-                         FixedPoint(16), dests, as_input=False, workdir=tmp_path,
-                         timeout=120, blocks=shape, schedule=schedule)
+                         FixedPoint(16), dests, as_input=False, timeout=120, blocks=shape,
+                         schedule=schedule)
     chunks, block_acc = _schedule(schedule)
     words = [read_share_file(p, fmt).reshape(-1, d, fmt.words) for p in dests]
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in [*dests, schedule])
@@ -175,7 +175,7 @@ def test_a_server_killed_mid_stream_leaves_no_share_file(tmp_path):
     with pytest.raises(StreamError, match="server P2 exited with status -9 mid-stream"):
         stream_inputs(plan, sketch, SyntheticRows(n, d, 1.0, seed=1),
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
-                      as_input=False, workdir=tmp_path, timeout=120,
+                      as_input=False, timeout=120,
                       blocks=BlockShape(4, 64), schedule=tmp_path / "public-input")
     killer.join()
     assert killed
@@ -207,7 +207,7 @@ def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, 
 
     plan = StreamPlan(250, 2, 4, 1, 2, ADDITIVE.name, workers=1, chunk=97)
     mine, theirs = multiprocessing.Pipe()
-    buffer = ChannelBuffer(tmp_path / "w0-P0", plan.slot_bytes, create=True)
+    buffer = ChannelBuffer(plan.slot_bytes)
     for message in messages:
         mine.send(message)
     dest = tmp_path / "Transactions-P0.data"

@@ -64,7 +64,7 @@ def test_servers_rows_sum_by_the_schedule_to_the_plaintext(tmp_path, fmt, partie
     schedule = tmp_path / "public-input"
     done = stream_inputs(plan, sketch, SyntheticRows(n, d, 1.0, seed=7),
                          NoiseSpec("gaussian", n=n, m=m, d=d, s=s), FixedPoint(16), dests,
-                         as_input=False, workdir=tmp_path, timeout=120, blocks=SlotShape(),
+                         as_input=False, timeout=120, blocks=SlotShape(),
                          schedule=schedule)
     words = [read_share_file(p, fmt).reshape(-1, d, fmt.words) for p in dests]
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in [*dests, schedule])
@@ -145,7 +145,7 @@ def test_a_server_killed_mid_stream_leaves_no_row_file(tmp_path):
     with pytest.raises(StreamError, match="server P1 exited with status -9 mid-stream"):
         stream_inputs(plan, Sketch.sparse(n, m, 1, seed=1), SyntheticRows(n, d, 1.0, seed=1),
                       NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16), dests,
-                      as_input=False, workdir=tmp_path, timeout=120, blocks=SlotShape(),
+                      as_input=False, timeout=120, blocks=SlotShape(),
                       schedule=tmp_path / "public-input")
     killer.join()
     assert killed

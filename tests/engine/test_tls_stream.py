@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _buffers import buffers_held
+from _sshd import descendants
 from _strangers import Strangers
 
 from harness.clients import (
@@ -89,7 +91,7 @@ def test_servers_sum_what_crossed_their_links(tmp_path, profile, fmt):
     dests = _dests(tmp_path, parties)
     with NetworkEmulation(profile, parties, client=True) as net:
         done = stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), fp,
-                             dests, as_input=False, workdir=tmp_path, timeout=120,
+                             dests, as_input=False, timeout=120,
                              transport=_route(net, tmp_path, parties))
     reference = _reference(sketch, rows.read(0, n), fp)
     assert np.array_equal(done.prepared.expected, reference)
@@ -160,13 +162,14 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim, sharing, blocks)
     dests = _dests(tmp_path, parties)
     schedule = tmp_path / "public-input" if blocks is not None else None
     killed: list[int] = []
-    root = Path("/dev/shm")
+    children: list[int] = []
 
     def kill_victim() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             # P1 has taken every worker's connection: its receive buffers exist.
-            if list(root.glob(f"ltm-stream-{os.getpid()}-*/r1-P1")):
+            children[:] = [c.pid for c in multiprocessing.active_children() if c.pid]
+            if any(name == "ltm-channel-r1-P1" for _, name, _ in buffers_held(children)):
                 proc = next(c for c in multiprocessing.active_children() if c.name == victim)
                 time.sleep(0.3)  # mid-stream: chunks are crossing the links
                 assert proc.pid is not None
@@ -183,8 +186,8 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim, sharing, blocks)
             stream_inputs(StreamPlan(n, d, m, 1, parties, ADDITIVE.name, workers=2,
                                      chunk=4096, sharing=sharing),
                           sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1),
-                          FixedPoint(16), dests, as_input=False, workdir=tmp_path,
-                          timeout=120, transport=route, blocks=blocks, schedule=schedule)
+                          FixedPoint(16), dests, as_input=False, timeout=120, transport=route,
+                          blocks=blocks, schedule=schedule)
         killer.join()
     assert killed
     # Nothing half-written: no aggregate, no share file or schedule, whole or in part.
@@ -192,7 +195,8 @@ def test_a_process_killed_mid_stream_is_named(tmp_path, victim, sharing, blocks)
     assert not list(tmp_path.rglob("*.part"))
     assert schedule is None or not schedule.exists()
     assert not multiprocessing.active_children()
-    assert not list(root.glob(f"ltm-stream-{os.getpid()}-*"))
+    # The memory went with the processes: none is held, nothing is in /dev/shm.
+    assert not buffers_held([os.getpid(), *children])
 
 
 class _Recorder:
@@ -211,7 +215,7 @@ class _Recorder:
 def _recorded(tmp_path: Path, plan: StreamPlan, sketch: Sketch) -> list[tuple]:
     """The messages a real client worker sends server 0 for ``plan``, whatever they hold."""
     rows = SyntheticRows(plan.n, plan.d, 1.0, seed=2)
-    buffers = [ChannelBuffer(tmp_path / f"rec-P{i}", plan.slot_bytes, create=True)
+    buffers = [ChannelBuffer(plan.slot_bytes)
                for i in range(plan.parties)]
     links = [_Recorder() for _ in range(plan.parties)]
     produce(0, plan, sketch, rows, NoiseSpec("none", n=plan.n, m=plan.m, d=plan.d, s=1),
@@ -219,10 +223,9 @@ def _recorded(tmp_path: Path, plan: StreamPlan, sketch: Sketch) -> list[tuple]:
     return links[0].sent
 
 
-def _replaying_worker(route: TlsRoute, plan: StreamPlan, root: Path,
-                      messages: list[tuple]) -> None:
+def _replaying_worker(route: TlsRoute, plan: StreamPlan, messages: list[tuple]) -> None:
     """A client worker whose link to server 0 (the real TLS one) carries ``messages``."""
-    end = route(plan, root, None).client_end(0)
+    end = route(plan, None).client_end(0)
     _, links = end.open(plan)
     try:
         for message in messages:
@@ -268,7 +271,7 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
     ctx = multiprocessing.get_context("fork")
     with NetworkEmulation("none", 2, client=True) as net:
         route = _route(net, tmp_path, 2)
-        end = route(plan, tmp_path, ctx).server_end(0)
+        end = route(plan, ctx).server_end(0)
         only_p0 = dataclasses.replace(route, namespaces=route.namespaces[:1],
                                       addresses=route.addresses[:1], certs=route.certs[:1],
                                       keys=route.keys[:1])
@@ -277,7 +280,7 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
                              args=(0, plan, sketch, end, dest, False, blocks, schedule,
                                    report))
         client = ctx.Process(target=_replaying_worker,
-                             args=(only_p0, plan, tmp_path, _EDITS[edit](sent)))
+                             args=(only_p0, plan, _EDITS[edit](sent)))
         server.start()
         client.start()
         assert got.poll(60)
@@ -345,10 +348,11 @@ def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp
          "--out", str(out)],
         cwd=ROOT, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    shm = Path("/dev/shm")
     deadline = time.monotonic() + 120
     # Streaming: server P2 has taken worker 1's connection.
-    while not list(shm.glob(f"ltm-stream-{proc.pid}-*/r1-P2")):
+    children: list[int] = []
+    while not any(name == "ltm-channel-r1-P2" for _, name, _ in buffers_held(children)):
+        children = descendants(proc.pid)
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the stream never started"
         time.sleep(0.01)
@@ -358,7 +362,7 @@ def test_ctrl_c_mid_stream_stops_everything_and_removes_the_network(tmp_path, mp
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "Traceback" not in err
     assert not out.exists()
-    assert not list(shm.glob(f"ltm-stream-{proc.pid}-*"))
+    assert not buffers_held(children)
     assert _ours(proc.pid) == []
 
 
