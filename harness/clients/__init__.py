@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         RunBlocks,
         ScheduleWriter,
     )
-    from harness.clients.certificates import certificate
+    from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.keystream import libcrypto
     from harness.clients.layout import Layout
@@ -180,6 +180,7 @@ __all__ = [
     "TextSink",
     "analytic_gaussian_sigma",
     "accountant",
+    "central_sigma",
     "certificate",
     "certify",
     "check_dimensions",

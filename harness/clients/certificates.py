@@ -18,6 +18,7 @@ import importlib.machinery
 import json
 import math
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from harness.clients import privacy
 from harness.fileio import write_atomic
 
-__all__ = ["certificate", "certificate_dir"]
+__all__ = ["central_sigma", "certificate", "certificate_dir"]
 
 # The entries' own format: another one is another key.
 _FORMAT = 1
@@ -40,22 +41,41 @@ def certificate(noise: privacy.CalibratedNoise) -> tuple[float, float]:
     """``privacy.certify(noise)``, from the cache when these parameters were certified."""
     if not dataclasses.is_dataclass(noise) or isinstance(noise, type):
         return privacy.certify(noise)  # nothing to key it by
-    key = _key(noise)
-    path = certificate_dir() / f"{key}.json"
+    fields = _fields(noise)
+    return _remembered([type(noise).__qualname__, fields], {"noise": fields},
+                       lambda: privacy.certify(noise))
+
+
+def central_sigma(sensitivity: float, epsilon: float, delta: float) -> float:
+    """``privacy.analytic_gaussian_sigma``, the central model's noise that every run's
+    result compares its own with, from the same cache (it too needs dp-accounting)."""
+    unit, _ = _remembered(["central sigma", epsilon, delta],
+                          {"central_sigma": [epsilon, delta]},
+                          lambda: (privacy.analytic_gaussian_sigma(1.0, epsilon, delta), 0.0))
+    return sensitivity * unit
+
+
+def _remembered(what: list, record: dict,
+                compute: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+    """``compute()``, kept under ``what`` (with the code's identity) beside ``record``."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([_FORMAT, *what], sort_keys=True, default=repr).encode())
+    digest.update(_code_digest())
+    path = certificate_dir() / f"{digest.hexdigest()}.json"
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
         return float(entry["epsilon"]), float(entry["delta"])
     except (OSError, ValueError, KeyError, TypeError):
-        pass  # not certified yet, or an entry that cannot be read: certify anew
-    epsilon, delta = privacy.certify(noise)
+        pass  # not computed yet, or an entry that cannot be read: compute anew
+    first, second = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # JSON has no infinity: a string keeps "nothing certified" exact.
-        write_atomic(path, json.dumps({"epsilon": repr(epsilon), "delta": repr(delta),
-                                       "noise": _fields(noise)}, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps({"epsilon": repr(first), "delta": repr(second),
+                                       **record}, sort_keys=True) + "\n")
     except OSError:  # a read-only or full cache costs the next run time, nothing else
         pass
-    return epsilon, delta
+    return first, second
 
 
 def _fields(noise: Any) -> dict[str, object]:
@@ -66,14 +86,6 @@ def _plain(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     return value
-
-
-def _key(noise: object) -> str:
-    digest = hashlib.sha256()
-    digest.update(json.dumps([_FORMAT, type(noise).__qualname__, _fields(noise)],
-                             sort_keys=True, default=repr).encode())
-    digest.update(_code_digest())
-    return digest.hexdigest()
 
 
 @cache

@@ -23,7 +23,7 @@ from harness.clients import (
     Prepared,
     ServerNoise,
     accountant,
-    analytic_gaussian_sigma,
+    central_sigma,
     certificate,
     format_integers,
     noise_rng,
@@ -309,8 +309,8 @@ def privacy_record(noise: NoiseSpec) -> dict:
     # A bucket holds n s / m of the clients' draws on average (the accountant counts
     # only its guaranteed honest ones).
     std = math.sqrt(noise.n * noise.s / noise.m * noise.variance)
-    central = analytic_gaussian_sigma(release_sensitivity(noise.eta, noise.s, noise.d).l2,
-                                      noise.epsilon, noise.delta)
+    central = central_sigma(release_sensitivity(noise.eta, noise.s, noise.d).l2,
+                            noise.epsilon, noise.delta)
     return {"mechanism": "ltm", "requested_epsilon": noise.epsilon,
             "requested_delta": noise.delta, "noise_std": std, "central_std": central,
             "std_ratio": std / central,

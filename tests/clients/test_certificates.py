@@ -63,3 +63,30 @@ def test_an_unreadable_or_uncertified_entry_is_computed_anew(tmp_path, monkeypat
     assert certify(few)[0] == float("inf")
     assert certificate(few) == certify(few)
     assert certificate(few) == certify(few)  # read back from its entry
+
+
+_CENTRAL_PROBE = """
+import json, sys
+from harness.clients import central_sigma
+sigma = central_sigma(2.0, float(sys.argv[1]), 1e-6)
+loaded = [name for name in ("dp_accounting", "scipy")
+          if name in sys.modules and type(sys.modules[name]).__name__ == "module"]
+print(json.dumps({"sigma": sigma, "loaded": loaded}))
+"""
+
+
+def test_the_central_sigma_every_result_compares_with_is_remembered_too(tmp_path):
+    from harness.clients import analytic_gaussian_sigma
+
+    def probe(epsilon: float) -> dict:
+        done = subprocess.run([sys.executable, "-c", _CENTRAL_PROBE, str(epsilon)], cwd=ROOT,
+                              env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+                              capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(done.stdout)
+
+    first = probe(1.0)
+    assert "dp_accounting" in first["loaded"]
+    again = probe(1.0)
+    assert again["loaded"] == [] and again["sigma"] == first["sigma"]
+    assert again["sigma"] == 2.0 * analytic_gaussian_sigma(1.0, 1.0, 1e-6)
+    assert probe(0.5)["sigma"] > again["sigma"]  # another epsilon, another entry
