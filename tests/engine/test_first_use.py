@@ -187,6 +187,7 @@ def test_pytest_session_installs_before_the_first_mpspdz_test(
     suite = tmp_path / "suite"
     suite.mkdir()
     shutil.copy(REPO / "tests" / "conftest.py", suite / "conftest.py")
+    shutil.copy(REPO / "tests" / "_buffers.py", suite / "_buffers.py")  # the conftest imports it
     (suite / "test_engine.py").write_text(_SESSION_TEST)
     home = tmp_path / "home"
     proc = subprocess.run(

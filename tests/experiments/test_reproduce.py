@@ -397,8 +397,8 @@ def test_seeded_security_sweep_leaves_out_what_has_no_share_files():
      "--program reference has party 0 input the noisy rows"),
 ])
 def test_seeded_where_it_cannot_apply_is_one_line(tmp_path, capsys, argv, message):
-    for extra in ([], ["--estimate"]):
-        code = main(["reproduce", *argv, "--out", str(tmp_path / "o"), *extra])
+    for extra in (["--out", str(tmp_path / "o")], ["--estimate"]):
+        code = main(["reproduce", *argv, *extra])
         err = capsys.readouterr().err
         assert code == 1 and message in err and err.count("\n") == 1
         assert not (tmp_path / "o").exists()

@@ -51,7 +51,7 @@ def _streaming(tmp_path: Path) -> tuple[list[subprocess.Popen], subprocess.Popen
     procs = []
     for i, (key, cert, _) in enumerate(servers):
         proc = _start(["serve", str(spec), str(i), str(base + i), str(cert), str(key),
-                       str(client_cert), "aggregate"], tmp_path / f"P{i}")
+                       str(client_cert), "aggregate", "--bind", "127.0.0.1"], tmp_path / f"P{i}")
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline()) == {"step": "listening"}
         procs.append(proc)
