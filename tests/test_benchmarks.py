@@ -28,6 +28,7 @@ REPORTS = {
     "clients": {"metadata", "workload", "samples", "medians", "upload_bytes", "end_to_end",
                 "ratios"},
     "hosts": {"base", "big", "layouts"},
+    "mechanisms": {"parameters", "metadata", "protocols"},
     "noise_rng": {"generator", "draws", "repeat", "normal", "poisson"},
     "peak_memory": {"command", "exit", "wall_s", "peak_pss_bytes"},
     "prg": {"clients", "repeat", "us_per_client"},
