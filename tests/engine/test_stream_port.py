@@ -39,7 +39,6 @@ from harness.engine.stream_procs import Processes
 from harness.engine.stream_wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
 from harness.engine.tls_stream import TlsRoute
 from harness.engine.upload import tls_context
-from harness.fileio import private_dir
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it
@@ -77,7 +76,7 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
         (tmp_path / f"P{i}").mkdir(mode=0o700)
     dests = [tmp_path / f"P{i}" / "aggregate" for i in range(parties)]
     ctx = multiprocessing.get_context("fork")
-    carrier = route(plan, private_dir(tmp_path / "channels"), ctx)
+    carrier = route(plan, ctx)
     strangers = None
     try:
         with Processes(ctx) as procs:
@@ -114,7 +113,7 @@ class _Server:
         self.route = _route(tmp_path, 2, timeout)
         self.dest = tmp_path / "agg"
         ctx = multiprocessing.get_context("fork")
-        end = self.route(self.plan, tmp_path, ctx).server_end(0)
+        end = self.route(self.plan, ctx).server_end(0)
         self.report, sent = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_server_main,
                                 args=(0, self.plan, _SKETCH, end,
