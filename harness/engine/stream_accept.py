@@ -11,6 +11,7 @@ server waits for exactly its client workers, until the stream's deadline.
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import ssl
@@ -52,7 +53,9 @@ class _Doors:
         self.pending = 0
         self.done = False  # once set, a late handshake's stream is closed, not taken
         self.told: set[str] = set()
-        self.wake, self.waker = socket.socketpair()
+        # A pipe, not a socket pair: the server's sockets stay its port and its streams.
+        self.wake, self.waker = os.pipe()
+        os.set_blocking(self.waker, False)
 
     def run(self, listener: socket.socket) -> list[ssl.SSLSocket]:
         with selectors.DefaultSelector() as selector:
@@ -71,8 +74,8 @@ class _Doors:
                     raise Lost(f"client worker(s) {self._missing()} never connected within "
                                "the timeout")
                 for key, _ in selector.select(left):
-                    if key.fileobj is self.wake:
-                        self.wake.recv(4096)
+                    if key.fileobj == self.wake:
+                        os.read(self.wake, 4096)
                     else:
                         self._accept(listener)
 
@@ -113,10 +116,12 @@ class _Doors:
         finally:
             with self.lock:
                 self.pending -= 1
-        try:
-            self.waker.send(b"!")
-        except OSError:
-            pass  # every worker is in: nobody waits any more
+        with self.lock:  # a descriptor closed already may be another file's by now
+            if self.waker >= 0:
+                try:
+                    os.write(self.waker, b"!")
+                except BlockingIOError:
+                    pass  # woken already
 
     def _drop(self, peer: tuple, exc: Exception) -> None:
         host = str(peer[0])
@@ -143,5 +148,6 @@ class _Doors:
     def close(self) -> None:
         with self.lock:
             self.done = True
-        self.wake.close()
-        self.waker.close()
+            os.close(self.waker)
+            self.waker = -1
+        os.close(self.wake)

@@ -12,6 +12,7 @@ stopped at the stream's deadline.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import ssl
 import threading
@@ -39,7 +40,6 @@ from harness.engine.stream_procs import Processes
 from harness.engine.stream_wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
 from harness.engine.tls_stream import TlsRoute
 from harness.engine.upload import tls_context
-from harness.fileio import private_dir
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it
@@ -77,7 +77,7 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
         (tmp_path / f"P{i}").mkdir(mode=0o700)
     dests = [tmp_path / f"P{i}" / "aggregate" for i in range(parties)]
     ctx = multiprocessing.get_context("fork")
-    carrier = route(plan, private_dir(tmp_path / "channels"), ctx)
+    carrier = route(plan, ctx)
     strangers = None
     try:
         with Processes(ctx) as procs:
@@ -114,7 +114,7 @@ class _Server:
         self.route = _route(tmp_path, 2, timeout)
         self.dest = tmp_path / "agg"
         ctx = multiprocessing.get_context("fork")
-        end = self.route(self.plan, tmp_path, ctx).server_end(0)
+        end = self.route(self.plan, ctx).server_end(0)
         self.report, sent = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_server_main,
                                 args=(0, self.plan, _SKETCH, end,
@@ -254,3 +254,34 @@ def test_a_sender_that_trickles_is_stopped_at_the_stream_s_deadline(tmp_path):
     assert got == "error", message
     assert message == ("client worker 0's stream did not end within the timeout: 0 of its "
                        "8 chunks arrived; raise --timeout")
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    fds = Path(f"/proc/{pid}/fd")
+    found = set()
+    for fd in fds.iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue  # closed meanwhile
+        if str(target).startswith("socket:"):
+            found.add(str(target))
+    return found
+
+
+def test_a_server_waiting_for_its_workers_holds_no_socket_but_its_port(tmp_path):
+    # Its sockets are its port and its workers' streams alone: whoever watches them
+    # (a host's runner, a test) sees a connection when there is one, and a dead peer's
+    # streams gone.
+    server = _Server(tmp_path)
+    try:
+        inherited = _socket_inodes(os.getpid())
+        deadline = time.monotonic() + PROMPTLY
+        while not _socket_inodes(server.proc.pid) - inherited:
+            assert time.monotonic() < deadline, "the server never listened"
+            time.sleep(0.01)
+        reach("127.0.0.1", server.route.ports[0]).close()  # its accept loop has run
+        time.sleep(0.5)
+        assert len(_socket_inodes(server.proc.pid) - inherited) == 1
+    finally:
+        server.close()

@@ -49,7 +49,6 @@ from harness.engine.stream_wire import FRAME as _FRAME
 from harness.engine.tls_stream import TlsRoute
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
-from harness.fileio import private_dir
 
 IS_ROOT = os.geteuid() == 0
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,7 +122,7 @@ def test_strangers_in_the_clients_namespace_change_nothing(tmp_path):
     strangers = None
     with NetworkEmulation("none", parties, client=True) as net:
         route = _route(net, tmp_path, parties)
-        carrier = route(plan, private_dir(tmp_path / "channels"), ctx)
+        carrier = route(plan, ctx)
         try:
             with Processes(ctx) as procs:
                 for i in range(parties):

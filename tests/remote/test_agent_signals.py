@@ -48,19 +48,33 @@ def _streaming(tmp_path: Path) -> tuple[list[subprocess.Popen], subprocess.Popen
     host_spec = tmp_path / "host-stream.json"
     host_spec.write_text(StreamSpec(plan, sketch, noise=NoiseSpec("none", n=N, m=M, d=D, s=1),
                                     rows={"kind": "synthetic", "seed": 1, "eta": 1.0}).to_json())
-    procs = []
-    for i, (key, cert, _) in enumerate(servers):
-        proc = _start(["serve", str(spec), str(i), str(base + i), str(cert), str(key),
-                       str(client_cert), "aggregate", "--bind", "127.0.0.1"], tmp_path / f"P{i}")
-        assert proc.stdout is not None
-        assert json.loads(proc.stdout.readline()) == {"step": "listening"}
-        procs.append(proc)
-    targets = tmp_path / "targets.json"
-    targets.write_text(json.dumps([{"host": "127.0.0.1", "port": base + i, "peer": str(cert)}
-                                   for i, (_, cert, _) in enumerate(servers)]))
-    client = _start(["stream", str(host_spec), str(targets), "0", str(client_cert),
-                     str(client_key)], tmp_path / "client")
+    procs: list[subprocess.Popen] = []
+    try:
+        for i, (key, cert, _) in enumerate(servers):
+            procs.append(_start(["serve", str(spec), str(i), str(base + i), str(cert),
+                                 str(key), str(client_cert), "aggregate", "--bind",
+                                 "127.0.0.1"], tmp_path / f"P{i}"))
+            said = procs[-1].stdout.readline()  # type: ignore[union-attr]
+            assert said and json.loads(said) == {"step": "listening"}, \
+                procs[-1].communicate(timeout=30)
+        targets = tmp_path / "targets.json"
+        targets.write_text(json.dumps([{"host": "127.0.0.1", "port": base + i,
+                                        "peer": str(cert)}
+                                       for i, (_, cert, _) in enumerate(servers)]))
+        client = _start(["stream", str(host_spec), str(targets), "0", str(client_cert),
+                         str(client_key)], tmp_path / "client")
+    except BaseException:
+        _stop(procs)  # a server that never listened leaves no process (nor its pipes)
+        raise
     return procs, client
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """End and reap each of ``procs``, closing its pipes."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT,
@@ -87,10 +101,7 @@ def test_an_agent_stopped_mid_stream_leaves_nothing(tmp_path, signum, victim):
         for proc in everyone:
             proc.communicate(timeout=30)
     finally:
-        for proc in everyone:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        _stop(everyone)
     step = "stream" if victim == "client host" else "serve"
     if signum == signal.SIGKILL:
         assert target.returncode == -signal.SIGKILL

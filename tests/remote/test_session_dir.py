@@ -40,8 +40,20 @@ def _client_host(tmp_path: Path, farm) -> tuple[ClientHost, object]:
 
 def _sessions(fake) -> list[int]:
     """The sshd processes serving the fake host's connections (not its listener)."""
-    return [pid for pid in descendants(fake.proc.pid)
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd"]
+    return [pid for pid in descendants(fake.proc.pid) if _comm(pid) == "sshd"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""  # ended meanwhile
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL ``pid``; one that ended already (with its listener, say) is as good."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _gone(path: Path, seconds: float = 10.0) -> bool:
@@ -65,7 +77,7 @@ def test_the_host_removes_the_directory_when_the_connection_drops(tmp_path, farm
     if listener == "killed":  # nobody can come back to this host
         os.kill(fake.proc.pid, signal.SIGKILL)
     for pid in doomed:
-        os.kill(pid, signal.SIGKILL)
+        _kill(pid)
     assert _gone(remote), sorted(p.name for p in remote.iterdir())
     # The runner's cleanup reconnects to make sure, which fails if the host is gone.
     with pytest.raises(SshConnectError) if listener == "killed" else contextlib.nullcontext():
@@ -82,8 +94,8 @@ def test_the_runners_cleanup_reconnects_when_the_connection_died(tmp_path, farm)
     # cut: only a new connection can remove the directory.
     for pid in _sessions(fake):
         for child in descendants(pid):
-            if Path(f"/proc/{child}/comm").read_text().strip() in ("sh", "bash", "dash"):
-                os.kill(child, signal.SIGKILL)
+            if _comm(child) in ("sh", "bash", "dash"):
+                _kill(child)
     assert host.client is not None
     transport = host.client.get_transport()
     assert transport is not None
