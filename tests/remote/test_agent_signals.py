@@ -90,7 +90,14 @@ def test_an_agent_stopped_mid_stream_leaves_nothing(tmp_path, signum, victim):
         tree: list[int] = []
         # Mid-stream: every client worker is connected to every server (a server's
         # agent holds its listener and a connection per worker).
-        while sum(_sockets(pid) for pid in tree) < (4 if target is client else 3):
+        # Every server's, not only the target's: a worker still connecting to a server
+        # would retry it, not lose its stream.
+        def connected() -> bool:
+            return all(sum(_sockets(pid) for pid in [s.pid, *descendants(s.pid)]) >= 3
+                       for s in servers)
+
+        while sum(_sockets(pid) for pid in tree) < (4 if target is client else 3) or \
+                not connected():
             assert target.poll() is None, target.communicate()
             assert time.monotonic() < deadline, "the stream never started"
             time.sleep(0.01)
