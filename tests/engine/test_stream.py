@@ -371,6 +371,7 @@ def test_seeded_channel_buffers_are_private_while_they_stream(tmp_path):
     plan = StreamPlan(n, d, m, 1, 3, ADDITIVE.name, workers=2, chunk=4096, sharing="seeded")
     seen: list[dict[str, tuple[set[str], set[int]]]] = []
     pids: list[int] = []
+    last: list[dict[str, tuple[set[str], set[int]]]] = []
     shm_before = shm_entries()
 
     def look() -> None:
@@ -383,7 +384,12 @@ def test_seeded_channel_buffers_are_private_while_they_stream(tmp_path):
                 holders, modes = held.setdefault(name, (set(), set()))
                 holders.add(names.get(pid, "the parent or the fork server"))
                 modes.add(mode)
-            if len(held) == 3 * 2 and all(len(h) == 2 for h, _ in held.values()):
+            # The fork server holds a worker's buffers for a moment while it forks the
+            # worker: wait for the steady state, in which each is held by two
+            # processes, neither of them the parent or the fork server.
+            last[:] = [held]
+            if len(held) == 3 * 2 and all(len(h) == 2 and "the parent or the fork server"
+                                          not in h for h, _ in held.values()):
                 seen.append(held)
                 pids.extend(names)
                 return
@@ -394,6 +400,7 @@ def test_seeded_channel_buffers_are_private_while_they_stream(tmp_path):
     stream_inputs(plan, sketch, rows, NoiseSpec("none", n=n, m=m, d=d, s=1), FixedPoint(16),
                   _dests(tmp_path, 3), as_input=False, timeout=300)
     watcher.join()
+    assert seen, f"never held by their worker and server alone; last seen: {last}"
     # Each buffer is mapped by its worker and its server alone (not even the parent
     # keeps it), 0600, and has no name in any file system.
     assert seen == [{f"ltm-channel-w{w}-P{i}": ({f"client worker {w}", f"server P{i}"},
