@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 import numpy as np
 
 from harness.clients.layout import CHUNK_SHARES, choose_block_rows
+from harness.clients.prepare import format_integers
 
 if TYPE_CHECKING:
     from harness.clients.stream import StreamPlan
@@ -55,8 +56,11 @@ class FileShape(Protocol):
     clients (:class:`BlockShape`, ``fast``) or one row per slot
     (:class:`~harness.clients.slots.SlotShape`, ``reference``)."""
 
-    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
-        """The writer into ``fh`` (its header written) and, if given, ``schedule``."""
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
+             text: bool = False) -> ChunkFile:
+        """The writer into ``fh`` (its header written) and, if given, ``schedule``; with
+        ``text``, of one value per slot and column as MP-SPDZ input text (the data
+        owner's), not of binary shares."""
 
     def describe(self) -> dict:
         """The layout's public description, for result.json."""
@@ -69,8 +73,9 @@ class BlockShape:
     block_rows: int
     chunk_blocks: int
 
-    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
-        return BlockedFile(fh, schedule, self, plan)
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
+             text: bool = False) -> ChunkFile:
+        return BlockedFile(fh, schedule, self, plan, text=text)
 
     def describe(self) -> dict:
         return {"kind": "blocked-per-chunk", "block_rows": self.block_rows,
@@ -141,10 +146,11 @@ class RunBlocks:
 
 
 class BlockWriter:
-    """Blocks of (R, d * words) words in, engine chunks of (R, K, d * words) out to ``fh``."""
+    """Blocks of (R, d * words) words in, engine chunks of (R, K, d * words) out to ``fh``
+    (as binary words, or with ``text`` as signed decimals: the data owner's input)."""
 
-    def __init__(self, fh: BinaryIO, shape: BlockShape, width: int) -> None:
-        self.fh = fh
+    def __init__(self, fh: BinaryIO, shape: BlockShape, width: int, text: bool = False) -> None:
+        self.fh, self.text = fh, text
         self.R, self.K, self.width = shape.block_rows, shape.chunk_blocks, width
         self._pending = np.zeros((self.K, self.R, width), dtype=np.uint64)
         self._out = np.empty((self.R, self.K, width), dtype=np.uint64)
@@ -169,7 +175,10 @@ class BlockWriter:
 
     def _write(self, group: np.ndarray) -> None:
         np.copyto(self._out, group.transpose(1, 0, 2))
-        self.fh.write(self._out.data.cast("B"))
+        if self.text:
+            self.fh.write(format_integers(self._out.view(np.int64).ravel()))
+        else:
+            self.fh.write(self._out.data.cast("B"))
         self.chunks += 1
 
     def finish(self) -> int:
@@ -212,10 +221,11 @@ class BlockedFile:
     gathered into engine chunks, and each block's accumulator in the schedule."""
 
     def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, shape: BlockShape,
-                 plan: StreamPlan) -> None:
+                 plan: StreamPlan, text: bool = False) -> None:
         self.shape, self.slots = shape, plan.n * plan.s
-        self.runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, plan.fmt.words))
-        self.blocks = BlockWriter(fh, shape, plan.d * plan.fmt.words)
+        words = 1 if text else plan.fmt.words  # a text row: one value per column
+        self.runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, words))
+        self.blocks = BlockWriter(fh, shape, plan.d * words, text)
         self.schedule = ScheduleWriter(schedule, shape, plan.m) if schedule else None
 
     def add(self, counts: np.ndarray, shares: np.ndarray) -> None:

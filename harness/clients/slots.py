@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from harness.clients.blocks import ChunkFile
+from harness.clients.blocks import ChunkFile, FileShape
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import Rows
 from harness.clients.noise import NoiseSpec
@@ -63,28 +63,32 @@ class SlotSchedule:
 class SlotShape:
     """A share file of one row per slot, in the order the chunks arrive."""
 
-    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> ChunkFile:
-        return SlotFile(fh, schedule, plan)
+    def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
+             text: bool = False) -> ChunkFile:
+        return SlotFile(fh, schedule, plan, text)
 
     def describe(self) -> dict:
         return {"kind": "slots-per-chunk"}
 
 
 class SlotFile:
-    """A server's share file: each chunk's slots as rows of d shares, as they come."""
+    """A server's share file: each chunk's slots as rows of d shares, as they come (with
+    ``text``, the data owner's rows of d values as MP-SPDZ input text)."""
 
-    def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan) -> None:
-        self.fh, self.rows = fh, plan.n * plan.s
+    def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan,
+                 text: bool = False) -> None:
+        self.fh, self.rows, self.text = fh, plan.n * plan.s, text
         self.schedule = SlotSchedule(schedule, self.rows, plan.m) if schedule else None
-        self._out = np.empty((plan.clients_per_chunk * plan.s, plan.d, plan.fmt.words),
-                             dtype=np.uint64)
+        self._out = np.empty((plan.clients_per_chunk * plan.s, plan.d,
+                              1 if text else plan.fmt.words), dtype=np.uint64)
         self.written = 0
 
     def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
         slots = shares.shape[1]
         out = self._out[:slots]
         np.copyto(out, shares.transpose(1, 0, 2))  # (d, slots, words) to rows of slots
-        self.fh.write(out.data.cast("B"))
+        self.fh.write(format_integers(out.view(np.int64).ravel()) if self.text
+                      else out.data.cast("B"))
         if self.schedule is not None:
             self.schedule.add(counts)
         self.written += slots
@@ -98,12 +102,15 @@ class SlotFile:
 
 
 def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
-                     fp: FixedPoint, fh: BinaryIO, schedule: BinaryIO) -> Prepared:
+                     fp: FixedPoint, fh: BinaryIO, schedule: BinaryIO,
+                     shape: FileShape | None = None) -> Prepared:
     """The data owner's noisy rows as MP-SPDZ input text, a chunk of clients at a time.
 
     Each chunk is read from ``rows``, made noisy from a CSPRNG and encoded as the
     clients of a shared run do (:class:`NoisyChunks`), then formatted and written
-    with its schedule; the plaintext sums are accumulated as it goes.
+    with its schedule in the program's ``shape`` (one row per slot, ``reference``'s,
+    by default; blocked per chunk of clients for ``fast``); the plaintext sums are
+    accumulated as it goes.
     """
     started = time.perf_counter()
     cpu = time.process_time()
@@ -112,27 +119,23 @@ def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseS
     def group(acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
         return group_slots(acc, m, clients)
 
-    def write(values: np.ndarray, counts: np.ndarray) -> None:
-        fh.write(format_integers(values))
-        out.add(counts)
-
     noisy = NoisyChunks(plan, sketch, rows, noise, fp, group)
-    out = SlotSchedule(schedule, plan.n * plan.s, m)
+    out = (shape or SlotShape()).open(fh, schedule, plan, text=True)
     # Chunk k is formatted and written on a second thread while k + 1 is made (numpy
     # releases the GIL): the two halves of the work take both cores.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="owner-text") as pool:
         pending: Future | None = None
         for k in range(plan.chunks):
             counts, ring = noisy.chunk(k)
-            # A row of text is one slot's d values: the (d, slots) columns, transposed
-            # into a copy, which the next chunk's values do not overwrite.
-            values = ring.view(np.int64).T.copy().ravel()
+            # The (d, slots) values as one word each, in a copy that the next chunk's
+            # values do not overwrite.
+            values = ring[..., None].copy()
             if pending is not None:
                 pending.result()
-            pending = pool.submit(write, values, counts)
+            pending = pool.submit(out.add, counts, values)
         if pending is not None:
             pending.result()
-    out.finish()
+    shaped = out.finish()
     wall = time.perf_counter() - started
     count = plan.n * plan.s * plan.d
     mean = noisy.noise_sum / count
@@ -143,7 +146,7 @@ def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseS
     prepared.stages = {"stream_wall_s": wall, "stream_clients_s": wall,
                        "stream_workers": 1.0,
                        "stream_clients_cpu_s": time.process_time() - cpu}
-    prepared.layout = {"kind": "party-text-per-chunk",
-                       "clients_per_chunk": plan.clients_per_chunk,
-                       "file_rows": plan.n * plan.s, "padding_rows": 0}
+    prepared.layout = {**(shape or SlotShape()).describe(), **shaped,
+                       "kind": "party-text-per-chunk",
+                       "clients_per_chunk": plan.clients_per_chunk}
     return prepared

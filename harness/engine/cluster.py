@@ -136,7 +136,7 @@ class LocalCluster(PartyStaging):
         if job.input_mode == "party":
             public = self.workdir / "public-input"
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
-                                   self.input_file(), public)
+                                   self.input_file(), public, job.blocks)
             job.fp.check_bucket_bound(prepared.abs_sums)
             self._streamed_s, self._streamed_upload, self._schedule = [], None, public
             return prepared

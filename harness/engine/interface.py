@@ -74,9 +74,14 @@ class ClientJob:
     A streamed job with ``blocks`` is the ``fast`` or ``reference`` program's: its
     servers write the shares into share files of that shape as they arrive (blocked
     per chunk of clients, :mod:`harness.clients.blocks`, or one row per slot,
-    :mod:`harness.clients.slots`), and the program's public input beside them. A
-    streamed job with ``input_mode == "party"`` has no ``blocks``: the data owner
-    writes its input text and the public input a chunk of clients at a time.
+    :mod:`harness.clients.slots`), and the program's public input beside them. With
+    ``input_mode == "party"`` no server takes a stream: the data owner writes its
+    input text in the program's shape (``blocks``) and the public input a chunk of
+    clients at a time.
+
+    ``here`` says where a stream to hosts runs (the table of modes decides it,
+    :mod:`harness.experiments.modes`): on this machine, its files then sent whole,
+    so the hosts need only MP-SPDZ; else each server takes its stream on its host.
 
     ``split`` is set when several client hosts share the clients: each prepares its
     own range, and ``layout`` is then the hosts' layouts joined end to end.
@@ -94,6 +99,7 @@ class ClientJob:
     as_input: bool = False
     blocks: FileShape | None = None
     split: ClientSplit | None = None
+    here: bool = False
 
     @property
     def streamed(self) -> bool:

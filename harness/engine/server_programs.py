@@ -2,7 +2,7 @@
 
 Beside :mod:`.protocols` (how the parties compute), a server program fixes what
 they compute on and how: the ``.mpc`` template it compiles and which of the
-run's values it takes, the input modes it accepts (and its default), whether
+run's values it takes, its default input mode, whether
 the clients' share files are in the blocked layout, whether each server first
 sums its own shares into the m x d accumulators (``local``), and the public
 schedule the compiled program reads. Everything that would ask for a program
@@ -47,20 +47,12 @@ class ServerProgram:
     name: str
     template: str  # mpc_programs/<template>.mpc.j2
     params: tuple[str, ...]  # the template's parameters, picked from the run's values
-    input_modes: tuple[str, ...]  # the --input modes it accepts
     default_input: str
     blocked: bool  # the clients' share files in the blocked layout (else one row per slot)
     # Each server sums its own shares into m x d accumulators before the MPC.
     aggregates: bool
     # The public schedule (it depends only on the sketch) the compiled program reads.
     schedule: Callable[[Sketch, Layout | None], str]
-    # Why the input modes it does not accept cannot work, for the one-line refusal.
-    input_note: str = ""
-
-    def check_input(self, input_mode: str) -> None:
-        if input_mode not in self.input_modes:
-            raise InputError(f"--program {self.name} {self.input_note}; it needs --input "
-                             f"{' or '.join(self.input_modes)}")
 
     def reads_client_shares(self, input_mode: str) -> bool:
         """The MPC reads the clients' share files as they are, in the protocol's format."""
@@ -84,14 +76,13 @@ class ServerProgram:
 
 PROGRAMS: dict[str, ServerProgram] = {p.name: p for p in (
     ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks"),
-                  INPUT_MODES, "shares", blocked=True, aggregates=False,
+                  "shares", blocked=True, aggregates=False,
                   schedule=_block_schedule),
     # The textbook program: the data owner types its rows in.
-    ServerProgram("reference", "reference", ("m", "d", "source"), INPUT_MODES, "party",
+    ServerProgram("reference", "reference", ("m", "d", "source"), "party",
                   blocked=False, aggregates=False, schedule=_slot_schedule),
-    ServerProgram("local", "open", ("m", "d", "source", "parties"), ("shares",), "shares",
-                  blocked=True, aggregates=True, schedule=_no_schedule,
-                  input_note="aggregates the servers' own shares"),
+    ServerProgram("local", "open", ("m", "d", "source", "parties"), "shares",
+                  blocked=True, aggregates=True, schedule=_no_schedule),
 )}
 
 

@@ -123,10 +123,11 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
 
 
 def write_owner(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
-                fp: FixedPoint, dest: Path, schedule: Path) -> Prepared:
+                fp: FixedPoint, dest: Path, schedule: Path,
+                shape: FileShape | None = None) -> Prepared:
     """``--input party``: the data owner's input text and the public schedule, written
     a chunk of clients at a time (:func:`harness.clients.write_owner_text`) with the
     share files' guarantees: renamed into place when complete, nothing left on failure."""
     with written(dest, schedule) as (fh, sh):
         assert sh is not None
-        return write_owner_text(plan, sketch, rows, noise, fp, fh, sh)
+        return write_owner_text(plan, sketch, rows, noise, fp, fh, sh, shape)

@@ -28,14 +28,12 @@ from harness.engine import (
     server_program,
 )
 from harness.errors import InputError, check_number
+from harness.experiments.modes import SHARINGS, Mode, Route, check_limits, route_for
 from harness.remote import load_inventory
 
 __all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "MAX_REPEAT", "MAX_SCALE",
            "PROGRAMS", "PROTOCOLS", "SHARINGS", "ReproduceConfig", "RunConfig", "check_numbers",
            "default_input_mode"]
-
-# full: every server receives all its words; seeded: all but one component as seeds
-SHARINGS = ("full", "seeded")
 
 # Far beyond any run this harness can do, yet small enough to fail cleanly.
 MAX_CLIENTS = 1 << 40
@@ -90,44 +88,32 @@ class RunConfig:
     reveal_noise: bool = False  # test aid: the MPC reveals the servers' noise as well
 
     @property
-    def streams(self) -> bool:
-        """Whether the run streams: ``local`` or ``fast`` with the clients' shares
-        (``--input shares``), full or seeded sharing, anywhere: with every party on this
-        machine, on its loopback or through ``--network``'s emulated links (over TLS,
-        each server in its party's namespace), or on ``--hosts``, where each server
-        takes its TLS stream on its own host, from this machine or from the inventory's
-        client hosts (``fast`` with full sharing and no client host streams here into
-        its share files, which go by SFTP: those hosts need only MP-SPDZ); and
-        ``reference``: with the clients' shares on this machine's loopback or, with
-        full sharing and no client host, to hosts (streamed here, sent by SFTP); with
-        the data owner's input (``--input party``) on the loopback or to hosts (its
-        text written here a chunk at a time). Its clients and
-        servers then hold nothing proportional to n (:mod:`harness.engine.stream`):
-        ``local``'s servers write no share file, ``fast``'s and ``reference``'s write
-        theirs as the shares arrive, laid out per chunk of clients; through a network,
-        preparation, upload, expansion of the seeds and aggregation (or writing)
-        overlap. Every other run writes whole share files and must fit in memory."""
-        program = self.server_program
-        if self.input_mode == "party":  # fast's party input is blocked: not per chunk
-            # reference's data owner writes its text here (sent over SFTP to a host)
-            return self.network is None and not program.blocked and not program.aggregates
-        if self.input_mode != "shares":
-            return False
-        if program.aggregates or program.blocked:
-            return True
-        if self.hosts is None:  # reference: on the loopback (its files sent whole else)
-            return self.network is None
-        # reference to hosts: its files are streamed here and sent whole; with seeded
-        # shares or a client host they are prepared whole, as before
-        return self.sharing == "full" and not self.client_hosts
+    def mode(self) -> Mode:
+        """This run's combination of program, input, sharing and placement
+        (:mod:`harness.experiments.modes`)."""
+        if self.hosts is not None and self.network is not None:
+            raise InputError("--network emulates a network between parties on this machine; "
+                             "with --hosts the real network is used: drop one of them")
+        placement = ("network" if self.network is not None else "loopback" if self.hosts is None
+                     else "client-hosts" if load_inventory(self.hosts).clients else "hosts")
+        return Mode(self.program, self.input_mode or default_input_mode(self.program),
+                    self.sharing, placement)
 
     @property
-    def client_hosts(self) -> int:
-        """How many of the inventory's client hosts prepare the clients' shares (0: this
-        machine does)."""
-        if self.hosts is None or self.input_kind != "shares":
-            return 0
-        return len(load_inventory(self.hosts).clients)
+    def route(self) -> Route:
+        """How this run streams, from the table of modes (its refusal if it does not run)."""
+        return route_for(self.mode)
+
+    @property
+    def streams(self) -> bool:
+        """Whether the run streams: every run the table of modes lets through does
+        (:mod:`harness.experiments.modes`). Its clients and servers then hold nothing
+        proportional to n (:mod:`harness.engine.stream`): ``local``'s servers write no
+        share file, ``fast``'s and ``reference``'s write theirs as the shares arrive,
+        laid out per chunk of clients, or the data owner its input text; through a
+        network, preparation, upload, expansion of the seeds and aggregation (or
+        writing) overlap."""
+        return self.route.runs
 
     @property
     def spec(self) -> Protocol:
@@ -170,17 +156,16 @@ class RunConfig:
         input_mode = self.input_mode or program.default_input
         if input_mode not in INPUT_MODES:
             raise InputError(f"unknown --input {input_mode!r}; choose shares or party")
-        program.check_input(input_mode)
         spec = protocol_for(self.protocol)
         if self.sharing not in SHARINGS:
             raise InputError(f"unknown --sharing {self.sharing!r}; choose full or seeded")
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"unknown --calibration {self.calibration!r}; choose "
                              f"{' or '.join(CALIBRATIONS)}")
-        if self.sharing == "seeded" and input_mode != "shares":
-            raise InputError("--sharing seeded compresses the servers' share files, and with "
-                             "--input party the servers receive none; use --input shares or "
-                             "--sharing full")
+        resolved = dataclasses.replace(self, input_mode=input_mode)
+        mode, route = resolved.mode, resolved.route
+        if route.refused:
+            raise InputError(route.refused)
         if self.tamper is not None and self.hosts is not None:
             raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         if program.reads_client_shares(input_mode) and spec.share_format is None:
@@ -203,29 +188,20 @@ class RunConfig:
                                  "the servers hold none; use --input shares")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
+        if self.mechanism not in MECHANISMS:
+            raise InputError(f"unknown --mechanism {self.mechanism!r}; choose "
+                             f"{', '.join(MECHANISMS)}")
+        check_limits(mode, route, {"mechanism": self.mechanism, "dense": self.dense})
         check_mechanism(self)
-        resolved = dataclasses.replace(self, input_mode=input_mode, parties=parties)
-        if (self.hosts is not None and input_mode == "shares" and not program.blocked
-                and resolved.client_hosts > 1):
-            raise InputError(f"--program {self.program} reads every slot in sketch order, "
-                             f"which {resolved.client_hosts} [[client]] hosts, each with its own "
-                             "range of clients, cannot give; use --program fast or local, or "
-                             "one client host")
-        if self.hosts is not None and self.network is not None:
-            raise InputError("--network emulates a network between parties on this machine; "
-                             "with --hosts the real network is used: drop one of them")
         if self.network is not None:
             from harness.engine import profile_for
 
             profile_for(self.network)
-        return resolved
+        return dataclasses.replace(resolved, parties=parties)
 
 
 def check_mechanism(cfg: RunConfig) -> None:
-    """A mechanism this run can carry: its program, input and noise (before any draw)."""
-    if cfg.mechanism not in MECHANISMS:
-        raise InputError(f"unknown --mechanism {cfg.mechanism!r}; choose "
-                         f"{', '.join(MECHANISMS)}")
+    """The mechanism's own options (its program and placement are the table of modes')."""
     if cfg.mechanism == "ltm":
         if cfg.grid_bits is not None:
             raise InputError("--grid-bits is the central mechanism's grid; add --mechanism "
@@ -234,16 +210,10 @@ def check_mechanism(cfg: RunConfig) -> None:
             raise InputError("reveal_noise reveals the servers' noise, and --mechanism ltm "
                              "has none; use --mechanism dng or central")
         return
-    if cfg.program != "local":
-        raise InputError(f"--mechanism {cfg.mechanism} adds the servers' noise in the local "
-                         f"program, not --program {cfg.program}; use --program local")
     if cfg.noise not in ("gaussian", "none"):
         raise InputError(f"--noise {cfg.noise} is the clients' noise of the LTM; with "
                          f"--mechanism {cfg.mechanism} the clients send noise-free rows: "
                          "drop --noise or use --mechanism ltm")
-    if cfg.mechanism == "dng" and cfg.hosts is not None:
-        raise InputError("--mechanism dng has each server draw its noise here, not on its "
-                         "host; run it without --hosts, or use --mechanism central")
     if cfg.grid_bits is not None and cfg.mechanism != "central":
         raise InputError("--grid-bits is the central mechanism's grid; use --mechanism "
                          "central or drop it")

@@ -18,7 +18,6 @@ import numpy as np
 
 from harness.clients import (
     CALIBRATIONS,
-    ArrayRows,
     BlockShape,
     ClientSplit,
     FixedPoint,
@@ -37,7 +36,6 @@ from harness.clients import (
     open_rows,
     server_noise,
     smallest_n,
-    split_clients,
     zero_output_bound,
 )
 from harness.engine import (
@@ -239,34 +237,31 @@ def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None
 
 
 def check_workload_size(n: int, d: int, m: int, s: int) -> None:
-    """The data, the sketch and the accumulators must fit in memory (checked, not tried).
-
-    Only runs that write whole share files hold them; a streamed run holds chunks.
-    """
+    """The dense sketch, held whole, and the accumulators must fit in memory (checked, not
+    tried); a streamed run otherwise holds chunks."""
     check_memory(8.0 * n * d + 9.0 * s * n + 32.0 * m * d, f"n={n}, d={d}, s={s}",
-                 "lower --clients, --dim or --sparsity (or --scale), or use --program "
-                 "local, fast or reference on this machine, which stream")
+                 "lower --clients, --dim or --rows, or drop --dense")
 
 
 def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
-    """What a run holds must fit: in memory for runs that write whole share files; on
-    disk for a streamed ``fast`` or ``reference`` run's share files, or the data owner's
-    input text (a streamed run holds chunks)."""
-    if not cfg.streams or cfg.dense:
+    """What a run holds must fit: the dense sketch in memory; on this machine's disk, the
+    files its route writes here (:mod:`harness.experiments.modes`): the parties' share
+    files, or the data owner's input text (a streamed run otherwise holds chunks)."""
+    if cfg.dense:
         check_workload_size(n, d, cfg.rows, s)
-    elif cfg.input_kind == "party":
+    route = cfg.route
+    if not route.files_here(cfg.mode):
+        return
+    if route.sink == "owner":
         # Fixed-width decimals: a sign, up to 20 digits and a blank per value.
         check_disk(22.0 * n * s * d, Path(cfg.out),
                    f"the data owner's input text at n={n}, d={d}, s={s}",
                    "lower --clients, --dim or --sparsity")
-    elif not cfg.server_program.aggregates and (
-            # fast to hosts streams there, unless with full sharing and no client host:
-            # then here, into its share files
-            cfg.hosts is None or (cfg.sharing == "full" and not cfg.client_hosts)):
-        check_disk(8.0 * cfg.party_count * n * s * d * cfg.share_format.words, Path(cfg.out),
-                   f"the parties' share files at n={n}, d={d}, s={s}",
-                   "lower --clients, --dim or --sparsity, or use --program local, which "
-                   "writes no share file")
+        return
+    check_disk(8.0 * cfg.party_count * n * s * d * cfg.share_format.words, Path(cfg.out),
+               f"the parties' share files at n={n}, d={d}, s={s}",
+               "lower --clients, --dim or --sparsity, or use --program local, which "
+               "writes no share file")
 
 
 def check_ring(noise: NoiseSpec, fp: FixedPoint, n: int, s: int, eta: float,
@@ -348,25 +343,15 @@ def build_workload(cfg: RunConfig) -> Workload:
     seed = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(7), "little")
     if rows is None:
         rows = SyntheticRows(n, d, cfg.eta, seed)
-    elif not cfg.streams:
-        # A run that writes whole share files holds the matrix anyway: read and check it
-        # now, before anything is drawn (a streamed run checks each chunk as it reads).
-        rows = ArrayRows(all_rows(rows), cfg.eta)
     sketch = Sketch.generate(n, cfg.rows, s, seed=seed, dense=cfg.dense)
-    layout = blocks = split = slots = None
-    program = cfg.server_program
-    if not cfg.streams and cfg.client_hosts > 1:
-        # Each client host lays out its own range; the servers join them in host order.
-        split = split_clients(sketch, d, cfg.client_hosts, cfg.share_format.words)
-        layout = split.joined
-    elif not cfg.streams:
-        layout = (Layout.blocked(sketch, d, share_words=cfg.share_format.words)
-                  if program.blocked else Layout.plain(sketch, d))
-    elif program.blocked and not program.aggregates:  # laid out per chunk of clients
-        blocks = BlockShape.choose(n, cfg.rows, s, d, cfg.share_format.words)
-    elif not program.aggregates and cfg.input_kind == "shares":  # one row per slot
-        slots = SlotShape()
-    return Workload(rows, sketch, noise, fp, layout, seed, blocks, split, slots, header,
+    # The shape of the files the route's stream writes (none for a sum): a text row is
+    # one word wide.
+    route = cfg.route
+    words = 1 if route.sink == "owner" else cfg.share_format.words
+    blocks = (BlockShape.choose(n, cfg.rows, s, d, words) if route.shape == "blocked"
+              else None)
+    slots = SlotShape() if route.shape == "slots" else None
+    return Workload(rows, sketch, noise, fp, None, seed, blocks, None, slots, header,
                     servers)
 
 
@@ -419,7 +404,7 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks or work.slots, split=work.split)
+                     blocks=work.blocks or work.slots, split=work.split, here=cfg.route.here)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

@@ -166,8 +166,7 @@ class SshCluster(PartyStaging):
     def _stream(self, job: ClientJob) -> Prepared:
         """Each server sums (or writes) its stream on its host as the clients make it;
         the parties' group stays open, with their directories, for :meth:`run`."""
-        if job.input_mode == "party" or (
-                job.blocks is not None and job.sharing == "full" and not self._clients):
+        if job.here:
             return self._stream_here(job)
         group = self._party_group(self.inventory.base_port, job.timeout)
         try:
@@ -187,16 +186,15 @@ class SshCluster(PartyStaging):
         return streamed.prepared
 
     def _stream_here(self, job: ClientJob) -> Prepared:
-        """``fast`` or ``reference`` with full sharing and no client host, or the data
-        owner's input: the hosts need only MP-SPDZ. The stream runs here (bounded
-        memory) into each server's share file (or party 0's input text) and the public
-        schedule, which :meth:`run` uploads like any other file."""
+        """The stream runs here (bounded memory) into each server's share file (or party
+        0's input text) and the public schedule, which :meth:`run` uploads like any
+        other file: the hosts need only MP-SPDZ."""
         plan = job.stream_plan(self.parties)
         schedule = self.workdir / "public-input"
         self._schedule_here = schedule
         if job.input_mode == "party":  # the data owner's text, for party 0's host
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
-                                   self.input_file(), schedule)
+                                   self.input_file(), schedule, job.blocks)
             job.fp.check_bucket_bound(prepared.abs_sums)
             return prepared
         streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp,

@@ -85,7 +85,7 @@ def test_a_ring_overflow_names_a_lower_frac_bits_only_if_it_is_certified(calibra
     from harness.experiments.workload import check_noise
 
     cfg = RunConfig(out=Path("o"), clients=1_000_000, rows=100, dim=1, frac_bits=44,
-                    calibration=calibration)
+                    calibration=calibration).validate()
     with pytest.raises(InputError) as err:
         check_noise(cfg)
     assert str(err.value).startswith("n=1000000 clients could sum past the ring")
@@ -96,7 +96,7 @@ def test_the_corollary_without_a_certificate_names_the_clients_needed():
     from harness.experiments.workload import check_noise
 
     # s = 20 > d: delta_E >= delta although the corollary's own bound is defined
-    cfg = RunConfig(out=Path("o"), clients=15_000, rows=100, dim=1, sparsity=20)
+    cfg = RunConfig(out=Path("o"), clients=15_000, rows=100, dim=1, sparsity=20).validate()
     with pytest.raises(InputError, match=r"certifies no epsilon .* use --clients >= 17154 "):
         check_noise(cfg)
 
@@ -112,32 +112,17 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     work = build_workload(cfg)
     # On loopback every program streams: no global layout. local's servers read no share
     # file; fast's write theirs, laid out per chunk of clients in blocks of this shape;
-    # reference's data owner (its default input) writes its input text per chunk.
+    # reference's data owner (its default input) writes its input text per chunk, one
+    # row per slot.
     assert cfg.streams and work.layout is None
     assert (work.blocks is not None) == (blocked and not aggregates)
-    assert work.slots is None
+    assert (work.slots is not None) == (not blocked)
     assert public_input_for(cfg, work) == ""  # none, or written while streaming
     shares = dataclasses.replace(cfg, input_mode="shares", sharing="seeded")
     assert shares.streams  # seeded shares stream too
     if not blocked:  # reference's servers write one row per slot as the shares arrive
         assert build_workload(shares).slots is not None
-    # local and fast stream anywhere: through an emulated network (over TLS) and to SSH
-    # hosts; reference only on this machine's loopback
-    for elsewhere in ({"network": "t3.large"}, {"hosts": Path("hosts.toml")}):
-        assert dataclasses.replace(shares, **elsewhere).streams == blocked
-    if aggregates:
-        return
-    # fast with the data owner's input (blocked, not per chunk), or reference through an
-    # emulated network: whole files, one global layout
-    cfg = (dataclasses.replace(cfg, input_mode="party") if blocked
-           else dataclasses.replace(cfg, network="t3.large-baseline")).validate()
-    assert not cfg.streams
-    work = build_workload(cfg)
-    assert work.layout is not None
-    assert work.layout.kind == ("blocked" if blocked else "plain")
-    schedule = public_input_for(cfg, work)
-    # the local program's servers read their own sums: no public schedule
-    assert (schedule == "") == aggregates
+    # Where else each program streams, and how: tests/experiments/test_modes.py.
     assert set(PROGRAMS) == {"fast", "reference", "local"}
 
 
