@@ -1,0 +1,212 @@
+"""The table of run modes against what ``ltm run`` does with every combination.
+
+Each combination of program x input x sharing x placement is either refused by
+``ltm run`` before anything starts, with exactly the table's message, or routed
+to the stream the table names: the config streams, the workload's disk check and
+file shape, and the clusters' choice of where the stream runs all follow the
+table. (Real runs of the combinations that stream: tests/experiments/test_streamed_*.py,
+tests/engine/test_netns.py and tests/remote/test_host_streams.py.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import harness.experiments.workload as workload
+from harness.cli import main
+from harness.clients import BlockShape, SlotShape
+from harness.engine import LocalCluster
+from harness.errors import InputError
+from harness.experiments import RunConfig, build_workload, client_job
+from harness.experiments.modes import (
+    LIMITS,
+    PLACEMENTS,
+    Mode,
+    combinations,
+    markdown,
+    route_for,
+)
+from harness.remote import SshCluster, load_inventory
+
+_PARTY = ('\n[[party]]\nname = "{0}"\nssh_host = "{0}"\nuser = "u"\nmpc_host = "{0}"\n'
+          'mp_spdz = "/d"\n')
+_CLIENT = '\n[[client]]\nssh_host = "c"\nuser = "u"\nmpc_host = "c"\n'
+_SMALL = {"clients": 200, "rows": 10, "dim": 2, "noise": "none", "seed": 1}
+
+
+def _placement(tmp_path: Path, placement: str) -> dict:
+    """The RunConfig fields (and `ltm run` options) of a placement."""
+    if placement == "loopback":
+        return {}
+    if placement == "network":
+        return {"network": "t3.large"}
+    known = tmp_path / "known_hosts"
+    known.touch()
+    inventory = tmp_path / f"{placement}.toml"
+    inventory.write_text(f'known_hosts = "{known}"\n' + _PARTY.format("a") + _PARTY.format("b")
+                         + (_CLIENT if placement == "client-hosts" else ""))
+    return {"hosts": inventory}
+
+
+def _config(tmp_path: Path, mode: Mode, **extra: object) -> RunConfig:
+    return RunConfig(out=tmp_path / "out", program=mode.program, input_mode=mode.input,
+                     sharing=mode.sharing, **_placement(tmp_path, mode.placement),
+                     **_SMALL, **extra)  # type: ignore[arg-type]
+
+
+def _argv(tmp_path: Path, mode: Mode) -> list[str]:
+    placed = [x for key, value in _placement(tmp_path, mode.placement).items()
+              for x in (f"--{key}", str(value))]
+    return ["run", "--program", mode.program, "--input", mode.input, "--sharing",
+            mode.sharing, *placed, "--clients", "200", "--rows", "10", "--dim", "2",
+            "--noise", "none", "--out", str(tmp_path / "out")]
+
+
+def _name(mode: Mode) -> str:
+    return f"{mode.program}-{mode.input}-{mode.sharing}-{mode.placement}"
+
+
+def test_every_combination_has_one_route_and_the_impossible_ones_are_refused():
+    modes = combinations()
+    assert len(modes) == 3 * 2 * 2 * len(PLACEMENTS) == 48
+    refused = {(m.program, m.input, m.sharing) for m in modes if route_for(m).refused}
+    # Only what cannot mean anything: the local program sums shares, and seeded sharing
+    # compresses shares; every other combination streams, wherever the parties are.
+    assert refused == {("local", "party", "full"), ("local", "party", "seeded"),
+                       ("fast", "party", "seeded"), ("reference", "party", "seeded")}
+    here = {(m.program, m.input, m.sharing, m.placement) for m in modes
+            if route_for(m).here and m.on_hosts}
+    # To hosts, the stream runs here (its files then sent whole) for the data owner's text
+    # and for full shares without client hosts; everything else streams to the hosts.
+    assert here == {(p, "party", "full", place) for p in ("fast", "reference")
+                    for place in ("hosts", "client-hosts")} | \
+        {(p, "shares", "full", "hosts") for p in ("fast", "reference")}
+    for mode in modes:
+        route = route_for(mode)
+        assert route.refused or (route.sink in ("sum", "shares", "owner")
+                                 and route.where in ("servers", "here")
+                                 and route.shape == {"fast": "blocked", "reference": "slots",
+                                                     "local": ""}[mode.program])
+        assert "\n" not in route.refused
+
+
+@pytest.mark.parametrize("mode", [m for m in combinations() if route_for(m).refused],
+                         ids=_name)
+def test_a_refused_combination_is_refused_by_ltm_run_with_the_tables_message(
+        tmp_path, capsys, mode):
+    code = main(_argv(tmp_path, mode))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == f"ltm: error: {route_for(mode).refused}\n"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(InputError) as info:  # the plain function says the same
+        _config(tmp_path, mode).validate()
+    assert str(info.value) == route_for(mode).refused
+
+
+class _Taken(Exception):
+    """Which way a cluster's prepare went."""
+
+
+@pytest.mark.parametrize("mode", [m for m in combinations() if not route_for(m).refused],
+                         ids=_name)
+def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypatch, mode):
+    route = route_for(mode)
+    cfg = _config(tmp_path, mode).validate()
+    assert cfg.mode == mode and cfg.route == route and cfg.streams
+    # The disk check: only files written on this machine need room here.
+    checked: list[str] = []
+    monkeypatch.setattr(workload, "check_disk", lambda size, path, what, fix: checked.append(what))
+    workload.check_fits(cfg, 200, 2, 1)
+    written_here = route.sink != "sum" and (mode.placement in ("loopback", "network")
+                                            or route.here)
+    assert len(checked) == written_here
+    if written_here:
+        assert ("input text" in checked[0]) == (route.sink == "owner")
+    # The files' shape, and the job the cluster gets.
+    work = build_workload(cfg)
+    assert work.layout is None and work.split is None  # no whole file, anywhere
+    shape = work.blocks or work.slots
+    assert type(shape) is {"blocked": BlockShape, "slots": SlotShape, "": type(None)}[route.shape]
+    job = client_job(cfg, work)
+    assert job.streamed and job.here == route.here and job.blocks == shape
+    # The cluster takes the stream where the table says.
+    if not mode.on_hosts:
+        monkeypatch.setattr(LocalCluster, "_stream", lambda self, job: (_ for _ in ()).throw(
+            _Taken("stream")))
+        monkeypatch.setattr(LocalCluster, "prepare_here", lambda self, job: (_ for _ in ())
+                            .throw(_Taken("whole files")))
+        cluster = LocalCluster.__new__(LocalCluster)
+        with pytest.raises(_Taken, match="^stream$"):
+            cluster.prepare(job)
+        return
+
+    class Group:
+        def close(self) -> None:
+            pass
+
+    def taken(where: str):
+        def take(*args, **kwargs):
+            raise _Taken(where)
+        return take
+
+    import harness.remote.ssh as ssh
+
+    monkeypatch.setattr(SshCluster, "_stream_here", taken("here"))
+    monkeypatch.setattr(SshCluster, "prepare_here", taken("whole files"))
+    monkeypatch.setattr(SshCluster, "_party_group", lambda self, *a, **k: Group())
+    monkeypatch.setattr(SshCluster, "_remove_clients", lambda self: None)
+    monkeypatch.setattr(ssh, "stream_to_hosts", taken("servers"))
+    assert cfg.hosts is not None
+    cluster = SshCluster(None, load_inventory(cfg.hosts), tmp_path / "work",  # type: ignore
+                         inventory_path=cfg.hosts)
+    with pytest.raises(_Taken, match=f"^{route.where}$"):
+        cluster.prepare(job)
+
+
+@pytest.mark.parametrize(("options", "mode"), [
+    ({"mechanism": "dng"}, Mode("fast", "shares", "full", "loopback")),
+    ({"mechanism": "central"}, Mode("reference", "party", "full", "network")),
+    ({"mechanism": "dng"}, Mode("local", "shares", "full", "hosts")),
+    ({"dense": True}, Mode("local", "shares", "full", "hosts")),
+    ({"dense": True}, Mode("fast", "shares", "seeded", "hosts")),
+    ({"dense": True}, Mode("reference", "shares", "full", "client-hosts"))])
+def test_an_option_a_route_cannot_carry_is_refused_with_its_limits_message(
+        tmp_path, options, mode):
+    [limit] = [x for x in LIMITS
+               if x.applies(options[x.option] if x.option in options else None, mode,
+                            route_for(mode))]
+    with pytest.raises(InputError) as info:
+        _config(tmp_path, mode, **options).validate()
+    assert str(info.value) == limit.message.format(value=options[limit.option], **vars(mode))
+
+
+@pytest.mark.parametrize("mode", [Mode("fast", "shares", "full", "hosts"),
+                                  Mode("reference", "party", "full", "client-hosts"),
+                                  Mode("local", "shares", "seeded", "network")])
+def test_the_dense_sketch_goes_where_the_stream_runs_on_this_machine(tmp_path, mode):
+    # Streamed here, the dense sketch needs no seed on a host: it runs (was a bare
+    # ValueError for the routes to hosts before).
+    cfg = _config(tmp_path, mode, dense=True).validate()
+    assert cfg.streams and not client_job(cfg, build_workload(cfg)).sketch.counter_based
+
+
+def test_dense_to_the_hosts_servers_is_one_line_from_ltm_run(tmp_path, capsys):
+    where = _placement(tmp_path, "hosts")
+    code = main(["run", "--program", "local", "--dense", "--hosts", str(where["hosts"]),
+                 "--clients", "200", "--rows", "10", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("ltm: error: --dense draws the sketch here and holds it whole")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_docs_table_of_modes_is_the_tables():
+    page = (Path(__file__).parents[2] / "docs" / "concepts" / "modes.md").read_text()
+    start = page.index("<!-- modes table -->\n") + len("<!-- modes table -->\n")
+    end = page.index("<!-- end of modes table -->")
+    assert page[start:end] == markdown(), (
+        "docs/concepts/modes.md is out of date: paste harness.experiments.modes.markdown() "
+        "between its markers")
