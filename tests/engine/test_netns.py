@@ -343,13 +343,13 @@ _SLOW = Profile("test-20mbit", rate_mbit=20)
 @pytest.mark.parametrize("program", ["reference", "fast"])
 def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_cache,
                                                      monkeypatch, program):
-    """reference's share files cross after the clients wrote them; fast's shares cross
-    chunk by chunk while the clients make them (streamed): both at the link's rate."""
+    """fast's and reference's shares cross chunk by chunk while the clients make them
+    (streamed), at the link's rate."""
     monkeypatch.setitem(netns.PROFILES, _SLOW.name, _SLOW)
     cfg = RunConfig(out=tmp_path / "out", parties=2, clients=12_000, rows=10, dim=5,
                     sparsity=2, noise="gaussian", seed=4, cache_dir=program_cache,
                     timeout=60, network=_SLOW.name, program=program, input_mode="shares")
-    assert cfg.validate().streams == (program == "fast")
+    assert cfg.validate().streams
     result = run(cfg)
     assert result["verification"]["ok"]  # bit for bit, after crossing the network
     assert result["upload_measured"]
@@ -362,10 +362,9 @@ def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_
         floor = (sent - netns.MIN_BUCKET) * 8 / (_SLOW.rate_mbit * 1e6)
         # at the link's rate, give or take TCP/TLS overhead and a loaded machine
         assert floor <= p["upload_s"] <= 2 * floor + 1.0, (p["upload_s"], floor)
-    # A streamed upload ran inside the stream (prepare_s); a file upload after it.
-    upload = 0.0 if program == "fast" else t["client_upload_s"]
-    assert result["t_end_to_end_s"] == pytest.approx(
-        t["prepare_s"] + upload + result["t_mpc_s"])
+    # The upload ran inside the stream (prepare_s), not after it.
+    assert t["client_upload_s"] == t["stream_upload_s"]
+    assert result["t_end_to_end_s"] == pytest.approx(t["prepare_s"] + result["t_mpc_s"])
     assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
 
 
@@ -378,8 +377,7 @@ def test_seeded_upload_through_the_network(tmp_path, mp_spdz, program_cache, pro
                     sparsity=2, noise="gaussian", epsilon=5.0, seed=5,
                     cache_dir=program_cache, timeout=60, network="t3.large-baseline",
                     program=program, sharing="seeded", input_mode="shares")
-    streamed = cfg.validate().streams
-    assert streamed == (program != "reference")
+    assert cfg.validate().streams
     result = run(cfg)
     assert result["verification"]["ok"] and result["upload_measured"]
     sent = [p["upload_bytes_sent"] for p in result["parties"]]
@@ -389,16 +387,31 @@ def test_seeded_upload_through_the_network(tmp_path, mp_spdz, program_cache, pro
     assert result["client_upload_bytes"] == [words] * 3
     t = result["timings"]
     assert t["client_upload_s"] == max(p["upload_s"] for p in result["parties"]) > 0
-    if not streamed:  # the files as written, then expanded by each server after the upload
-        assert sent == [words] * 3
-        assert result["t_end_to_end_s"] == pytest.approx(
-            t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
-        return
-    # streamed: the same words in frames; expanded and uploaded inside the stream
+    # the same words in frames; expanded and uploaded inside the stream
     assert all(words < x <= words + 2 * 1024 for x in sent)
     assert "expand_s" not in t and t["stream_expand_s"] > 0
     mpc = max(p.get("mpc_time_s") or p["time_s"] for p in result["parties"])
     assert result["t_end_to_end_s"] == pytest.approx(t["prepare_s"] + mpc)
+
+
+@pytest.mark.mpspdz
+@needs_root
+@pytest.mark.parametrize("program", ["reference", "fast"])
+def test_the_data_owners_text_streams_under_a_network(tmp_path, mp_spdz, program_cache,
+                                                      program):
+    # --input party under --network: the data owner writes party 0's input a chunk at a
+    # time, as on the loopback (whole files, held in memory, before); nothing crosses the
+    # clients' links, and the MPC runs through the emulated network.
+    cfg = RunConfig(out=tmp_path / "out", parties=2, clients=3000, rows=10, dim=3,
+                    sparsity=2, seed=5, calibration="analytic", cache_dir=program_cache,
+                    timeout=60, network="t3.large", program=program, input_mode="party")
+    assert cfg.validate().route.sink == "owner"
+    result = run(cfg)
+    assert result["verification"]["ok"] and result["parameters"]["network"] == "t3.large"
+    assert result["parameters"]["layout"]["kind"] == "party-text-per-chunk"
+    assert result["client_upload_bytes"] == [8 * 3000 * 2 * 3, 0]
+    assert not result["upload_measured"] and "client_upload_s" not in result["timings"]
+    assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
 
 
 @pytest.mark.mpspdz

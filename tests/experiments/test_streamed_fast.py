@@ -59,3 +59,41 @@ def test_a_tampered_share_of_a_streamed_fast_run_is_reported(tmp_path, program_c
     saved = json.loads((tmp_path / "out.mismatch" / "result.json").read_text())
     assert saved["verification"]["mismatches"] >= 1
     assert saved["parameters"]["layout"]["kind"] == "blocked-per-chunk"
+
+
+# 2^19 values per chunk over s * d = 512: 1024 clients a chunk, three chunks, so that rows
+# short of a block are carried from chunk to chunk.
+OWNER = {"clients": 3000, "dim": 64, "rows": 10, "sparsity": 8, "seed": 5,
+         "calibration": "analytic"}
+
+
+@pytest.mark.parametrize(("protocol", "parties"), [("semi2k", 2), ("replicated-ring", 3)])
+def test_the_data_owners_blocked_text_streams_and_verifies(tmp_path, mp_spdz, program_cache,
+                                                          protocol, parties):
+    # fast --input party: the data owner writes party 0's input text in the blocked layout,
+    # a chunk of clients at a time (whole files, held in memory, before).
+    out = tmp_path / "out"
+    cfg = RunConfig(out=out, cache_dir=program_cache, timeout=300, program="fast",
+                    input_mode="party", protocol=protocol, parties=parties, keep_work=True,
+                    **OWNER)
+    assert cfg.validate().route.sink == "owner"
+    result = run(cfg)
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    n, d, s = 3000, 64, 8
+    layout = result["parameters"]["layout"]
+    assert layout["kind"] == "party-text-per-chunk" and layout["clients_per_chunk"] == 1024
+    R, K = layout["block_rows"], layout["chunk_blocks"]
+    assert layout["file_rows"] == layout["engine_chunks"] * R * K
+    assert 0 <= layout["padding_rows"] == layout["file_rows"] - n * s
+    work = out / "work"
+    assert not any((work / f"P{i}" / "Persistence" / f"Transactions-P{i}.data").exists()
+                   for i in range(parties))  # the servers received no share
+    owner = work / "P0" / "Player-Data" / "Input-P0-0"
+    assert oct(owner.stat().st_mode & 0o777) == "0o600"
+    values = np.array(owner.read_bytes().split(), dtype=np.int64)
+    assert values.size == layout["file_rows"] * d
+    assert np.count_nonzero(values) > n * s * d * 0.99  # padding rows are zeros
+    schedule = next((work / "P0" / "Programs" / "Public-Input").iterdir())
+    numbers = np.array(schedule.read_text().split(), dtype=np.int64)
+    assert numbers[0] == layout["engine_chunks"] and numbers.size == 1 + numbers[0] * K
+    assert result["client_upload_bytes"] == [8 * n * s * d] + [0] * (parties - 1)
