@@ -176,7 +176,7 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 def test_an_option_a_route_cannot_carry_is_refused_with_its_limits_message(
         tmp_path, options, mode):
     [limit] = [x for x in LIMITS
-               if x.applies(options[x.option] if x.option in options else None, mode,
+               if x.applies(options.get(x.option), mode,
                             route_for(mode))]
     with pytest.raises(InputError) as info:
         _config(tmp_path, mode, **options).validate()

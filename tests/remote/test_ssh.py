@@ -40,7 +40,6 @@ from harness.experiments import (
     public_input_for,
     run,
 )
-from harness.remote._client import ClientHost
 from harness.remote._connect import ConnectOptions, HostKeyError, SshConnectError, connect
 from harness.remote._keys import ServerKey, pinned_keys, write_pinned
 from harness.remote._party import RemoteParty
@@ -187,7 +186,7 @@ def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_ca
             == compiled
 
 
-# --- seeded sharing: servers expand their own seeds on their hosts ---------------------------
+# --- seeded sharing: servers expand their own seeds on their hosts, as they come ------------
 
 def _seeded_upload(result: dict, fmt_words: int) -> list[int]:
     """What each server must receive: per component c it holds, 8 bytes per real word of
@@ -206,64 +205,42 @@ def _seeded_upload(result: dict, fmt_words: int) -> list[int]:
 @pytest.mark.parametrize("parties,protocol,client", [
     (2, "semi2k", False), (3, "ps-rep-ring", False), (3, "semi2k", True),
     (3, "replicated-ring", True)])
-def test_seeded_files_over_ssh_expand_on_each_host_and_verify(tmp_path, farm, mp_spdz,
-                                                              program_cache, monkeypatch,
-                                                              parties, protocol, client):
-    # The reference program reads whole share files: the seeds go as files, from here or
-    # from the client host, and each server expands its own on its host. (local and fast
-    # stream instead: tests/remote/test_host_streams.py.)
-    program = "reference"
+def test_reference_seeded_streams_to_each_host_and_verifies(tmp_path, farm, mp_spdz,
+                                                            program_cache, monkeypatch,
+                                                            parties, protocol, client):
+    # reference with seeded shares, from here or from the client host: each server takes
+    # its stream of seeds and full words on its host, expands them as they come and writes
+    # one row per slot (whole share files, expanded after an SFTP upload, before).
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, parties, harness=True,
                                       client=client)
     trust_hosts(inventory, echo=lambda line: None)
-    seen: dict[int, dict[str, int]] = {}
+    uploaded: list[str] = []
+    original = RemoteParty.upload
 
-    def files_of(root: Path) -> dict[str, int]:
-        return {p.relative_to(root).as_posix(): p.stat().st_mode & 0o777
-                for p in root.rglob("*") if p.is_file() and p.parent.name in ("Upload",
-                                                                              "Persistence")}
+    def spy(self, directories, uploads, abandon):  # every file sent to a server by SFTP
+        uploaded.extend(u.remote for u in uploads)
+        return original(self, directories, uploads, abandon)
 
-    # What each server holds just before it expands: its own files only, all private.
-    original_process = RemoteParty.process_shares
-
-    def spy_process(self, timeout, steps):
-        seen[self.index] = files_of(Path(self.remote_dir))
-        return original_process(self, timeout, steps)
-
-    original_send = ClientHost.send
-
-    def spy_send(self, servers, timeout):
-        for party, _, _, _, pairs in servers:
-            mine = files_of(Path(self.remote_dir) / f"P{party}")
-            assert {here.removeprefix(f"P{party}/") for here, _ in pairs} == set(mine)
-            seen[party] = {there: mine[here.removeprefix(f"P{party}/")] for here, there in pairs}
-        return original_send(self, servers, timeout)
-
-    monkeypatch.setattr(RemoteParty, "process_shares", spy_process)
-    monkeypatch.setattr(ClientHost, "send", spy_send)
-    cfg = small_config(tmp_path, program_cache, parties=parties, program=program,
+    monkeypatch.setattr(RemoteParty, "upload", spy)
+    cfg = small_config(tmp_path, program_cache, parties=parties, program="reference",
                        protocol=protocol, hosts=inventory, sharing="seeded",
                        input_mode="shares")
+    assert cfg.validate().route.where == "servers"
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
     assert result["parameters"]["sharing"] == "seeded"
-    rows = result["parties"]
-    assert all(row["expand_s"] > 0 for row in rows)
+    assert result["parameters"]["layout"]["kind"] == "slots-per-chunk"
     t = result["timings"]
-    assert t["expand_s"] == max(row["expand_s"] for row in rows)
-    # the upload is what each server got: per component, seeds and some clients' words
+    assert t["stream_expand_s"] > 0 and "expand_s" not in t
+    # the upload is what each server got, as it counted it on its streams: per component,
+    # seeds and some clients' words, in frames
     words = 2 if protocol != "semi2k" else 1
-    assert result["client_upload_bytes"] == _seeded_upload(result, words)
-    assert result["upload_measured"]  # over SFTP from here, or from the client host
-    assert result["t_end_to_end_s"] == pytest.approx(
-        t["prepare_s"] + t["client_upload_s"] + t["expand_s"] + result["t_mpc_s"])
-    comps = [(i, (i - 1) % 3) for i in range(3)] if words == 2 else \
-        [(i,) for i in range(parties)]
-    for i in range(parties):
-        expected = {f"Upload/{name}-C{c}.{ext}" for c in comps[i]
-                    for name, ext in (("Seeds", "bin"), ("Full", "data"))}
-        assert set(seen[i]) == expected, (i, seen[i])
-        assert set(seen[i].values()) == {0o600}
+    sent = result["client_upload_bytes"]
+    assert all(x < got <= x + 2 * 1024 for x, got in
+               zip(_seeded_upload(result, words), sent, strict=True)), sent
+    # No share, seed or input file went by SFTP: only the streams carried them.
+    assert not [name for name in uploaded
+                if name.startswith(("Persistence/", "Upload/", "Player-Data/Input-P"))]
     assert remote_dirs(fakes) == []
     assert wait_no_processes(farm.root) == []
 
@@ -271,21 +248,23 @@ def test_seeded_files_over_ssh_expand_on_each_host_and_verify(tmp_path, farm, mp
 @pytest.mark.mpspdz
 def test_full_replicated_shares_from_a_client_host_verify(tmp_path, farm, mp_spdz,
                                                           program_cache):
-    # The client host writes the protocol's own share format, not always additive.
+    # The client host streams the protocol's own share format, not always additive, to
+    # reference's servers, which write one row per slot on their hosts.
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 3, harness=True,
                                       client=True)
     trust_hosts(inventory, echo=lambda line: None)
-    # The reference program's whole share files (local and fast stream instead).
     cfg = small_config(tmp_path, program_cache, parties=3, program="reference",
                        protocol="ps-rep-ring", hosts=inventory, input_mode="shares")
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
     assert all("expand_s" not in row for row in result["parties"])
-    # what arrived: each server's whole file, header and padding rows included
     fmt = cfg.share_format
     assert fmt.words == 2
-    rows = result["parameters"]["layout"]["file_rows"]
-    assert result["client_upload_bytes"] == [len(fmt.header) + 8 * 2 * rows * 4] * 3
+    layout = result["parameters"]["layout"]
+    assert layout["kind"] == "slots-per-chunk" and layout["file_rows"] == 2000
+    # what arrived: each server's words of every slot (no header, no padding row), in frames
+    assert all(8 * 2 * 2000 * 4 < x <= 8 * 2 * 2000 * 4 + 2 * 1024
+               for x in result["client_upload_bytes"])
     assert remote_dirs(fakes) == []
 
 
