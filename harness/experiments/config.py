@@ -162,12 +162,12 @@ class RunConfig:
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"unknown --calibration {self.calibration!r}; choose "
                              f"{' or '.join(CALIBRATIONS)}")
+        if self.tamper is not None and self.hosts is not None:
+            raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         resolved = dataclasses.replace(self, input_mode=input_mode)
         mode, route = resolved.mode, resolved.route
         if route.refused:
             raise InputError(route.refused)
-        if self.tamper is not None and self.hosts is not None:
-            raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         if program.reads_client_shares(input_mode) and spec.share_format is None:
             raise InputError(f"--protocol {spec.name} cannot run --program {self.program} on "
                              f"client share files ({spec.no_client_shares}); use --program "
