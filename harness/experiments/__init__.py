@@ -1,7 +1,8 @@
 """Experiments: one verified run, the paper's sweeps, and what they write.
 
-Owns ``ltm run``'s work (:mod:`.run`, the entry: its settings :mod:`.config`, its
-workload :mod:`.workload`, where its parties live :mod:`.placement` and one run on
+Owns ``ltm run``'s work (:mod:`.run`, the entry: its settings :mod:`.config`, the
+table of run modes they are checked and routed by :mod:`.modes`, its workload
+:mod:`.workload`, where its parties live :mod:`.placement` and one run on
 them :mod:`.execute`, verified bit for bit), the sweeps of Tables 3-5
 (:mod:`.sweeps`, :mod:`.reproduce`, their raw rows :mod:`.raw`) and the population-scale
 sweep beside them, the process tree's peak memory (:mod:`.memory`), their tables, plots
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     )
     from harness.experiments.execute import RunOutcome, ServerInputs, execute
     from harness.experiments.memory import PeakMemory, tree_pss_bytes
+    from harness.experiments.modes import Mode, Route, route_for
     from harness.experiments.noise_check import check_noise_release
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
@@ -57,11 +59,13 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "INPUT_MODES",
+    "Mode",
     "PROGRAMS",
     "PROTOCOLS",
     "ReproduceConfig",
     "RunConfig",
     "RunOutcome",
+    "Route",
     "RunResult",
     "SHARINGS",
     "PeakMemory",
@@ -82,6 +86,7 @@ __all__ = [
     "program_for",
     "public_input_for",
     "reproduce",
+    "route_for",
     "run",
     "tree_pss_bytes",
 ]
