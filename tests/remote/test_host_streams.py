@@ -101,11 +101,16 @@ def test_a_protocol_without_client_shares_inputs_each_hosts_aggregate(
     assert left_behind(fakes) == ([], [])
 
 
-@pytest.mark.parametrize(("program", "input_mode", "kind"), [
-    ("fast", "shares", "blocked-per-chunk"), ("reference", "shares", "slots-per-chunk"),
-    ("reference", "party", "party-text-per-chunk")])
+@pytest.mark.parametrize(("program", "input_mode", "kind", "dense"), [
+    ("fast", "shares", "blocked-per-chunk", False),
+    ("reference", "shares", "slots-per-chunk", False),
+    ("reference", "party", "party-text-per-chunk", False),
+    ("fast", "party", "party-text-per-chunk", False),
+    # the dense sketch, drawn here, goes where the stream runs here (to the hosts' own
+    # servers it is refused in one line: tests/experiments/test_modes.py)
+    ("fast", "shares", "blocked-per-chunk", True)])
 def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
-        tmp_path, farm, mp_spdz, program_cache, program, input_mode, kind):
+        tmp_path, farm, mp_spdz, program_cache, program, input_mode, kind, dense):
     # fast or reference with full shares and no client host, or the data owner's input:
     # the stream runs here into each server's share file (or party 0's input text), with
     # bounded memory, and the files go by SFTP to hosts without the harness.
@@ -116,8 +121,8 @@ def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
     trust_hosts(path, echo=lambda line: None)
     cfg = RunConfig(out=tmp_path / "out", clients=3000, rows=10, dim=3, seed=5,
                     cache_dir=program_cache, parties=3, program=program,
-                    input_mode=input_mode, hosts=path)
-    assert cfg.validate().streams
+                    input_mode=input_mode, hosts=path, dense=dense)
+    assert cfg.validate().route.here
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
     assert result["parameters"]["layout"]["kind"] == kind
@@ -127,6 +132,7 @@ def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
     assert result["t_end_to_end_s"] == pytest.approx(
         t["prepare_s"] + t["client_upload_s"] + result["t_mpc_s"])
     sent = result["client_upload_bytes"]
+    assert result["parameters"]["dense"] == dense
     if input_mode == "shares":  # each server's whole share file, padding included
         rows = result["parameters"]["layout"]["file_rows"]
         assert sent == [len(ADDITIVE.header) + 8 * rows * 3] * 3
