@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -153,5 +154,9 @@ def test_bare_run_works_with_defaults(tmp_path, capsys, mp_spdz, program_cache, 
     (result_dir,) = (tmp_path / "results").iterdir()
     assert {p.name for p in result_dir.iterdir()} >= {"result.json", "sketch.npz",
                                                       "output.npy"}
+    # Synthetic rows are not written: `ltm analyze` recomputes them from the seed.
+    assert not (result_dir / "data.npy").exists()
+    assert main(["analyze", "lowrank", "--k", "2", "--json", str(result_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["psi"] >= 0
     mode = stat.S_IMODE(os.stat(result_dir).st_mode)
     assert mode & 0o700 == 0o700
