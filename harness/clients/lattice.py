@@ -74,9 +74,9 @@ def rounded_gaussian_variance(sc: float) -> float:
     From ``_SERIES_FROM`` steps on, the Fourier series of the rounding error
     round(x) - x and of its square (Sheppard's correction, exact for the Gaussian):
 
-        Var = sc^2 + 1/12 + sum_k>=1 (-1)^k e^(-2 pi^2 k^2 sc^2) (4 sc^2 + 1/(pi k)^2),
+        Var = sc^2 + 1/12 + sum_j>=1 (-1)^j e^(-2 pi^2 j^2 sc^2) (4 sc^2 + 1/(pi j)^2),
 
-    whose terms past k = 1 are below the unit roundoff there; it needs no scipy, so a
+    whose terms past j = 1 are below the unit roundoff there; it needs no scipy, so a
     run's result record loads none. Below, where the series' terms would cancel,
     the pmf is summed.
     """
@@ -84,9 +84,9 @@ def rounded_gaussian_variance(sc: float) -> float:
         return 0.0
     if sc >= _SERIES_FROM:
         correction = 0.0
-        for k in range(1, 4):  # e^(-2 pi^2 k^2) at k = 4 is below 1e-137
-            correction += ((-1) ** k * math.exp(-2.0 * (math.pi * k * sc) ** 2)
-                           * (4.0 * sc * sc + 1.0 / (math.pi * k) ** 2))
+        for j in range(1, 4):  # e^(-2 pi^2 j^2) at j = 4 is below 1e-137
+            correction += ((-1) ** j * math.exp(-2.0 * (math.pi * j * sc) ** 2)
+                           * (4.0 * sc * sc + 1.0 / (math.pi * j) ** 2))
         return sc * sc + 1.0 / 12.0 + correction
     pmf = _client_pmf(sc)
     k = np.arange(pmf.size, dtype=np.float64)

@@ -38,6 +38,7 @@ from pathlib import Path
 from harness.clients import Prepared, expand_party
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
+from harness.engine.held import HeldParties, holdable
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
@@ -119,6 +120,7 @@ class LocalCluster(PartyStaging):
         self._streamed_s: list[float] = []
         self._streamed_upload: dict[int, dict] | None = None
         self._schedule: Path | None = None  # a streamed fast run's public input
+        self._waiting: tuple[str, HeldParties] | None = None  # launched, held at inputs
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -327,10 +329,40 @@ class LocalCluster(PartyStaging):
 
     # --- the MPC ------------------------------------------------------------------------
 
+    @contextmanager
+    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+               timeout: float, port: int | None = None) -> Iterator[bool]:
+        """A streamed ``local`` job's parties on the loopback start now, held at their
+        inputs (:mod:`.held`) while the clients stream; :meth:`run` releases them.
+        Stopped if the block ends first. Yields whether they started."""
+        if (self.network is not None or not job.streamed or job.blocks is not None
+                or job.input_mode != "shares" or not holdable(program.threads, public_input)):
+            yield False
+            return
+        commands = self._loopback_commands(program, public_input, port)
+        gates = [self.party_dir(i) / "Programs" / "Public-Input" / program.name
+                 for i in range(self.parties)]
+        self._waiting = (program.name, HeldParties(commands, gates))
+        try:
+            yield True
+        finally:
+            waiting, self._waiting = self._waiting, None
+            if waiting is not None:
+                waiting[1].stop()
+
     def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
+        if self._waiting is not None:  # started by launch, held at their inputs
+            (name, held), self._waiting = self._waiting, None
+            assert name == program.name, "run on another program than launched"
+            return completed_runs(held.release(public_input, timeout))
         if self.network is not None:
             return self._run_emulated(program, public_input, timeout=timeout, port=port)
+        return completed_runs(run_group(self._loopback_commands(program, public_input, port),
+                                        timeout))
+
+    def _loopback_commands(self, program: CompiledProgram, public_input: str,
+                           port: int | None) -> list[Command]:
         if port is None:
             port = find_free_ports(self.parties)
         else:
@@ -341,7 +373,7 @@ class LocalCluster(PartyStaging):
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
-        return completed_runs(run_group(commands, timeout))
+        return commands
 
     def _run_emulated(self, program: CompiledProgram, public_input: str, *, timeout: float,
                       port: int | None) -> list[PartyRun]:

@@ -48,6 +48,12 @@ class CompiledProgram:
     def programs_dir(self) -> Path:
         return self.directory / "Programs"
 
+    @property
+    def threads(self) -> int:
+        """The threads MP-SPDZ runs it on: its schedule's first line."""
+        schedule = self.programs_dir / "Schedules" / f"{self.name}.sch"
+        return int(schedule.read_text().split(maxsplit=1)[0])
+
 
 def _environment() -> jinja2.Environment:
     loader = jinja2.FunctionLoader(
