@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.cli import build_parser, main
@@ -75,6 +76,38 @@ def test_a_second_run_imports_no_heavy_library(tmp_path, mp_spdz) -> None:
     assert (tmp_path / "second" / "result.json").is_file()
     heavy = sorted(m for m in modules if m.partition(".")[0] in _HEAVY)
     assert not heavy, heavy[:5]
+
+
+_ATEXIT = """
+import atexit, sys, threading, time
+from harness.cli import console
+atexit.register(lambda: print("atexit ran"))  # unflushed: the exit flushes it
+sys.stdout.write("unflushed before main\\n")
+threading.Thread(target=lambda: (time.sleep(1), print("thread done"))).start()
+sys.argv = ["ltm", *sys.argv[1:]]
+console()
+"""
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_ltm_exits_with_mains_status_after_its_threads_and_atexit(tmp_path, status) -> None:
+    """The program skips the interpreter's teardown, not what an exit must do: wait for
+    running threads, run the atexit handlers, flush what was printed. (`ltm analyze`:
+    a command that returns its status, on a run directory or on none.)"""
+    run = tmp_path / "run"
+    if status == 0:
+        run.mkdir()
+        rows = np.random.default_rng(1).uniform(-1, 1, (50, 3))
+        np.save(run / "data.npy", rows)
+        np.save(run / "output.npy", rows[:5])
+        (run / "result.json").write_text(json.dumps({"n": 50, "d": 3, "m": 5, "s": 1}))
+    done = subprocess.run([sys.executable, "-c", _ATEXIT, "analyze", "lowrank", "--k", "1",
+                           str(run)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "unflushed before main" and lines[-1] == "atexit ran"
+    assert "thread done" in lines
+    assert ("psi = " in done.stdout) if status == 0 else ("does not exist" in done.stderr)
 
 
 # --- usage errors -----------------------------------------------------------------
