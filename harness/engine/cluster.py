@@ -34,24 +34,27 @@ import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.clients import Prepared, expand_party
+from harness.clients import Prepared
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
 from harness.engine.held import HeldParties, holdable
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
-from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
 from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
 from harness.engine.stream import stream_inputs, warm_up
 from harness.engine.stream_file import write_owner
-from harness.engine.tls_stream import TlsRoute
 from harness.engine.transport import ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
 from harness.fileio import private_dir
+
+if TYPE_CHECKING:
+    from harness.engine.netns import NetworkEmulation, Profile
+    from harness.engine.tls_stream import TlsRoute
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun",
            "party_input_file"]
@@ -108,8 +111,12 @@ class LocalCluster(PartyStaging):
         spec = protocol_for(protocol)
         spec.check_parties(parties)
         # Before any work: a wrong profile, or no root, should not surface after a compile.
-        self.network = profile_for(network) if network is not None else None
-        if self.network is not None:
+        self.network: Profile | None = None
+        if network is not None:
+            # Loaded only for a network: the loopback's run never needs them.
+            from harness.engine.netns import check_requirements, profile_for
+
+            self.network = profile_for(network)
             check_requirements()
         self.mp = mp
         self.protocol = protocol
@@ -176,6 +183,8 @@ class LocalCluster(PartyStaging):
         upload = self.upload(job.timeout) if job.input_mode == "shares" else None
         expand_s = None
         if job.sharing == "seeded":
+            from harness.clients import expand_party
+
             expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.file_layout,
                                      job.share_format, self.parties, job.n, job.sketch.s)
                         for i in range(self.parties)]
@@ -235,6 +244,8 @@ class LocalCluster(PartyStaging):
         if self.network is None or self._net is not None:
             yield
             return
+        from harness.engine.netns import NetworkEmulation
+
         with NetworkEmulation(self.network, self.parties, client=True) as net:
             self._net = net
             try:
@@ -247,6 +258,8 @@ class LocalCluster(PartyStaging):
         (the MPC's) ends: the profile's credits spent by the upload stay spent."""
         assert self.network is not None
         if self._net is None:
+            from harness.engine.netns import NetworkEmulation
+
             stack = ExitStack()
             self._net = stack.enter_context(
                 NetworkEmulation(self.network, self.parties, client=True))
@@ -261,6 +274,8 @@ class LocalCluster(PartyStaging):
 
     def _tls_route(self, net: NetworkEmulation, timeout: float) -> TlsRoute:
         """Where each server takes its stream: its namespace, address and certificate."""
+        from harness.engine.tls_stream import TlsRoute
+
         client_dir = private_dir(self.workdir / "client")
         [(key, cert, _)] = make_certificates(1, client_dir / "cert")
         parties = range(self.parties)
