@@ -84,9 +84,10 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
     outcome = execute(cfg, mp, work, program, workdir)
     output = work.fp.decode(outcome.revealed) / math.sqrt(work.sketch.s)
     outcome.result.save(staging / "result.json")
-    # Above EXPORT_LIMIT clients the sketch (5 GB at n = 1e9) is recomputed from its seed
-    # in result.json instead, and a data file's rows stay where they came from.
-    if work.n <= EXPORT_LIMIT or cfg.export_sketch:
+    # The sketch is a function of the seed in result.json (Sketch.sparse recomputes
+    # it): saved only when asked, as computing and writing it (5 MB at n = 1e6, 5 GB at
+    # 1e9) would take longer than the MPC.
+    if cfg.export_sketch:
         work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
     # Synthetic rows are their recorded seed's (`ltm analyze` recomputes them): writing

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.mpspdz
 def _run(tmp_path, cache, name="out", **kw):
     kw.setdefault("noise", "none")
     kw.setdefault("seed", 7)
+    kw.setdefault("export_sketch", True)  # the checks below read it, independently
     cfg = RunConfig(out=tmp_path / name, cache_dir=cache, timeout=120, **kw)
     return run(cfg), tmp_path / name
 
