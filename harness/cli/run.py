@@ -100,17 +100,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
-    check_output_dir(out)  # before anything is read, drawn or created
-    cfg = common.config_from(RunConfig, args, out=out)
-    checked = cfg.validate()
-    if checked.streams and checked.input_mode == "shares" and checked.hosts is None:
-        # The client workers' and servers' fork server: its interpreter and imports start
-        # on another core while this one loads the run path, rather than after it.
-        from harness.engine import start_fork_server
-
-        start_fork_server()
     from harness.experiments import run  # the whole run path: not for building the parser
 
-    run(cfg, echo=print)
+    out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    check_output_dir(out)  # before anything is read, drawn or created
+    run(common.config_from(RunConfig, args, out=out), echo=print)
     return 0

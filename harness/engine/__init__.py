@@ -44,7 +44,6 @@ if TYPE_CHECKING:
         find_free_ports,
         party_input_file,
     )
-    from harness.engine.forkserver import start_fork_server
     from harness.engine.installer import ensure_mpspdz, install
     from harness.engine.interface import ClientJob, Cluster, Delivery
     from harness.engine.mpspdz import (
@@ -139,7 +138,6 @@ __all__ = [
     "assemble_stream",
     "serve_party",
     "stream_clients",
-    "start_fork_server",
     "sweep_stale_buffers",
     "write_owner",
     "TIMEOUT",

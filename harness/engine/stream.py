@@ -48,7 +48,6 @@ from harness.clients import (
 from harness.engine.chunks import Lost as _Lost
 from harness.engine.chunks import Refused as _Refused
 from harness.engine.chunks import Violation as _Violation
-from harness.engine.forkserver import fork_context, start_fork_server
 from harness.engine.stream_file import partial
 from harness.engine.stream_procs import Processes, StreamError
 from harness.engine.stream_serve import serve_party
@@ -100,14 +99,16 @@ def _context() -> Any:
     once per process and serves every later run.
     """
     sweep_stale_buffers()
-    return fork_context()
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, "harness.engine.tls_stream"])
+    return ctx
 
 
 def warm_up() -> None:
     """Start the fork server now: its imports (a second or so) then overlap what the
     caller does before :func:`stream_inputs`, such as creating an emulated network."""
     _context()
-    start_fork_server()
+    multiprocessing.forkserver.ensure_running()
 
 
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,

@@ -110,41 +110,6 @@ def test_ltm_exits_with_mains_status_after_its_threads_and_atexit(tmp_path, stat
     assert ("psi = " in done.stdout) if status == 0 else ("does not exist" in done.stderr)
 
 
-# Says, when the run path starts loading, whether a fork server is running already.
-_FORK_SERVER_FIRST = """
-import multiprocessing.forkserver, os, sys
-from importlib.abc import MetaPathFinder
-
-class Probe(MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "harness.experiments.execute":
-            pid = multiprocessing.forkserver._forkserver._forkserver_pid
-            alive = pid is not None and os.path.exists(f"/proc/{pid}")
-            print(f"fork server before the run path: {alive}", file=sys.stderr)
-        return None
-
-sys.meta_path.insert(0, Probe())
-from harness.cli import main
-main(sys.argv[1:])
-"""
-
-
-@pytest.mark.mpspdz
-@pytest.mark.parametrize(("extra", "early"), [([], True), (["--input", "party"], False)])
-def test_a_streamed_run_starts_its_fork_server_before_loading_the_run_path(
-        tmp_path, mp_spdz, extra, early) -> None:
-    """Its interpreter and imports then overlap the run path's imports; a run whose
-    clients fork no process (the data owner's input, written here) starts none."""
-    program = ["--program", "reference"] if extra else ["--program", "local"]
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_SERVER_FIRST, "run", "--clients", "2000", *program,
-         *extra, "--noise", "none", "--out", str(tmp_path / "out")], cwd=ROOT,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, capture_output=True,
-        text=True, timeout=300)
-    assert "verified: yes" in done.stdout, done.stderr
-    assert f"fork server before the run path: {early}" in done.stderr, done.stderr
-
-
 # --- usage errors -----------------------------------------------------------------
 
 
