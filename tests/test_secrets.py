@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.fileio import (
@@ -148,11 +149,15 @@ def test_mismatch_evidence_is_never_readable_while_it_is_written(other_user, sha
                                                                   program_cache):
     """A run whose sketch fails verification (``--tamper``) keeps its evidence: the
     clients' data and, with ``--keep-work``, every party's shares and keys. Another
-    user walks the tree in a loop while it is copied: 160 MB of data.npy take long
-    enough that a copy made with default modes and tightened afterwards is seen."""
+    user walks the tree in a loop while it is copied: 160 MB of data.npy (the rows of
+    a --data file are copied; synthetic ones are not) take long enough that a copy
+    made with default modes and tightened afterwards is seen."""
     out = shared_dir / "out"
+    rows = private_dir(shared_dir / "input") / "rows.npy"
+    with open_private(rows) as fh:
+        np.save(fh, np.random.default_rng(3).uniform(-1, 1, (2_000_000, 10)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--clients", "2000000", "--dim", "10",
+        [sys.executable, "-m", "harness", "run", "--data", str(rows),
          "--rows", "10", "--program", "local", "--noise", "none", "--tamper", "1",
          "--keep-work", "--out", str(out)], cwd=ROOT,
         env={**os.environ, "XDG_CACHE_HOME": str(program_cache)}, umask=0o022,

@@ -66,7 +66,8 @@ def _add_analyze(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "analyze",
         description="Apply the analysis function A to output.npy of an `ltm run` directory "
-                    "and measure its error against the optimum on the input (data.npy).")
+                    "and measure its error against the optimum on the input (data.npy, or a "
+                    "synthetic run's rows recomputed from its seed).")
     problems = parser.add_subparsers(dest="analysis", metavar="PROBLEM", required=True)
 
     lowrank = problems.add_parser(
@@ -107,7 +108,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="output directory of `ltm run`")
     parser.add_argument("--data", metavar="FILE",
                         help="the run's input matrix (.npy, .csv or .txt) if DIR has no "
-                             "data.npy")
+                             "data.npy and its data file has moved")
     parser.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
                         help="whether --data's first line is a header line (skipped) or a "
                              "row (default: detected: a line with text is a header)")

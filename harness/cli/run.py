@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
-from harness.clients import EXPORT_LIMIT, MAX_COINS, MECHANISMS
+from harness.clients import MAX_COINS, MECHANISMS
 from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
 
@@ -75,8 +75,8 @@ FORCE = option("--force", action="store_true", help="replace an existing --out")
 KEEP_WORK = option("--keep-work", action="store_true",
                    help="keep the parties' working directories in --out/work")
 EXPORT_SKETCH = option("--export-sketch", action="store_true",
-                       help=f"save sketch.npz at any n; by default only up to {EXPORT_LIMIT:,} "
-                            "clients, above which the sketch is recomputed from the seed in "
+                       help="also save the sketch's buckets and signs as sketch.npz (n x s "
+                            "of each); by default they are recomputed from the seed in "
                             "result.json")
 
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from randomgen import AESCounter
 
 from harness.clients import lattice, privacy
 from harness.clients.certificates import certificate
@@ -68,6 +67,9 @@ def zero_output_bound(m: int, d: int, s: int, t_prime: int, delta: float) -> flo
 
 def noise_rng() -> np.random.Generator:
     """A numpy Generator over AES-128 in counter mode, keyed from ``os.urandom``."""
+    # Loaded here: a streamed run's parent process draws no noise (its clients do).
+    from randomgen import AESCounter
+
     return np.random.Generator(AESCounter(key=int.from_bytes(os.urandom(16), "little")))
 
 

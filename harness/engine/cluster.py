@@ -34,23 +34,27 @@ import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.clients import Prepared, expand_party
+from harness.clients import Prepared
 from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
+from harness.engine.held import HeldParties, holdable
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
-from harness.engine.netns import NetworkEmulation, Profile, check_requirements, profile_for
 from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
 from harness.engine.stream import stream_inputs, warm_up
 from harness.engine.stream_file import write_owner
-from harness.engine.tls_stream import TlsRoute
 from harness.engine.transport import ShmTransport, TransportFactory
 from harness.errors import InputError, PartyError
 from harness.fileio import private_dir
+
+if TYPE_CHECKING:
+    from harness.engine.netns import NetworkEmulation, Profile
+    from harness.engine.tls_stream import TlsRoute
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun",
            "party_input_file"]
@@ -107,8 +111,12 @@ class LocalCluster(PartyStaging):
         spec = protocol_for(protocol)
         spec.check_parties(parties)
         # Before any work: a wrong profile, or no root, should not surface after a compile.
-        self.network = profile_for(network) if network is not None else None
-        if self.network is not None:
+        self.network: Profile | None = None
+        if network is not None:
+            # Loaded only for a network: the loopback's run never needs them.
+            from harness.engine.netns import check_requirements, profile_for
+
+            self.network = profile_for(network)
             check_requirements()
         self.mp = mp
         self.protocol = protocol
@@ -119,6 +127,7 @@ class LocalCluster(PartyStaging):
         self._streamed_s: list[float] = []
         self._streamed_upload: dict[int, dict] | None = None
         self._schedule: Path | None = None  # a streamed fast run's public input
+        self._waiting: tuple[str, HeldParties] | None = None  # launched, held at inputs
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -174,6 +183,8 @@ class LocalCluster(PartyStaging):
         upload = self.upload(job.timeout) if job.input_mode == "shares" else None
         expand_s = None
         if job.sharing == "seeded":
+            from harness.clients import expand_party
+
             expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.file_layout,
                                      job.share_format, self.parties, job.n, job.sketch.s)
                         for i in range(self.parties)]
@@ -233,6 +244,8 @@ class LocalCluster(PartyStaging):
         if self.network is None or self._net is not None:
             yield
             return
+        from harness.engine.netns import NetworkEmulation
+
         with NetworkEmulation(self.network, self.parties, client=True) as net:
             self._net = net
             try:
@@ -245,6 +258,8 @@ class LocalCluster(PartyStaging):
         (the MPC's) ends: the profile's credits spent by the upload stay spent."""
         assert self.network is not None
         if self._net is None:
+            from harness.engine.netns import NetworkEmulation
+
             stack = ExitStack()
             self._net = stack.enter_context(
                 NetworkEmulation(self.network, self.parties, client=True))
@@ -259,6 +274,8 @@ class LocalCluster(PartyStaging):
 
     def _tls_route(self, net: NetworkEmulation, timeout: float) -> TlsRoute:
         """Where each server takes its stream: its namespace, address and certificate."""
+        from harness.engine.tls_stream import TlsRoute
+
         client_dir = private_dir(self.workdir / "client")
         [(key, cert, _)] = make_certificates(1, client_dir / "cert")
         parties = range(self.parties)
@@ -327,10 +344,40 @@ class LocalCluster(PartyStaging):
 
     # --- the MPC ------------------------------------------------------------------------
 
+    @contextmanager
+    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+               timeout: float, port: int | None = None) -> Iterator[bool]:
+        """A streamed ``local`` job's parties on the loopback start now, held at their
+        inputs (:mod:`.held`) while the clients stream; :meth:`run` releases them.
+        Stopped if the block ends first. Yields whether they started."""
+        if (self.network is not None or not job.streamed or job.blocks is not None
+                or job.input_mode != "shares" or not holdable(program.threads, public_input)):
+            yield False
+            return
+        commands = self._loopback_commands(program, public_input, port)
+        gates = [self.party_dir(i) / "Programs" / "Public-Input" / program.name
+                 for i in range(self.parties)]
+        self._waiting = (program.name, HeldParties(commands, gates))
+        try:
+            yield True
+        finally:
+            waiting, self._waiting = self._waiting, None
+            if waiting is not None:
+                waiting[1].stop()
+
     def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
+        if self._waiting is not None:  # started by launch, held at their inputs
+            (name, held), self._waiting = self._waiting, None
+            assert name == program.name, "run on another program than launched"
+            return completed_runs(held.release(public_input, timeout))
         if self.network is not None:
             return self._run_emulated(program, public_input, timeout=timeout, port=port)
+        return completed_runs(run_group(self._loopback_commands(program, public_input, port),
+                                        timeout))
+
+    def _loopback_commands(self, program: CompiledProgram, public_input: str,
+                           port: int | None) -> list[Command]:
         if port is None:
             port = find_free_ports(self.parties)
         else:
@@ -341,7 +388,7 @@ class LocalCluster(PartyStaging):
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
-        return completed_runs(run_group(commands, timeout))
+        return commands
 
     def _run_emulated(self, program: CompiledProgram, public_input: str, *, timeout: float,
                       port: int | None) -> list[PartyRun]:

@@ -9,11 +9,12 @@ the clients' inputs and the parties; the cluster decides *where* and *how*.
 
 The phases, in the order a run calls them::
 
-    prepared = cluster.prepare(job)          # the clients make every server's inputs
-    with cluster.session():                  # e.g. an emulated network kept up
-        delivery = cluster.deliver(job)      # inputs reach the servers; seeds expanded
-        seconds = cluster.aggregate(job, as_input=...)   # `local` program only
-        runs = cluster.run(program, schedule, timeout=..., port=...)
+    with cluster.launch(job, program, schedule, timeout=..., port=...):  # where it can
+        prepared = cluster.prepare(job)      # the clients make every server's inputs
+        with cluster.session():              # e.g. an emulated network kept up
+            delivery = cluster.deliver(job)  # inputs reach the servers; seeds expanded
+            seconds = cluster.aggregate(job, as_input=...)   # `local` program only
+            runs = cluster.run(program, schedule, timeout=..., port=...)
     cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
 """
 
@@ -166,6 +167,14 @@ class Cluster(Protocol):
 
     def share_file(self, i: int) -> Path:
         """Party ``i``'s share file in its staging directory."""
+        ...
+
+    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+               timeout: float, port: int | None = None) -> AbstractContextManager[bool]:
+        """Start the parties on ``program`` now, before :meth:`prepare`, where each can
+        be held at its inputs until :meth:`run` (inside this block) releases them: their
+        start-up then overlaps the clients'. The parties are stopped if the block ends
+        before that. Yields whether they started; else :meth:`run` starts them."""
         ...
 
     def prepare(self, job: ClientJob) -> Prepared:

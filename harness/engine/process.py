@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.errors import PartyError
 from harness.fileio import PRIVATE_UMASK, open_private, private_dir
 
-__all__ = ["Command", "Completed", "run_group", "check_call"]
+__all__ = ["Command", "Completed", "Group", "run_group", "check_call"]
 
 _POLL_SECONDS = 0.005
 _GRACE_SECONDS = 2.0
@@ -157,47 +157,78 @@ def _culprit(failed: list[tuple[_Running, int]]) -> _Running:
     return min(same_poll, key=lambda pair: (pair[1] >= 0, pair[0].ended or 0.0))[0]
 
 
+class Group:
+    """Commands started together and run as one unit: when one fails or the timeout
+    passes, all are stopped, and the error names the first to fail. :meth:`stop`
+    (which :func:`run_group` always calls) leaves nothing running."""
+
+    def __init__(self, commands: Sequence[Command]) -> None:
+        self.running: list[_Running] = []
+        try:
+            for cmd in commands:
+                _Running(cmd, self.running)
+        except BaseException:
+            self.stop()
+            raise
+
+    def check(self) -> list[int | None]:
+        """Each command's exit status so far; a failed one stops all and raises
+        :class:`PartyError`."""
+        codes = [r.poll() for r in self.running]
+        failed = [(r, rc) for r, rc in zip(self.running, codes, strict=True)
+                  if rc not in (None, 0)]
+        if failed:
+            first = _culprit(failed)
+            self.stop()
+            res = first.result()
+            others = ", ".join(r.cmd.name for r in self.running if r is not first)
+            stopped = others or "nothing else"
+            raise PartyError(
+                f"{res.name} {_describe_exit(res.returncode)}; stopped {stopped}",
+                party=res.name, returncode=res.returncode, stdout=res.stdout,
+                stderr=res.stderr)
+        return codes
+
+    def restart_clocks(self, at: Sequence[float]) -> None:
+        """Time each command from ``at`` (``time.monotonic``) on, not from its start:
+        for processes started early that waited to be released."""
+        for r, t in zip(self.running, at, strict=True):
+            r.started = t
+
+    def wait(self, timeout: float) -> list[Completed]:
+        """Every command's result once all succeeded (see :meth:`check`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = self.check()
+            if all(rc == 0 for rc in codes):
+                return [r.result() for r in self.running]
+            if time.monotonic() > deadline:
+                waiting = [r.cmd.name for r, rc in zip(self.running, codes, strict=True)
+                           if rc is None]
+                self.stop()
+                res = next(r for r in self.running if r.cmd.name == waiting[0]).result()
+                raise PartyError(
+                    f"timed out after {timeout:g} s waiting for {', '.join(waiting)}; "
+                    "stopped all parties", party=waiting[0], returncode=res.returncode,
+                    stdout=res.stdout, stderr=res.stderr)
+            time.sleep(_POLL_SECONDS)
+
+    def stop(self) -> None:
+        for r in self.running:
+            r.stop()
+
+
 def run_group(commands: Sequence[Command], timeout: float) -> list[Completed]:
     """Run all commands concurrently; return when all succeeded.
 
     Raises :class:`PartyError` for the first command that fails (the others are
     stopped first) or when the timeout passes (all are stopped).
     """
-    running: list[_Running] = []
+    group = Group(commands)
     try:
-        for cmd in commands:
-            _Running(cmd, running)
-        deadline = time.monotonic() + timeout
-        while True:
-            codes = [r.poll() for r in running]
-            failed = [(r, rc) for r, rc in zip(running, codes, strict=True)
-                      if rc not in (None, 0)]
-            if failed:
-                first = _culprit(failed)
-                for r in running:
-                    r.stop()
-                res = first.result()
-                others = ", ".join(r.cmd.name for r in running if r is not first)
-                stopped = others or "nothing else"
-                raise PartyError(
-                    f"{res.name} {_describe_exit(res.returncode)}; stopped {stopped}",
-                    party=res.name, returncode=res.returncode, stdout=res.stdout,
-                    stderr=res.stderr)
-            if all(rc == 0 for rc in codes):
-                return [r.result() for r in running]
-            if time.monotonic() > deadline:
-                waiting = [r.cmd.name for r, rc in zip(running, codes, strict=True) if rc is None]
-                for r in running:
-                    r.stop()
-                res = next(r for r in running if r.cmd.name == waiting[0]).result()
-                raise PartyError(
-                    f"timed out after {timeout:g} s waiting for {', '.join(waiting)}; "
-                    "stopped all parties", party=waiting[0], returncode=res.returncode,
-                    stdout=res.stdout, stderr=res.stderr)
-            time.sleep(_POLL_SECONDS)
+        return group.wait(timeout)
     finally:
-        for r in running:
-            r.stop()
+        group.stop()
 
 
 def check_call(cmd: Command, timeout: float) -> Completed:

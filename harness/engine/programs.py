@@ -16,14 +16,13 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-import jinja2
+from typing import Any
 
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.parse import OUTPUT_MARKER
 from harness.engine.process import Command, check_call
 from harness.errors import MpSpdzError, PartyError
-from harness.fileio import file_lock
+from harness.fileio import file_lock, write_atomic
 
 __all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_dir",
            "render"]
@@ -48,8 +47,16 @@ class CompiledProgram:
     def programs_dir(self) -> Path:
         return self.directory / "Programs"
 
+    @property
+    def threads(self) -> int:
+        """The threads MP-SPDZ runs it on: its schedule's first line."""
+        schedule = self.programs_dir / "Schedules" / f"{self.name}.sch"
+        return int(schedule.read_text().split(maxsplit=1)[0])
 
-def _environment() -> jinja2.Environment:
+
+def _environment() -> Any:
+    import jinja2  # loaded only to render: a cached program is found without it
+
     loader = jinja2.FunctionLoader(
         lambda name: resources.files("mpc_programs").joinpath(name).read_text())
     return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
@@ -67,15 +74,48 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
                     cache_dir: Path | None = None, timeout: float = 900,
                     options: tuple[str, ...] = ()) -> CompiledProgram:
     """``template`` rendered with ``params`` and compiled with :data:`COMPILE_ARGS`
-    and ``options`` (cached)."""
-    source = render(template, **params)
+    and ``options`` (cached).
+
+    The cache is keyed by the rendered source; a second key, of the templates' text
+    and the parameters, names the first in ``index/``, so that a program compiled
+    before is found without rendering (nor loading jinja2)."""
     args = (*COMPILE_ARGS, *options)
-    identity = json.dumps({"source": source, "args": args,
-                           "mp_spdz": str(mp.root.resolve()), "version": mp.version,
-                           "compiler_mtime": _mtime(mp.compiler)}, sort_keys=True)
-    key = hashlib.sha256(identity.encode()).hexdigest()[:20]
+    installation = {"args": args, "mp_spdz": str(mp.root.resolve()), "version": mp.version,
+                    "compiler_mtime": _mtime(mp.compiler)}
     cache = (cache_dir or default_cache_dir())
     cache.mkdir(parents=True, exist_ok=True)
+    rendering = {**installation, "params": params, "marker": OUTPUT_MARKER,
+                 "templates": _templates_text()}
+    index = cache / "index" / f"{template}-{_digest(rendering)}"
+    try:
+        key = index.read_text().strip()
+    except OSError:
+        key = ""
+    if key and (cache / f"{template}-{key}" / "Programs" / "Schedules"
+                / f"{template}.sch").exists():
+        return CompiledProgram(template, cache / f"{template}-{key}", key, None)
+    source = render(template, **params)
+    key = _digest({"source": source, **installation})
+    compiled = _compile_cached(mp, template, source, args, cache, key, timeout)
+    index.parent.mkdir(exist_ok=True)
+    write_atomic(index, key)
+    return compiled
+
+
+def _digest(identity: dict) -> str:
+    text = json.dumps(identity, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _templates_text() -> str:
+    """Every template's text (they include each other): what a rendering depends on."""
+    root = resources.files("mpc_programs")
+    return "".join(f"{name}\n{root.joinpath(name).read_text()}" for name in
+                   sorted(f.name for f in root.iterdir() if f.name.endswith(".j2")))
+
+
+def _compile_cached(mp: MpSpdz, template: str, source: str, args: tuple[str, ...],
+                    cache: Path, key: str, timeout: float) -> CompiledProgram:
     final = cache / f"{template}-{key}"
     # Concurrent runs wait for one compilation instead of racing.
     with file_lock(final):

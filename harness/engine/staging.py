@@ -8,6 +8,7 @@ the SSH runner uploads each one to its host. Certificates are fresh per run.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from harness.fileio import private_dir
 
 if TYPE_CHECKING:
     from harness.engine.interface import ClientJob
+    from harness.engine.programs import CompiledProgram
 
 __all__ = ["PartyStaging"]
 
@@ -42,6 +44,12 @@ class PartyStaging:
 
     def party_dir(self, i: int) -> Path:
         return self.workdir / f"P{i}"
+
+    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+               timeout: float, port: int | None = None) -> AbstractContextManager[bool]:
+        """Start the parties before the clients' inputs exist, where they can wait for
+        them: here they cannot (:meth:`run` starts them)."""
+        return nullcontext(False)
 
     def share_file(self, i: int) -> Path:
         return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"

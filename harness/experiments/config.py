@@ -81,7 +81,7 @@ class RunConfig:
     protocol: str = DEFAULT_PROTOCOL
     tamper: int | None = None  # test aid: change one word of this party's input
     sharing: str = "full"
-    export_sketch: bool = False  # save sketch.npz at any n (by default only up to EXPORT_LIMIT)
+    export_sketch: bool = False  # save sketch.npz (by default recomputed from the seed)
     # Who adds the noise: the clients (ltm), each server (dng) or the MPC (central).
     mechanism: str = "ltm"
     grid_bits: int | None = None  # central: the grid 2^-g (default: chosen by coins)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,39 +100,45 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings: dict[str, float] = {}
     started = time.perf_counter()
     timings["compile_s"] = program.compile_seconds or 0.0
-    if inputs is None:
-        cluster = make_cluster(cfg, mp, workdir)
-        job = client_job(cfg, work)
-        prepared = cluster.prepare(job)
-        delivery: Delivery | None = None
-    else:
-        cluster, job, prepared, delivery = (inputs.cluster, inputs.job, inputs.prepared,
-                                            inputs.delivery)
-    timings["prepare_s"] = prepared.seconds
-    timings.update(prepared.stages)
-    aggregate_s = None
-    # One session (an emulated network) carries the upload and then the MPC.
-    with cluster.session():
-        if delivery is None:
-            delivery = cluster.deliver(job)
-        if cfg.server_program.aggregates:
-            aggregate_s = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
-        if work.servers_noise is not None and work.servers_noise.kind == "dng":
-            input_servers_noise(work.servers_noise, cluster, cfg.party_count,
-                                (work.sketch.m, work.d), after_aggregate=cfg.inputs_aggregates)
-        if cfg.tamper is not None:  # after the upload: a server changes what it received
-            tamper_input(cfg, work, cluster)
-        launched = time.perf_counter()
-        if schedule is None:
-            schedule = public_input_for(cfg, work)
-        try:
-            runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
-        except PartyError as exc:
-            raise_if_detected(cfg.spec, exc, cluster.workdir)
-            refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
-            if refusal:
-                raise MpSpdzError(refusal) from exc
-            raise
+    if schedule is None:
+        schedule = public_input_for(cfg, work)
+    with ExitStack() as held:
+        if inputs is None:
+            cluster = make_cluster(cfg, mp, workdir)
+            job = client_job(cfg, work)
+            # Where the parties can wait at their inputs they start now: their start-up
+            # then overlaps the clients' rather than following it.
+            held.enter_context(cluster.launch(job, program, schedule, timeout=cfg.timeout,
+                                              port=cfg.port))
+            prepared = cluster.prepare(job)
+            delivery: Delivery | None = None
+        else:
+            cluster, job, prepared, delivery = (inputs.cluster, inputs.job, inputs.prepared,
+                                                inputs.delivery)
+        timings["prepare_s"] = prepared.seconds
+        timings.update(prepared.stages)
+        aggregate_s = None
+        # One session (an emulated network) carries the upload and then the MPC.
+        with cluster.session():
+            if delivery is None:
+                delivery = cluster.deliver(job)
+            if cfg.server_program.aggregates:
+                aggregate_s = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
+            if work.servers_noise is not None and work.servers_noise.kind == "dng":
+                input_servers_noise(work.servers_noise, cluster, cfg.party_count,
+                                    (work.sketch.m, work.d),
+                                    after_aggregate=cfg.inputs_aggregates)
+            if cfg.tamper is not None:  # after the upload: a server changes what it received
+                tamper_input(cfg, work, cluster)
+            launched = time.perf_counter()
+            try:
+                runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+            except PartyError as exc:
+                raise_if_detected(cfg.spec, exc, cluster.workdir)
+                refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)
+                if refusal:
+                    raise MpSpdzError(refusal) from exc
+                raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
     revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
                                                 cfg.reveal_noise)

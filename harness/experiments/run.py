@@ -84,12 +84,16 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
     outcome = execute(cfg, mp, work, program, workdir)
     output = work.fp.decode(outcome.revealed) / math.sqrt(work.sketch.s)
     outcome.result.save(staging / "result.json")
-    # Above EXPORT_LIMIT clients the sketch (5 GB at n = 1e9) is recomputed from its seed
-    # in result.json instead, and the clients' rows stay where they came from.
-    if work.n <= EXPORT_LIMIT or cfg.export_sketch:
+    # The sketch is a function of the seed in result.json (Sketch.sparse recomputes
+    # it): saved only when asked, as computing and writing it (5 MB at n = 1e6, 5 GB at
+    # 1e9) would take longer than the MPC.
+    if cfg.export_sketch:
         work.sketch.save(staging / "sketch.npz")
     np.save(staging / "output.npy", output)
-    if work.n <= EXPORT_LIMIT:
+    # Synthetic rows are their recorded seed's (`ltm analyze` recomputes them): writing
+    # them (80 MB at n = 1e6) would take longer than the MPC. A --data file's rows are
+    # copied, as the file may change or go.
+    if cfg.data is not None and work.n <= EXPORT_LIMIT:
         with open_private(staging / "data.npy") as fh, \
                 short_writes_as_full_disk(staging / "data.npy"):  # the clients' own rows
             np.save(fh, work.data)

@@ -226,8 +226,9 @@ def test_summed_noise_matches_a_real_mpc_runs_revealed_noise(tmp_path, mp_spdz,
                     cache_dir=program_cache)
     result = run(cfg)
     assert result["verification"]["ok"]
-    sketch = Sketch.load(tmp_path / "run" / "sketch.npz")
-    data = np.load(tmp_path / "run" / "data.npy")
+    # not saved (no --export-sketch): recomputed from the seed the run records
+    sketch = Sketch.sparse(n, m, s, seed=result["parameters"]["layout"]["sketch_seed"])
+    data = datasets.load_run(tmp_path / "run").data  # a synthetic run's rows, from its seed
     revealed = np.load(tmp_path / "run" / "output.npy") - sketch.matrix() @ data / math.sqrt(s)
     sigma2 = result["parameters"]["noise"]["variance"]
     counts = np.bincount(sketch.rows.ravel(), minlength=m)

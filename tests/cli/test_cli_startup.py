@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.cli import build_parser, main
@@ -38,9 +39,9 @@ print(json.dumps(real), file=sys.stderr)
 _HEAVY = ("scipy", "pandas", "matplotlib", "dp_accounting", "boto3", "paramiko")
 
 
-def imported_by(*argv: str) -> set[str]:
+def imported_by(*argv: str, env: dict[str, str] | None = None) -> set[str]:
     done = subprocess.run([sys.executable, "-c", _PROBE, *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env=env)
     return set(json.loads(done.stderr.splitlines()[-1]))
 
 
@@ -61,6 +62,52 @@ def test_a_commands_help_imports_no_heavy_library(command: str) -> None:
     assert not heavy, (command, heavy[:5])
     # the run path (execution, placement, MP-SPDZ's processes) is not loaded to parse
     assert "harness.experiments.execute" not in modules, command
+
+
+@pytest.mark.mpspdz
+def test_a_second_run_imports_no_heavy_library(tmp_path, mp_spdz) -> None:
+    """Once the accountant's certificate is cached, a run's whole path (the stream, the
+    MPC, verification, the result and its noise's released variance) loads none of
+    them: scipy alone took longer than the MPC at n = 1e6."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    argv = ["run", "--clients", "20000", "--program", "local", "--seed", "4", "--out"]
+    imported_by(*argv, str(tmp_path / "first"), env=env)  # certifies, compiles
+    modules = imported_by(*argv, str(tmp_path / "second"), env=env)
+    assert (tmp_path / "second" / "result.json").is_file()
+    heavy = sorted(m for m in modules if m.partition(".")[0] in _HEAVY)
+    assert not heavy, heavy[:5]
+
+
+_ATEXIT = """
+import atexit, sys, threading, time
+from harness.cli import console
+atexit.register(lambda: print("atexit ran"))  # unflushed: the exit flushes it
+sys.stdout.write("unflushed before main\\n")
+threading.Thread(target=lambda: (time.sleep(1), print("thread done"))).start()
+sys.argv = ["ltm", *sys.argv[1:]]
+console()
+"""
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_ltm_exits_with_mains_status_after_its_threads_and_atexit(tmp_path, status) -> None:
+    """The program skips the interpreter's teardown, not what an exit must do: wait for
+    running threads, run the atexit handlers, flush what was printed. (`ltm analyze`:
+    a command that returns its status, on a run directory or on none.)"""
+    run = tmp_path / "run"
+    if status == 0:
+        run.mkdir()
+        rows = np.random.default_rng(1).uniform(-1, 1, (50, 3))
+        np.save(run / "data.npy", rows)
+        np.save(run / "output.npy", rows[:5])
+        (run / "result.json").write_text(json.dumps({"n": 50, "d": 3, "m": 5, "s": 1}))
+    done = subprocess.run([sys.executable, "-c", _ATEXIT, "analyze", "lowrank", "--k", "1",
+                           str(run)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "unflushed before main" and lines[-1] == "atexit ran"
+    assert "thread done" in lines
+    assert ("psi = " in done.stdout) if status == 0 else ("does not exist" in done.stderr)
 
 
 # --- usage errors -----------------------------------------------------------------

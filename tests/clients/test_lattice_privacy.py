@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import signal, stats
 
-from harness.clients import privacy
+from harness.clients import lattice, privacy
 from harness.clients.encoding import FixedPoint
 from harness.clients.layout import Layout
 from harness.clients.matrices import ArrayRows
@@ -232,3 +232,14 @@ def _with_sigma(spec: NoiseSpec, sigma2: float) -> NoiseSpec:
     """``spec`` with its per-client variance set (a cached property)."""
     spec.__dict__["sigma2"] = sigma2
     return spec
+
+
+@pytest.mark.parametrize("sc", [1.0, 1.7, 4.0, 31.0, 2500.0, 52_985.0])
+def test_the_released_variance_in_closed_form_is_the_rounded_gaussians(sc):
+    """From one lattice step on, the variance is Sheppard's series (no scipy needed); it
+    is the pmf's, summed with scipy's normal distribution, to rounding. The pmf's
+    differences of tails lose digits as sc grows, so the tolerance grows with sc."""
+    pmf = _client_pmf(sc)
+    k = np.arange(pmf.size, dtype=np.float64) - pmf.size // 2
+    summed = float(np.dot(pmf, k**2))
+    assert lattice.rounded_gaussian_variance(sc) == pytest.approx(summed, rel=1e-14 * sc)

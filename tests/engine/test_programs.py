@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -30,6 +34,30 @@ def test_unchanged_program_is_never_recompiled(tmp_path, mp_spdz):
     assert first.compile_seconds is not None and again.compile_seconds is None
     assert again.directory == first.directory != other.directory
     assert (first.programs_dir / "Schedules" / "fast.sch").exists()
+
+
+_AGAIN = """
+import json, sys
+from pathlib import Path
+from harness.engine import ensure_mpspdz
+from harness.engine.programs import compile_program
+done = compile_program(ensure_mpspdz(None, auto_install=False), "fast", json.loads(sys.argv[1]),
+                       cache_dir=Path(sys.argv[2]))
+print(json.dumps([str(done.directory), done.compile_seconds, "jinja2" in sys.modules]))
+"""
+
+
+@pytest.mark.mpspdz
+def test_a_compiled_program_is_found_again_without_rendering(tmp_path, mp_spdz):
+    first = compile_program(mp_spdz, "fast", PARAMS, cache_dir=tmp_path)
+    again = subprocess.run([sys.executable, "-c", _AGAIN, json.dumps(PARAMS), str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, check=True)
+    directory, seconds, rendered = json.loads(again.stdout)
+    assert (directory, seconds, rendered) == (str(first.directory), None, False)
+    # an index entry whose program is gone: rendered and compiled again, into the same place
+    shutil.rmtree(first.directory)
+    third = compile_program(mp_spdz, "fast", PARAMS, cache_dir=tmp_path)
+    assert third.compile_seconds is not None and third.directory == first.directory
 
 
 def test_fast_program_size_does_not_grow_with_n():
@@ -61,7 +89,8 @@ for sub, file in (("Schedules", name + ".sch"), ("Bytecode", name + "-0.bc")):
     assert calls.read_text() == "compiled\n"  # once: the second waited and took the cache
     assert sorted(r.compile_seconds is None for r in results) == [False, True]
     assert results[0].directory == results[1].directory
-    assert [p.name for p in cache.iterdir()] == [results[0].directory.name]  # no lock left
+    # no lock left: the program and the index that finds it without rendering
+    assert sorted(p.name for p in cache.iterdir()) == [results[0].directory.name, "index"]
 
 
 def test_a_compiler_that_writes_nothing_points_to_ltm_doctor(tmp_path):

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from harness.analyst import load_run
 from harness.clients.sketch import Sketch
 from harness.experiments import FORMAT_VERSION, RunConfig, run
 from harness.experiments.run import summary
@@ -19,8 +20,15 @@ pytestmark = pytest.mark.mpspdz
 def _run(tmp_path, cache, name="out", **kw):
     kw.setdefault("noise", "none")
     kw.setdefault("seed", 7)
+    kw.setdefault("export_sketch", True)  # the checks below read it, independently
     cfg = RunConfig(out=tmp_path / name, cache_dir=cache, timeout=120, **kw)
     return run(cfg), tmp_path / name
+
+
+def _synthetic_data(out):
+    """A synthetic run's rows: not written (data.npy), recomputed from its seed."""
+    assert not (out / "data.npy").exists()
+    return load_run(out).data
 
 
 def _plain_sketch(out, data):
@@ -49,7 +57,7 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     assert [p["party"] for p in result["parties"]] == list(range(parties))
     for p in result["parties"]:
         assert p["time_s"] > 0 and p["rounds"] >= 1 and p["global_data_sent_mb"] > 0
-    data = np.load(out / "data.npy")
+    data = _synthetic_data(out)
     output = np.load(out / "output.npy")
     assert output.shape == (10, 3) and output.dtype == np.float64
     # fixed point with 16 fraction bits: error below 2^-16 per summand
@@ -134,7 +142,7 @@ def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cach
     assert observed["released"] is True and privacy["on_lattice"] is True
     assert observed["noise_var"] == pytest.approx(info["released_variance"], rel=rel)
     # output-level check: T - T_0 has variance (bucket count) * variance / s
-    data = np.load(out / "data.npy")
+    data = _synthetic_data(out)
     diff = np.load(out / "output.npy") - _plain_sketch(out, data)
     sk = np.load(out / "sketch.npz")
     s = sk["rows"].shape[0]

@@ -155,6 +155,10 @@ class Recording:
     def share_file(self, i):
         return self.inner.share_file(i)
 
+    def launch(self, job, program, public_input, *, timeout, port=None):
+        self.calls.append("launch")
+        return self.inner.launch(job, program, public_input, timeout=timeout, port=port)
+
     def prepare(self, job):
         self.calls.append("prepare")
         return self.inner.prepare(job)
@@ -205,7 +209,8 @@ def test_a_run_reaches_its_parties_only_through_the_protocol(tmp_path, mp_spdz, 
     [cluster] = made
     assert isinstance(cluster, Cluster) and not isinstance(cluster, LocalCluster)
     middle = ["aggregate"] if program == "local" else []
-    assert cluster.calls == ["prepare", "session", "deliver", *middle, "run", "upload_bytes"]
+    assert cluster.calls == ["launch", "prepare", "session", "deliver", *middle, "run",
+                             "upload_bytes"]
     result = first.result
     assert result.verification.ok and not result.inputs_reused
     # streamed: each server expanded its seeds as they arrived (local summing them,

@@ -1,0 +1,108 @@
+"""Parties started before their inputs exist, held at them until released.
+
+An MP-SPDZ party starts (loads its program, connects to the others over TLS) and
+only then, when it makes its processor, opens its public input file
+(``Programs/Public-Input/<program>``) and its private input. That file, made a
+FIFO, holds the party there: opening a FIFO to read waits for a writer. So the
+parties can start while the clients stream, and their start-up (a few tenths of a
+second, more than the MPC that opens a ``local`` run's sums) no longer follows the
+stream. :meth:`HeldParties.release` then writes each party its public input and
+closes the FIFO, once every input is in place; from there on the parties run as
+:func:`harness.engine.process.run_group` runs them, one failing stopping all.
+
+Only a program of one thread can be held so (each thread opens the file once),
+and only a public input that fits a pipe's buffer, which the writer never waits on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.engine.process import Command, Completed, Group
+from harness.errors import PartyError
+
+__all__ = ["HeldParties", "holdable"]
+
+# Linux's pipe buffer: a write of at most this never waits for the reader.
+_PIPE_BUFFER = 65536
+_POLL_SECONDS = 0.005
+
+
+def holdable(threads: int, public_input: str) -> bool:
+    """Whether parties of a program with ``threads`` threads and this public input
+    can be held at their inputs."""
+    return threads == 1 and len(public_input.encode()) <= _PIPE_BUFFER
+
+
+class HeldParties:
+    """The parties' processes, each to wait at the FIFO ``gates[i]`` (created here,
+    0600, where its public input file belongs) until :meth:`release`."""
+
+    def __init__(self, commands: Sequence[Command], gates: Sequence[Path]) -> None:
+        self.gates = list(gates)
+        for gate in self.gates:
+            gate.unlink(missing_ok=True)
+            os.mkfifo(gate, 0o600)
+        self.group: Group | None = Group(commands)
+
+    def release(self, public_input: str, timeout: float) -> list[Completed]:
+        """Give every party its public input, then wait for all as ``run_group`` does
+        (each party's wall time from its release). A party that fails first, or one
+        that never reaches its inputs within ``timeout``, stops all: PartyError."""
+        group = self.group
+        assert group is not None, "released twice"
+        self.group = None
+        try:
+            released = self._open_gates(group, public_input.encode(), timeout)
+            group.restart_clocks(released)
+            return group.wait(timeout)
+        finally:
+            group.stop()
+
+    def stop(self) -> None:
+        """Stop the parties unless they were released (the run ended before them)."""
+        if self.group is not None:
+            group, self.group = self.group, None
+            group.stop()
+
+    def _open_gates(self, group: Group, text: bytes, timeout: float) -> list[float]:
+        released: list[float | None] = [None] * len(self.gates)
+        deadline = time.monotonic() + timeout
+        while True:
+            group.check()  # a party that died before its inputs is named, not waited on
+            for i, gate in enumerate(self.gates):
+                if released[i] is None and _give(gate, text):
+                    released[i] = time.monotonic()
+            if all(t is not None for t in released):
+                return [t for t in released if t is not None]
+            if time.monotonic() > deadline:
+                waiting = [f"P{i}" for i, t in enumerate(released) if t is None]
+                group.stop()
+                raise PartyError(f"timed out after {timeout:g} s waiting for "
+                                 f"{', '.join(waiting)} to reach its inputs; stopped all "
+                                 "parties", party=waiting[0])
+            time.sleep(_POLL_SECONDS)
+
+
+def _give(gate: Path, text: bytes) -> bool:
+    """Write ``text`` into the FIFO and close it if its party waits there (else False);
+    the FIFO then becomes a plain file of the same text, as an unheld party's is."""
+    try:
+        fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet: the party is still starting
+            return False
+        raise
+    try:
+        if text:
+            os.write(fd, text)
+    finally:
+        os.close(fd)
+    # The party holds the FIFO open; what stays in the work directory is a plain file.
+    gate.unlink()
+    gate.write_bytes(text)
+    return True

@@ -1,0 +1,138 @@
+"""A streamed ``local`` run's parties start before the clients stream and wait at their
+inputs: real MP-SPDZ parties, their state read from /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.engine import parse_output, party_input_file
+from harness.errors import PartyError
+from harness.experiments import (
+    RunConfig,
+    build_workload,
+    client_job,
+    make_cluster,
+    program_for,
+)
+
+pytestmark = pytest.mark.mpspdz
+
+
+def _setup(mp, tmp_path: Path, program_cache, **kw):
+    cfg = RunConfig(out=tmp_path / "o", program="local", parties=3, clients=20_000, rows=10,
+                    dim=3, noise="none", seed=2, cache_dir=program_cache, **kw).validate()
+    work = build_workload(cfg)
+    return cfg, program_for(mp, cfg, work), make_cluster(cfg, mp, tmp_path / "w"), \
+        client_job(cfg, work)
+
+
+def _party_processes(cluster) -> dict[int, int]:
+    """Party i's live process (its working directory is the party's), by party."""
+    dirs = {str(cluster.party_dir(i)): i for i in range(cluster.parties)}
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if cwd in dirs and state != "Z":
+            found[dirs[cwd]] = int(entry)
+    return found
+
+
+def _waiting_at_a_fifo(pid: int) -> bool:
+    """Whether one of the process's threads is blocked opening a FIFO no one writes."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/wchan") as fh:
+                if fh.read() == "wait_for_partner":
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def _all_held(cluster, timeout: float = 60.0) -> dict[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = _party_processes(cluster)
+        if len(pids) == cluster.parties and all(map(_waiting_at_a_fifo, pids.values())):
+            return pids
+        time.sleep(0.01)
+    pytest.fail(f"the parties did not all reach their inputs: {_party_processes(cluster)}")
+
+
+def _gone(cluster, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout  # SIGKILL is delivered asynchronously
+    while _party_processes(cluster) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not _party_processes(cluster)
+
+
+def test_the_parties_wait_at_their_inputs_while_the_clients_stream(tmp_path, mp_spdz,
+                                                                   program_cache):
+    cfg, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
+    with cluster.launch(job, program, "", timeout=60) as started:
+        assert started
+        # Every party has started, connected and waits at its inputs, none of which
+        # exists yet: the clients have not begun.
+        _all_held(cluster)
+        assert not any(party_input_file(cluster.party_dir(i), i).exists()
+                       for i in range(cluster.parties))
+        prepared = cluster.prepare(job)
+        runs = cluster.run(program, "", timeout=60)
+    revealed = parse_output("P0", runs[0].completed.stdout, 10 * 3).reshape(10, 3)
+    assert np.array_equal(revealed, prepared.expected)
+    assert [r.party for r in runs] == [0, 1, 2] and all(r.stats["time_s"] > 0 for r in runs)
+    # Each party's wall time runs from its release, not from its start before the stream.
+    assert all(r.completed.wall_seconds < 30 for r in runs)
+    assert _party_processes(cluster) == {}
+    # What stays of the FIFO in the work directory is the plain (empty) public input.
+    gate = cluster.party_dir(1) / "Programs" / "Public-Input" / program.name
+    assert gate.is_file() and gate.read_text() == ""
+
+
+def test_held_parties_are_stopped_when_the_run_ends_before_them(tmp_path, mp_spdz,
+                                                               program_cache):
+    _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
+    with pytest.raises(RuntimeError, match="the stream failed"), \
+            cluster.launch(job, program, "", timeout=60):
+        _all_held(cluster)
+        raise RuntimeError("the stream failed")
+    assert _gone(cluster)
+
+
+def test_a_party_killed_while_held_is_named_and_stops_the_others(tmp_path, mp_spdz,
+                                                                 program_cache):
+    _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
+    with cluster.launch(job, program, "", timeout=60):
+        pids = _all_held(cluster)
+        os.kill(pids[1], signal.SIGKILL)
+        cluster.prepare(job)
+        with pytest.raises(PartyError) as caught:
+            cluster.run(program, "", timeout=60)
+    assert (caught.value.party, caught.value.returncode) == ("P1", -signal.SIGKILL)
+    assert str(caught.value).splitlines()[0] == "P1 was killed by SIGKILL; stopped P0, P2"
+    assert _gone(cluster)
+
+
+def test_only_a_streamed_local_run_on_the_loopback_is_held(tmp_path, mp_spdz, program_cache):
+    # fast's servers write the public input the parties read as they stream
+    cfg = RunConfig(out=tmp_path / "o", program="fast", parties=2, clients=2000, rows=10,
+                    dim=2, noise="none", seed=2, cache_dir=program_cache).validate()
+    work = build_workload(cfg)
+    program = program_for(mp_spdz, cfg, work)
+    cluster = make_cluster(cfg, mp_spdz, tmp_path / "w")
+    with cluster.launch(client_job(cfg, work), program, "", timeout=60) as started:
+        assert not started
+        assert _party_processes(cluster) == {}
