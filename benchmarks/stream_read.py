@@ -30,7 +30,7 @@ import numpy as np
 from benchmarks._cli import parse_arguments
 from harness.engine import make_certificates
 from harness.engine.stream_wire import DeadlineReader, pack_fields, read_fields
-from harness.engine.upload import tls_context
+from harness.engine.tls_stream import tls_context
 
 # The smallest size (--smoke): small fields, in seconds.
 SMOKE = {"mib": [1, 2], "repeat": 1}

@@ -7,17 +7,13 @@ file and nothing else).
 
 With a network profile (``--network``) each party also runs in its own network
 namespace behind an emulated, shaped link (:mod:`harness.engine.netns`); the parties
-then find each other through an ip file instead of ``localhost``. The clients then
-write each server's files into their own outbox (``client/outbox/P<i>``, laid out as
-the party's directory) and :meth:`LocalCluster.upload` sends them through the
-emulated network, from the clients' namespace into a receiver in each party's
-(:mod:`harness.engine.upload`), timed per server. A streamed run's clients write no
-files: its servers run in their namespaces and take each chunk over TLS as it is
+then find each other through an ip file instead of ``localhost``. The clients write
+no files: the servers run in their namespaces and take each chunk over TLS as it is
 made (:mod:`harness.engine.tls_stream`), expanding its seeds if seeded, and sum it
-(``local``) or write it into the party's blocked share file (``fast``, server 0 the
-public schedule beside the parties' directories). The network stays up from the
-upload (or the stream) to the end of the MPC, so a profile's credits spent on the
-upload stay spent.
+(``local``) or write it into the party's share file (``fast``, ``reference``; server
+0 the public schedule beside the parties' directories). The network stays up from
+the stream to the end of the MPC, so a profile's credits spent on the upload stay
+spent.
 
 :class:`LocalCluster` implements :class:`harness.engine.interface.Cluster`: a run
 talks to it only through that protocol, as it does to the SSH cluster.
@@ -25,19 +21,14 @@ talks to it only through that protocol, as it does to the SSH cluster.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import shutil
 import socket
-import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.clients import Prepared
-from harness.engine.aggregate import aggregate_share_file
 from harness.engine.certs import make_certificates
 from harness.engine.held import HeldParties, holdable
 from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
@@ -49,7 +40,7 @@ from harness.engine.staging import PartyStaging
 from harness.engine.stream import stream_inputs, warm_up
 from harness.engine.stream_file import write_owner
 from harness.engine.transport import ShmTransport, TransportFactory
-from harness.errors import InputError, PartyError
+from harness.errors import InputError
 from harness.fileio import private_dir
 
 if TYPE_CHECKING:
@@ -133,11 +124,6 @@ class LocalCluster(PartyStaging):
     # --- the Cluster protocol -----------------------------------------------------------
 
     def prepare(self, job: ClientJob) -> Prepared:
-        if job.streamed:
-            return self._stream(job)
-        return self.prepare_here(job)
-
-    def _stream(self, job: ClientJob) -> Prepared:
         """Clients and servers side by side; each server leaves only its aggregate, or
         (``job.blocks``, the fast and reference programs) its share file. With
         ``--input party`` the data owner writes its input text instead, a chunk at a time."""
@@ -175,37 +161,16 @@ class LocalCluster(PartyStaging):
         return self.network_session()
 
     def deliver(self, job: ClientJob) -> Delivery:
-        """The clients' upload through the emulated network (if any), then each
-        server's expansion of its seeds, timed here (on separate machines the servers
-        would expand at the same time, each its own)."""
-        if job.streamed:  # the servers took their shares as they were made (and timed it)
-            return Delivery(upload=self._streamed_upload)
-        upload = self.upload(job.timeout) if job.input_mode == "shares" else None
-        expand_s = None
-        if job.sharing == "seeded":
-            from harness.clients import expand_party
-
-            expand_s = [expand_party(i, self.party_dir(i), self.share_file(i), job.file_layout,
-                                     job.share_format, self.parties, job.n, job.sketch.s)
-                        for i in range(self.parties)]
-        return Delivery(upload=upload, expand_s=expand_s)
+        """Nothing left to carry: the servers took their shares as they were made (and,
+        through a network, timed it)."""
+        return Delivery(upload=self._streamed_upload)
 
     def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float]:
-        if job.streamed:  # summed while the shares arrived, inside the clients' wall time
-            return list(self._streamed_s)
-        seconds = []
-        for i in range(self.parties):
-            raw = self.share_file(i)
-            received = raw.with_name(f"Received-P{i}.data")
-            if not received.exists():  # else a rerun on the same inputs: aggregate them again
-                raw.rename(received)
-            dest = party_input_file(self.party_dir(i), i) if as_input else raw
-            seconds.append(aggregate_share_file(received, job.file_layout, dest, job.share_format,
-                                                as_input=as_input))
-        return seconds
+        # Summed while the shares arrived, inside the clients' wall time.
+        return list(self._streamed_s)
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:
-        # Without a network the files are written in place: what the clients would send.
+        # Without a network the servers' streams cross no link: what the clients sent.
         return list(prepared.upload_bytes)
 
     @property
@@ -213,18 +178,7 @@ class LocalCluster(PartyStaging):
         # Through an emulated network the upload is measured: every run sends anew.
         return self.network is None
 
-    # --- the clients' upload ----------------------------------------------------------
-
-    def outbox(self, i: int) -> Path:
-        """Where the clients write party i's files, laid out as its directory.
-
-        Without a network the clients write into the party's directory itself (the
-        upload is not measured); with one, into their own outbox, and
-        :meth:`upload` carries the files across.
-        """
-        if self.network is None:
-            return self.party_dir(i)
-        return self.workdir / "client" / "outbox" / f"P{i}"
+    # --- the emulated network ---------------------------------------------------------
 
     @contextmanager
     def network_session(self) -> Iterator[None]:
@@ -285,57 +239,6 @@ class LocalCluster(PartyStaging):
                         tuple(self._key(i) for i in parties), net.client_namespace,
                         cert, key, timeout)
 
-    def upload(self, timeout: float) -> dict[int, dict] | None:
-        """Send every party its files from the outbox through the emulated network.
-
-        Per party: ``upload_s`` (the sender's clock, handshake to the receiver's
-        acknowledgement that the last byte is written) and ``upload_bytes_sent``
-        (what crossed the link, the files' padding and headers included). None
-        without a network: the files are already in place.
-        """
-        if self.network is None:
-            return None
-        with self.network_session():
-            assert self._net is not None
-            return self._upload(self._net, timeout)
-
-    def _upload(self, net: NetworkEmulation, timeout: float) -> dict[int, dict]:
-        client_dir = private_dir(self.workdir / "client")
-        [(key, cert, _)] = make_certificates(1, client_dir / "cert")
-        targets, sent = [], {}
-        for i in range(self.parties):
-            root = self.outbox(i)
-            files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
-            sent[i] = sum(p.stat().st_size for p in files)
-            targets.append({"party": i, "host": net.address(i), "port": _UPLOAD_PORT,
-                            "peer": str(self._cert(i)),
-                            "files": [[str(p), p.relative_to(root).as_posix()] for p in files]})
-        (client_dir / "targets.json").write_text(json.dumps(targets))
-        env = _harness_env()
-        commands = []
-        for i in range(self.parties):
-            argv = [sys.executable, "-m", "harness.engine.upload", "receive", "0.0.0.0",
-                    str(_UPLOAD_PORT), str(self._cert(i)), str(self._key(i)), str(cert),
-                    str(self.party_dir(i))]
-            commands.append(Command(f"receive-P{i}", net.wrap(i, argv), self.party_dir(i),
-                                    env=env, log_dir=self.workdir / "logs"))
-        argv = [sys.executable, "-m", "harness.engine.upload", "send",
-                str(client_dir / "targets.json"), str(cert), str(key)]
-        commands.append(Command("clients", net.wrap_client(argv), client_dir, env=env,
-                                log_dir=self.workdir / "logs"))
-        try:
-            done = run_group(commands, timeout)
-        except PartyError as exc:
-            tail = " | ".join((exc.stderr or "").strip().splitlines()[-2:])
-            raise PartyError(f"the clients' upload failed: {exc}" + (f": {tail}" if tail else ""),
-                             party=exc.party, returncode=exc.returncode, stdout=exc.stdout,
-                             stderr=exc.stderr) from exc
-        seconds = json.loads(done[-1].stdout.strip().splitlines()[-1])
-        # The clients keep no copy once the servers have their files.
-        shutil.rmtree(client_dir / "outbox", ignore_errors=True)
-        return {i: {"upload_s": float(seconds[str(i)]), "upload_bytes_sent": sent[i]}
-                for i in range(self.parties)}
-
     def _cert(self, i: int) -> Path:
         return self.party_dir(i) / "Player-Data" / f"P{i}.pem"
 
@@ -350,7 +253,7 @@ class LocalCluster(PartyStaging):
         """A streamed ``local`` job's parties on the loopback start now, held at their
         inputs (:mod:`.held`) while the clients stream; :meth:`run` releases them.
         Stopped if the block ends first. Yields whether they started."""
-        if (self.network is not None or not job.streamed or job.blocks is not None
+        if (self.network is not None or job.blocks is not None
                 or job.input_mode != "shares" or not holdable(program.threads, public_input)):
             yield False
             return
@@ -419,10 +322,3 @@ class LocalCluster(PartyStaging):
     def _command(self, i: int, argv: list[str]) -> Command:
         return Command(f"P{i}", argv, self.party_dir(i), log_dir=self.workdir / "logs")
 
-
-def _harness_env() -> dict[str, str]:
-    """The environment with this very ``harness`` first on the path: the receivers and
-    the sender must run the code that prepared the files, whatever is installed."""
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}

@@ -7,7 +7,7 @@ clients' namespace and connects to every server. So a worker's shares cross
 the emulated link of the server they are for, shaped as the profile says, while
 the worker prepares its next chunk and the server sums the last: preparation,
 upload and aggregation overlap. Both sides pin the other's per-run certificate,
-as the files' upload does (:mod:`harness.engine.upload`): the servers' are
+the only trust anchor either accepts (:func:`tls_context`): the servers' are
 MP-SPDZ's ``P<i>.pem``, the clients' is made for the run.
 
 On the wire (:mod:`.stream_wire`) a connection carries a hello (the worker's
@@ -50,13 +50,24 @@ from harness.engine.stream_wire import (
     read_message,
 )
 from harness.engine.transport import ClientEnd, Link, ServerEnd
-from harness.engine.upload import tls_context
 from harness.retry import retry
 
-__all__ = ["TlsRoute", "TlsTransport", "enter_namespace"]
+__all__ = ["TlsRoute", "TlsTransport", "enter_namespace", "tls_context"]
 
 _CLONE_NEWNET = 0x40000000  # <sched.h>; os.setns is 3.12+
 _CONNECT_RETRY_S = 30.0  # a server still starting refuses connections for a moment
+
+
+def tls_context(server: bool, cert: Path, key: Path, peer: Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    # The peer's own self-signed certificate is the only trust anchor: pinning.
+    ctx.load_verify_locations(cafile=str(peer))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if not server:
+        ctx.check_hostname = False  # names are "P<i>", not host names; the pin decides
+    return ctx
 
 
 def enter_namespace(name: str) -> None:

@@ -132,40 +132,10 @@ class SshCluster(PartyStaging):
     # --- the Cluster protocol ----------------------------------------------------------
 
     def prepare(self, job: ClientJob) -> Prepared:
-        """On the inventory's client hosts when it has some (shares only; the data owner's
-        text input is typed in here), else here. Several client hosts prepare their
-        ranges at once; the plaintext to verify against is the sum of their parts."""
-        if job.streamed:
-            return self._stream(job)
-        if not self._clients or job.input_mode != "shares":
-            return self.prepare_here(job)
-        split = job.split
-        if len(self._clients) > 1 and (split is None or split.hosts != len(self._clients)):
-            raise ValueError(f"{len(self._clients)} client hosts need the clients split into "
-                             "as many ranges")
-        self._split = split
-        self._shares_on_client = True
-        self._steps = dataclasses.replace(self._steps, hosts=len(self._clients),
-                                          fmt=job.share_format.name)
-        try:
-            if split is None:
-                try:
-                    prepared = self._clients[0].prepare(job, self.parties)
-                except LtmError as exc:
-                    exc.args = (f"{exc} (no party was started)",)
-                    raise
-            else:
-                prepared = self._prepare_ranges(job, split)
-            # Before any party starts: a wrapped sum would reveal garbage, not an error.
-            job.fp.check_bucket_bound(prepared.abs_sums)
-        except BaseException:
-            self._remove_clients()
-            raise
-        return prepared
-
-    def _stream(self, job: ClientJob) -> Prepared:
-        """Each server sums (or writes) its stream on its host as the clients make it;
-        the parties' group stays open, with their directories, for :meth:`run`."""
+        """Each server sums (or writes) its stream on its host as the clients make it
+        (here, or on the inventory's client hosts); the parties' group stays open, with
+        their directories, for :meth:`run`. Where the route says ``here``, the stream
+        runs on this machine into the files :meth:`run` sends."""
         if job.here:
             return self._stream_here(job)
         group = self._party_group(self.inventory.base_port, job.timeout)

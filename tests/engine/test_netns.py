@@ -303,36 +303,6 @@ def test_a_receiver_refuses_names_outside_its_directory(tmp_path):
             upload.safe_destination(tmp_path, name)
 
 
-@pytest.mark.mpspdz
-@needs_root
-def test_upload_writes_private_files_bit_for_bit_and_empties_the_outbox(tmp_path, mp_spdz):
-    rng = np.random.default_rng(7)
-    files = {0: {"Persistence/Transactions-P0.data": rng.bytes(3 * (1 << 20) + 5)},
-             1: {"Upload/Seeds-C1.bin": rng.bytes(32 * 1000), "Upload/Full-C1.data": b"",
-                 "Upload/Extra.bin": rng.bytes(1 << 16)}}
-    cluster = LocalCluster(mp_spdz, 2, tmp_path / "work", network="none")
-    for party, named in files.items():
-        for name, content in named.items():
-            path = cluster.outbox(party) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-    previous = os.umask(0o022)  # a permissive umask must not leak into the received files
-    try:
-        uploaded = cluster.upload(timeout=60)
-    finally:
-        os.umask(previous)
-    for party, named in files.items():
-        assert uploaded[party]["upload_s"] > 0
-        assert uploaded[party]["upload_bytes_sent"] == sum(len(c) for c in named.values())
-        for name, content in named.items():
-            got = cluster.party_dir(party) / name
-            assert got.read_bytes() == content
-            assert got.stat().st_mode & 0o777 == 0o600
-            assert got.parent.stat().st_mode & 0o777 == 0o700
-    assert not (tmp_path / "work" / "client" / "outbox").exists()  # the clients keep nothing
-    assert not any(ns.startswith(f"ltm-{os.getpid()}-") for ns in _namespaces())
-
-
 # 20 Mbit/s: 2.5 MB/s, so 1-2 MB per server takes most of a second, well above the
 # handshake and the receivers' start; the bucket (128 KiB) passes at once.
 _SLOW = Profile("test-20mbit", rate_mbit=20)

@@ -38,8 +38,7 @@ from harness.engine.cluster import find_free_ports
 from harness.engine.stream import _server_main, _worker_main
 from harness.engine.stream_procs import Processes
 from harness.engine.stream_wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
-from harness.engine.tls_stream import TlsRoute
-from harness.engine.upload import tls_context
+from harness.engine.tls_stream import TlsRoute, tls_context
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it

@@ -133,13 +133,20 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
     job = client_job(cfg, work)
     assert job.streamed and job.here == route.here and job.blocks == shape
     # The cluster takes the stream where the table says.
+    def taken(where: str):
+        def take(*args, **kwargs):
+            raise _Taken(where)
+        return take
+
     if not mode.on_hosts:
-        monkeypatch.setattr(LocalCluster, "_stream", lambda self, job: (_ for _ in ()).throw(
-            _Taken("stream")))
-        monkeypatch.setattr(LocalCluster, "prepare_here", lambda self, job: (_ for _ in ())
-                            .throw(_Taken("whole files")))
+        import harness.engine.cluster as local
+
+        monkeypatch.setattr(local, "write_owner", taken("owner"))
+        monkeypatch.setattr(local, "stream_inputs", taken("servers"))
         cluster = LocalCluster.__new__(LocalCluster)
-        with pytest.raises(_Taken, match="^stream$"):
+        cluster.parties, cluster.workdir, cluster.network = cfg.party_count, tmp_path, None
+        cluster._held = None
+        with pytest.raises(_Taken, match="^owner$" if route.sink == "owner" else "^servers$"):
             cluster.prepare(job)
         return
 
@@ -147,15 +154,9 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
         def close(self) -> None:
             pass
 
-    def taken(where: str):
-        def take(*args, **kwargs):
-            raise _Taken(where)
-        return take
-
     import harness.remote.ssh as ssh
 
     monkeypatch.setattr(SshCluster, "_stream_here", taken("here"))
-    monkeypatch.setattr(SshCluster, "prepare_here", taken("whole files"))
     monkeypatch.setattr(SshCluster, "_party_group", lambda self, *a, **k: Group())
     monkeypatch.setattr(SshCluster, "_remove_clients", lambda self: None)
     monkeypatch.setattr(ssh, "stream_to_hosts", taken("servers"))

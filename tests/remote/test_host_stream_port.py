@@ -20,7 +20,7 @@ from test_host_streams import left_behind
 
 from harness.cli import main
 from harness.engine.stream_wire import HELLO, MAGIC, chunk_frame
-from harness.engine.upload import tls_context
+from harness.engine.tls_stream import tls_context
 from harness.experiments import RunConfig, run
 from harness.remote import _streamed
 from harness.remote.hosts import load_inventory
