@@ -7,7 +7,7 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 (:mod:`.programs`), the one subprocess wrapper
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
-(:mod:`.netns`) and the clients' TLS upload through it (:mod:`.upload`), parsing
+(:mod:`.netns`), parsing
 what parties print (:mod:`.parse`), the servers' local aggregation
 (:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
 (:mod:`.stream`, carried by a :mod:`.transport`: shared memory, or TLS through the
@@ -99,11 +99,6 @@ if TYPE_CHECKING:
     from harness.engine.stream_serve import serve_party
     from harness.engine.tls_stream import TlsRoute, TlsTransport
     from harness.engine.transport import sweep_stale_buffers
-    from harness.engine.upload import (
-        TIMEOUT,
-        receive_files,
-        send_files,
-    )
 
 __all__ = [
     "ClientJob",
@@ -140,7 +135,6 @@ __all__ = [
     "stream_clients",
     "sweep_stale_buffers",
     "write_owner",
-    "TIMEOUT",
     "URL_ENV_VAR",
     "aggregate_file",
     "aggregate_share_file",
@@ -164,11 +158,9 @@ __all__ = [
     "profile_for",
     "protocol_for",
     "read_and_sum",
-    "receive_files",
     "release_url",
     "run_group",
     "save_plan",
-    "send_files",
     "server_program",
     "unusable_reason",
 ]

@@ -5,8 +5,8 @@ Owns the inventory format (:mod:`.hosts`), the SSH cluster (:mod:`.ssh`, a
 parties, the group that runs them and trust/check behind it in private
 modules, preparing hosts (:mod:`.setup`, with the harness's wheel in
 :mod:`.wheel` and MP-SPDZ in :mod:`.bundle`), and the one program the hosts
-themselves run (:mod:`.agent`: seed expansion, local aggregation, and the
-client host's preparation and transfers, :mod:`.transfer`), and loopback hosts
+themselves run (:mod:`.agent`: a server taking its stream, a client host
+streaming its clients' shares), and loopback hosts
 (:mod:`.loopback`: sshd servers on this machine standing in for the parties' machines).
 
 May import: the top-level shared modules, :mod:`harness.clients` and

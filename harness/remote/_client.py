@@ -1,39 +1,30 @@
 """The inventory's client machines (``[client]``, or several ``[[client]]``): where the
-clients' shares are prepared.
+clients' shares are made.
 
-The runner uploads the clients' data (the matrix, the public sketch and the
-noise parameters) to the client host, whose host agent prepares every
-server's share file there, or with seeded sharing its seeds and full words per
-component (:func:`harness.remote.transfer.prepare`), and later sends each
-server only its own files, directly, over the servers' ``mpc_host``
-addresses, with TLS and per-run certificates pinned on both sides. What comes
-back to the runner is what verification needs (the encoded plaintext sketch)
-and the names and sizes of each server's files, never a share.
+Each client host runs client workers (the agent's ``stream`` step,
+:mod:`harness.remote.streaming`) that stream every server its shares directly,
+over the servers' ``mpc_host`` addresses, with TLS and per-run certificates
+pinned on both sides. What comes back to the runner is what verification needs
+(the encoded plaintext sketch of its clients), never a share.
 
-With several client hosts each is given only its own contiguous range of
-clients (:mod:`harness.clients.ranges`): that range's rows of data, read here
-from ``--data`` or the synthetic generator, and its columns of the sketch, so
-no client host needs the data file or sees another range's rows. Its
-plaintext sketch comes back alone; the runner verifies against their sum. All
-client hosts of a run present one per-run certificate: they are one side, the
-clients', to the servers.
+With several client hosts each takes only its own contiguous range of clients:
+that range's rows of data, read here from ``--data`` (or computed there from
+the seed), so no client host needs the data file or sees another range's rows.
+All client hosts of a run present one per-run certificate: they are one side,
+the clients', to the servers.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import io
 import json
 import shlex
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import paramiko
 
-from harness.clients import Prepared, ProducerTotals, Rows, StreamSpec, range_sketch, write_rows
+from harness.clients import ProducerTotals, Rows, StreamSpec, write_rows
 from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
@@ -54,9 +45,9 @@ from harness.remote.hosts import Host
 from harness.remote.streaming import decode_totals
 
 if TYPE_CHECKING:
-    from harness.engine import ClientJob
+    pass
 
-__all__ = ["ClientHost", "StreamCut", "combine_parts"]
+__all__ = ["ClientHost", "StreamCut"]
 
 _SIGNALS = {int(s): s.name for s in signal.Signals}
 
@@ -77,8 +68,6 @@ class ClientHost:
         self.session_dir: SessionDir | None = None
         self.remote_dir: str | None = None
         self.key, self.cert = certificate
-        # files[i]: (path under the remote directory, bytes) of what server i receives
-        self.files: list[list[tuple[str, int]]] = []
         self.cores = 1  # what the host's client workers may use, known once connected
 
     @property
@@ -160,50 +149,6 @@ class ClientHost:
                            f"{tail or 'no output'}")
         return reply
 
-    def prepare(self, job: ClientJob, parties: int,
-                clients: tuple[int, int] | None = None) -> Prepared:
-        """Every server's files, prepared on the client host (they stay there): for all
-        clients, or for the range ``clients`` = (start, stop) alone."""
-        layout = job.file_layout
-        if clients is None:
-            sketch, data = job.sketch, job.data
-        else:
-            sketch, data = range_sketch(job.sketch, *clients), job.rows.read(*clients)
-        sketch_file = io.BytesIO()
-        np.savez(sketch_file, rows=sketch.rows, signs=sketch.signs, m=np.int64(sketch.m))
-        matrix = io.BytesIO()
-        np.save(matrix, np.ascontiguousarray(data), allow_pickle=False)
-        params = {"noise": dataclasses.asdict(job.noise), "frac_bits": job.fp.frac_bits,
-                  "parties": parties, "layout": layout.kind, "block_rows": layout.block_rows,
-                  "chunk_blocks": layout.chunk_blocks, "format": job.share_format.name,
-                  "sharing": job.sharing}
-        self._put({"data.npy": matrix.getvalue(), "sketch.npz": sketch_file.getvalue(),
-                   "params.json": json.dumps(params).encode()})
-        result = self._agent("prepare", self.remote_dir or ".", timeout=job.timeout)
-        shape = tuple(result["shape"])
-        expected = np.frombuffer(base64.b64decode(result["expected"]), "<u8").reshape(shape)
-        abs_sums = np.frombuffer(base64.b64decode(result["abs_sums"]), "<f8").reshape(shape)
-        self.files = [[(str(name), int(size)) for name, size in party]
-                      for party in result["files"]]
-        return Prepared(expected.astype(np.uint64), abs_sums.astype(np.float64),
-                        list(result["upload_bytes"]), float(result["seconds"]),
-                        result["stats"])
-
-    def send(self, servers: list[tuple[int, Host, int, Path, list[tuple[str, str]]]],
-             timeout: float) -> dict[int, float]:
-        """Send server i its files ((here, there) pairs) at (mpc_host, port), pinning its
-        certificate; seconds each."""
-        targets = []
-        files = {"client.pem": self.cert.read_bytes(), "client.key": self.key.read_bytes()}
-        for party, host, port, cert, pairs in servers:
-            files[f"server-P{party}.pem"] = cert.read_bytes()
-            targets.append({"party": party, "host": host.mpc_host, "port": port,
-                            "peer": f"server-P{party}.pem", "files": [list(p) for p in pairs]})
-        files["targets.json"] = json.dumps(targets).encode()
-        self._put(files)
-        reply = self._agent("send", "targets.json", "client.pem", "client.key", timeout=timeout)
-        return {int(k): float(v) for k, v in reply["seconds"].items()}
-
     def workers(self) -> int:
         """How many client workers this host runs in a streamed run: one per core."""
         self._open()
@@ -265,22 +210,3 @@ class ClientHost:
             self.client.close()
             self.client = None
 
-
-def combine_parts(parts: list[Prepared], clients: list[int]) -> Prepared:
-    """The client hosts' parts as one: the plaintext sketches summed (in the ring, as the
-    servers' sums are), bytes per server summed, the slowest host's seconds (they
-    prepare at once), and the noise statistics pooled by each host's clients."""
-    expected = np.zeros_like(parts[0].expected)
-    abs_sums = np.zeros_like(parts[0].abs_sums)
-    for part in parts:
-        expected += part.expected  # uint64: wraps modulo 2^64, like the shares
-        abs_sums += part.abs_sums
-    upload = [sum(sizes) for sizes in zip(*(p.upload_bytes for p in parts), strict=True)]
-    stats: dict = {}
-    if all("noise_mean" in p.stats and "noise_var" in p.stats for p in parts):
-        weights = np.asarray(clients, dtype=np.float64) / sum(clients)
-        means = np.asarray([p.stats["noise_mean"] for p in parts])
-        seconds = np.asarray([p.stats["noise_var"] for p in parts]) + means ** 2
-        mean = float(weights @ means)
-        stats = {"noise_mean": mean, "noise_var": float(weights @ seconds) - mean ** 2}
-    return Prepared(expected, abs_sums, upload, max(p.seconds for p in parts), stats)

@@ -2,10 +2,9 @@
 together.
 
 Phase one connects to every host, checks it (engine, harness, disk) and
-uploads each party's files, then runs the servers' steps on their shares
-(:class:`~harness.remote._steps.HostSteps`) or has the client hosts send them
-(all at once; a client host that fails or dies is named, and no party starts);
-nothing runs yet, so one failing host stops the run before any party starts.
+uploads each party's files, or (a stream to the hosts) starts each server's
+``serve`` step; no party runs yet, so one failing host stops the run before any
+party starts.
 Phase two starts every party at once and waits for all: if one fails, loses
 its connection or the timeout passes, all are stopped (their remote process
 groups killed) and one :class:`HostGroupError` names the failing host(s).
@@ -25,11 +24,9 @@ import paramiko
 
 from harness.engine import Completed
 from harness.errors import LtmError, stderr_tail
-from harness.remote._client import ClientHost
 from harness.remote._connect import ConnectOptions
 from harness.remote._party import RemoteParty, Upload
 from harness.remote._results import Abandoned, HostGroupError, HostResult, labelled, parallel
-from harness.remote._steps import HostSteps
 
 __all__ = ["HOST_ERRORS", "PartyGroup", "upload_size"]
 
@@ -47,18 +44,12 @@ class PartyGroup:
 
     def __init__(self, parties: list[RemoteParty], known_hosts: Path,
                  inventory_path: Path | None, options: ConnectOptions, *,
-                 steps: HostSteps | None = None, timeout: float = 900.0,
-                 base_port: int = 0, client_hosts: list[ClientHost] | None = None,
-                 client_files: list[list[list[tuple[str, str]]]] | None = None,
+                 timeout: float = 900.0, base_port: int = 0,
                  extra_bytes: list[int] | None = None) -> None:
         self.parties = parties
-        self.steps = steps if steps is not None else HostSteps()
         self.timeout = timeout
         self.base_port = base_port
-        self.client_hosts = client_hosts or []
-        # client_files[party][k]: (there, here) pairs client host k sends that party
-        self.client_files = client_files
-        # Disk each server needs apart from the uploads (client host's files, expansion).
+        # Disk each server needs apart from the uploads (the share file its stream writes).
         self.extra_bytes = list(extra_bytes or [0] * len(parties))
         self.known_hosts = known_hosts
         self.inventory_path = inventory_path
@@ -144,55 +135,16 @@ class PartyGroup:
     # --- phase 1: connect, check, upload (nothing runs yet) ----------------------------
 
     def _prepare(self, uploads: list[list[Upload]]) -> None:
-        receive = bool(self.client_hosts)
-        harness_for = self.steps.why_harness(receive) if receive or self.steps else None
-
         def prepare(party: RemoteParty) -> None:
             party.open(self.known_hosts, self.options, self.inventory_path)
             if self.abandon.is_set():
                 raise Abandoned
-            party.make_dir(harness_for)
+            party.make_dir(None)
             party.check_space(sum(upload_size(u) for u in uploads[party.index])
                               + self.extra_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
-            if self.client_files is not None:
-                party.start_receive(self.base_port + party.index,
-                                    [[there for _, there in pairs]
-                                     for pairs in self.client_files[party.index]],
-                                    self.steps, self.timeout)
 
         self._all(prepare)
-        if self.client_hosts:
-            self._send_from_client()  # a receiver expands and aggregates what it received
-        elif self.steps:
-            self._all(lambda party: party.process_shares(self.timeout, self.steps))
-
-    def _send_from_client(self) -> None:
-        """Each client host sends each server its own shares, directly, all at once."""
-        assert self.client_files is not None
-        files = self.client_files
-
-        def send(k: int) -> dict[int, float]:
-            servers = [(p.index, p.host, self.base_port + p.index,
-                        p.log_dir.parent / f"P{p.index}" / "Player-Data" / f"P{p.index}.pem",
-                        files[p.index][k])
-                       for p in self.parties]
-            return self.client_hosts[k].send(servers, self.timeout)
-
-        outcomes = parallel(send, list(range(len(self.client_hosts))), "ltm-client-send")
-        failed = [(c, o) for c, o in zip(self.client_hosts, outcomes, strict=True)
-                  if isinstance(o, BaseException)]
-        for _, outcome in failed:
-            if not isinstance(outcome, HOST_ERRORS):
-                raise outcome
-        if failed:
-            # The servers still waiting for that host are stopped by the cleanup.
-            raise HostGroupError("; ".join(labelled(c.label, o) for c, o in failed)
-                                 + " (no party was started)", self.results)
-        for party in self.parties:
-            # The upload lasts until the last client host's files are in.
-            party.upload_s = max(o[party.index] for o in outcomes if isinstance(o, dict))
-        self._all(lambda party: party.finish_receive())
 
     def _all(self, fn: Callable[[RemoteParty], None]) -> None:
         """``fn`` on every party at once; one error for all that failed, before any start."""

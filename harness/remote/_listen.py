@@ -1,9 +1,9 @@
 """A server's agent steps that listen for the clients: their start, end and failure.
 
-A server that receives its files from a client host (``receive``) or takes its
-stream of shares (``serve``) runs that agent step in the background over its
-SSH connection: the step binds its port and says so (``{"step": "listening"}``)
-before the clients start, and its reply (or failure) is read once they are done.
+A server that takes its stream of shares (``serve``) runs that agent step in
+the background over its SSH connection: the step binds its port and says so
+(``{"step": "listening"}``) before the clients start, and its reply (or failure)
+is read once they are done.
 The receiver's pid is written beside it, so that cleanup can stop it from any
 connection. :class:`Listening` is mixed into
 :class:`~harness.remote._party.RemoteParty`, whose connection and working
@@ -25,7 +25,6 @@ from harness.remote._shell import (
     harness_check,
     read_steps,
 )
-from harness.remote._steps import HostSteps
 from harness.remote.agent import LOST
 from harness.remote.hosts import Host
 
@@ -42,10 +41,6 @@ class Listening:
     host: Host
     client: paramiko.SSHClient | None
     remote_dir: str | None
-    received_bytes: int | None
-    expand_s: float | None
-    aggregate_s: float | None
-    join_s: float | None
     _receiver: paramiko.Channel | None
     _receiver_out: paramiko.ChannelFile | None
 
@@ -53,33 +48,9 @@ class Listening:
     def label(self) -> str:
         raise NotImplementedError
 
-    def _took(self, replies: dict[str, dict]) -> None:
-        """The seconds the host agent reports for each step it ran."""
-        if "expand" in replies:
-            self.expand_s = float(replies["expand"]["seconds"])
-        if "aggregate" in replies:
-            self.aggregate_s = float(replies["aggregate"]["seconds"])
-        if "join" in replies:
-            self.join_s = float(replies["join"]["seconds"])
-
     def _no_harness(self, why: str) -> LtmError:
         return LtmError(f"{self.label}: the harness is not installed on that host, and {why}; "
                         "run `ltm hosts setup` first")
-
-    def start_receive(self, port: int, names: list[list[str]], steps: HostSteps,
-                      timeout: float) -> None:
-        """Listen (TLS, the client hosts' certificate pinned) for this server's files
-        (``names[k]`` from client host k, under its working directory); as soon as they
-        are in, run ``steps``."""
-        args = ["receive", self.host.listen_address, str(port), f"Player-Data/P{self.index}.pem",
-                f"Player-Data/P{self.index}.key", "client.pem"]
-        if len(names) == 1:
-            args += [arg for name in names[0] for arg in ("--file", name)]
-        else:  # one connection from each client host, each with its own files
-            for host_names in names:
-                args += ["--sender", *host_names]
-        args += steps.receive_args(self.index)
-        self._listen(args, port, timeout, steps.why_harness(receive=True))
 
     def start_serve(self, args: list[str], port: int, timeout: float, why: str) -> None:
         """A streamed run: the agent's ``serve`` takes this server's stream on ``port``."""
@@ -108,11 +79,6 @@ class Listening:
                 raise self._no_harness(why)
             raise LtmError(f"{self.label}: cannot take the clients' shares on port {port}: "
                            f"{self._receiver_error()}")
-
-    def finish_receive(self) -> None:
-        replies = self._finish("receive", "receiving its shares from the client host")
-        self.received_bytes = int(replies["receive"]["bytes"])
-        self._took(replies)
 
     def finish_serve(self) -> dict:
         """The ``serve`` step's figures, once this server's stream has ended."""

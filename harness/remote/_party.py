@@ -28,16 +28,13 @@ from harness.remote._shell import (
     EXEC_TIMEOUT,
     NO_HARNESS,
     SessionDir,
-    agent_command,
     exec_anyhow,
     exec_command,
     harness_check,
-    read_steps,
     shell_path,
     use_workdir,
     workdir_problem,
 )
-from harness.remote._steps import HostSteps
 from harness.remote.hosts import Host
 
 __all__ = ["ConnectionLost", "RemoteParty", "Upload"]
@@ -98,10 +95,6 @@ class RemoteParty(Listening):
         self.remote_dir: str | None = None
         self.started = False
         self.upload_s = 0.0
-        self.aggregate_s: float | None = None
-        self.expand_s: float | None = None
-        self.join_s: float | None = None  # the client hosts' share files end to end
-        self.received_bytes: int | None = None  # what the client host's transfer carried
         self.free_bytes: int | None = None  # under the remote working directory
         self._receiver: paramiko.Channel | None = None
         self._receiver_out: paramiko.ChannelFile | None = None
@@ -212,31 +205,6 @@ class RemoteParty(Listening):
         finally:
             sftp.close()
         self.upload_s = time.perf_counter() - started
-
-    def process_shares(self, timeout: float, steps: HostSteps) -> None:
-        """Expand this server's seeds (seeded sharing), then sum its shares (the ``local``
-        program), on its host with the harness installed there; each timed there."""
-        assert self.client is not None and self.remote_dir is not None
-        commands = []
-        if steps.expand:
-            commands.append(agent_command("expand", *steps.expand_args(self.index)))
-        if steps.aggregate:
-            commands.append(agent_command("aggregate", *steps.aggregate_args(self.index),
-                                          "--remove-source"))
-        script = (f"cd {shlex.quote(self.remote_dir)} && {harness_check()} && "
-                  + " && ".join(commands))
-        rc, out, err = exec_command(self.client, script, timeout=timeout)
-        if rc == NO_HARNESS:
-            raise self._no_harness(steps.why_harness(receive=False))
-        try:
-            replies = read_steps(out)
-        except ValueError as exc:
-            replies, err = {}, f"{err}\n{exc}"
-        if rc != 0 or not all(name in replies for name in steps.names()):
-            tail = " | ".join(err.strip().splitlines()[-3:])
-            raise LtmError(f"{self.label}: {steps.describe()} there failed (status {rc}): "
-                           f"{tail or out.strip() or 'no output'}")
-        self._took(replies)
 
     # --- the run -------------------------------------------------------------------
 

@@ -2,29 +2,12 @@
 
 ``python -m harness.remote.agent STEP ...``, in the party's (or the client
 host's) remote working directory, with the harness ``ltm hosts setup``
-installed there:
-
-* ``expand PARTY PLAN OUT``: seeded sharing, the server expands the seeds it
-  received (in ``Upload/``) into its share file ``OUT``
-  (:func:`harness.clients.expand_file`);
-* ``aggregate SOURCE PLAN DEST``: the ``local`` program, the server sums its own
-  shares into its m x d aggregate (:func:`harness.engine.aggregate_file`);
-* ``prepare DIR``: the ``[client]`` host prepares every server's files from
-  the clients' data in ``DIR`` (:func:`harness.remote.transfer.prepare`);
-* ``send TARGETS CERT KEY``: the client host sends each server its own files;
-* ``receive BIND PORT CERT KEY PEER --file NAME...``: a server accepts its
-  files from the client host, then, as told (``--expand``, ``--aggregate``),
-  expands and aggregates them. With several client hosts, ``--sender NAME...``
-  once per host instead: it accepts one connection from each, expands each
-  host's seeds (``--expand-part``), joins the hosts' share files end to end
-  (``--join``) and aggregates the whole.
-
-A streamed run (:mod:`harness.remote.streaming`) has two more:
+installed there. A streamed run (:mod:`harness.remote.streaming`) takes two steps:
 
 * ``serve SPEC PARTY PORT CERT KEY PEER DEST --bind ADDRESS [--schedule FILE]``:
   a server binds ADDRESS:PORT, prints ``{"step": "listening"}``, then sums its stream of shares
   from every client worker as it arrives (TLS, PEER pinned) into DEST, its
-  aggregate (or, for ``fast``, writes its blocked share file DEST and the
+  aggregate (or, for ``fast`` and ``reference``, writes its share file DEST and the
   public schedule FILE);
 * ``stream SPEC TARGETS HOST CERT KEY``: client host HOST runs its client
   workers, each streaming to every server in TARGETS.
@@ -62,73 +45,6 @@ def _reply(step: str, **figures: object) -> None:
     print(json.dumps({"step": step, **figures}), flush=True)
 
 
-def expand(party: int, plan: Path, out: Path) -> None:
-    from harness.clients import expand_file
-
-    seconds = expand_file(party, plan, out)
-    _reply("expand", party=party, seconds=seconds, bytes=out.stat().st_size)
-
-
-def expand_parts(parts: list[list[str]]) -> None:
-    """Each client host's seeds (under its own directory) into its own share file."""
-    from harness.clients import expand_file
-
-    seconds, size = 0.0, 0
-    for party, plan, out, directory in parts:
-        seconds += expand_file(int(party), Path(plan), Path(out), Path(directory))
-        size += Path(out).stat().st_size
-    _reply("expand", party=int(parts[0][0]), seconds=seconds, bytes=size)
-
-
-def join(fmt: str, out: Path, parts: list[Path]) -> None:
-    from harness.remote.transfer import join as join_files
-
-    size, seconds = join_files(fmt, out, parts)
-    _reply("join", seconds=seconds, bytes=size)
-
-
-def aggregate(source: Path, plan: Path, dest: Path, *, remove_source: bool) -> None:
-    from harness.engine import aggregate_file
-
-    seconds = aggregate_file(source, plan, dest)
-    if remove_source:
-        source.unlink()
-    _reply("aggregate", seconds=seconds, bytes=dest.stat().st_size)
-
-
-def prepare(directory: Path) -> None:
-    from harness.remote.transfer import prepare as prepare_files
-
-    _reply("prepare", **prepare_files(directory))
-
-
-def send(targets: Path, cert: Path, key: Path) -> None:
-    from harness.remote.transfer import send as send_files
-
-    seconds = send_files(json.loads(targets.read_text()), cert, key)
-    _reply("send", seconds={str(party): s for party, s in seconds.items()})
-
-
-def receive(args: argparse.Namespace) -> None:
-    from harness.remote.transfer import receive as receive_files
-
-    senders = args.senders or [args.files]
-    got, seconds = receive_files(args.bind, args.port, args.cert, args.key, args.peer,
-                                 senders, on_listening=lambda: _reply("listening"))
-    _reply("receive", bytes=got, seconds=seconds)
-    if args.expand_part:
-        expand_parts(args.expand_part)
-    if args.join is not None:
-        fmt, out, *parts = args.join
-        join(fmt, Path(out), [Path(p) for p in parts])
-    if args.expand is not None:
-        party, plan, out = args.expand
-        expand(int(party), Path(plan), Path(out))
-    if args.aggregate is not None:
-        source, plan, dest = (Path(a) for a in args.aggregate)
-        aggregate(source, plan, dest, remove_source=True)
-
-
 def serve(args: argparse.Namespace) -> None:
     from harness.remote.streaming import serve as serve_stream
 
@@ -150,38 +66,6 @@ def parser() -> argparse.ArgumentParser:
                                 description="What a host runs of the harness; one JSON line "
                                             "per step on stdout.")
     steps = p.add_subparsers(dest="step", required=True)
-    s = steps.add_parser("expand", help="expand this server's seeds into its share file")
-    s.add_argument("party", type=int)
-    s.add_argument("plan", type=Path)
-    s.add_argument("out", type=Path)
-    s = steps.add_parser("aggregate", help="sum this server's shares (the local program)")
-    s.add_argument("source", type=Path)
-    s.add_argument("plan", type=Path)
-    s.add_argument("dest", type=Path)
-    s.add_argument("--remove-source", action="store_true",
-                   help="delete SOURCE once the aggregate is written")
-    s = steps.add_parser("prepare", help="the client host: prepare every server's files")
-    s.add_argument("dir", type=Path)
-    s = steps.add_parser("send", help="the client host: send each server its files")
-    s.add_argument("targets", type=Path)
-    s.add_argument("cert", type=Path)
-    s.add_argument("key", type=Path)
-    s = steps.add_parser("receive", help="a server: receive its files from the client host")
-    s.add_argument("bind")
-    s.add_argument("port", type=int)
-    for name in ("cert", "key", "peer"):
-        s.add_argument(name, type=Path)
-    files = s.add_mutually_exclusive_group(required=True)
-    files.add_argument("--file", action="append", dest="files")
-    files.add_argument("--sender", action="append", nargs="+", dest="senders",
-                       metavar="NAME", help="one client host's files (once per host)")
-    s.add_argument("--expand", nargs=3, metavar=("PARTY", "PLAN", "OUT"))
-    s.add_argument("--expand-part", nargs=4, action="append",
-                   metavar=("PARTY", "PLAN", "OUT", "DIR"),
-                   help="expand the seeds one client host sent (under DIR) into OUT")
-    s.add_argument("--join", nargs="+", metavar="FORMAT OUT PART",
-                   help="the client hosts' share files, end to end, into OUT")
-    s.add_argument("--aggregate", nargs=3, metavar=("SOURCE", "PLAN", "DEST"))
     s = steps.add_parser("serve", help="a server: sum (or write) its stream as it arrives")
     s.add_argument("spec", type=Path)
     s.add_argument("party", type=int)
@@ -209,20 +93,10 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_on_signals()
     try:
-        if args.step == "expand":
-            expand(args.party, args.plan, args.out)
-        elif args.step == "aggregate":
-            aggregate(args.source, args.plan, args.dest, remove_source=args.remove_source)
-        elif args.step == "prepare":
-            prepare(args.dir)
-        elif args.step == "send":
-            send(args.targets, args.cert, args.key)
-        elif args.step == "serve":
+        if args.step == "serve":
             serve(args)
-        elif args.step == "stream":
-            stream(args)
         else:
-            receive(args)
+            stream(args)
     except Interrupted as exc:
         print(f"agent {args.step}: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum

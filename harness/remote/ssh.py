@@ -22,13 +22,11 @@ Host keys are checked against the inventory's known_hosts file, which
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from harness.clients import ClientSplit, Prepared, upload_files
-from harness.clients import save_plan as save_expand_plan
+from harness.clients import Prepared
 from harness.engine import (
     PROTOCOL,
     ClientJob,
@@ -41,12 +39,11 @@ from harness.engine import (
     make_certificates,
     parse_stats,
     protocol_for,
-    save_plan,
     stream_inputs,
     write_owner,
 )
-from harness.errors import InputError, LtmError
-from harness.remote._client import ClientHost, combine_parts
+from harness.errors import InputError
+from harness.remote._client import ClientHost
 from harness.remote._connect import (
     ConnectOptions,
     HostKeyError,
@@ -54,10 +51,10 @@ from harness.remote._connect import (
     describe,
     trust_hint,
 )
-from harness.remote._group import HOST_ERRORS, PartyGroup, upload_size
+from harness.remote._group import PartyGroup, upload_size
 from harness.remote._party import ConnectionLost, RemoteParty, Upload
-from harness.remote._results import HostGroupError, HostResult, labelled, parallel
-from harness.remote._steps import AGGREGATE_PLAN, CERT_NAME, EXPAND_PLAN, HostSteps
+from harness.remote._results import HostGroupError, HostResult, parallel
+from harness.remote._steps import CERT_NAME, share_file_there
 from harness.remote._streamed import SCHEDULE_FILE, stream_to_hosts
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
@@ -109,15 +106,11 @@ class SshCluster(PartyStaging):
         self.protocol = protocol
         self.connect_options = connect_options or ConnectOptions()
         super().__init__(len(inventory.hosts), workdir)
-        self._steps = HostSteps()  # what the servers do to their shares on their hosts
-        self._expanded_bytes = 0  # each server's share file, once expanded from its seeds
         # Bytes of the clients' data that reached each server, counted as sent: set by run.
         self._sent_bytes: list[int] | None = None
-        # With client machines the shares are prepared there and sent from there; they
+        # With client machines the shares are made there and streamed from there; they
         # all present one certificate, the clients' side's for this run.
         self._clients: list[ClientHost] = []
-        self._shares_on_client = False
-        self._split: ClientSplit | None = None
         # A streamed run: its servers' group, held open from prepare to run.
         self._open_group: PartyGroup | None = None
         self._streamed: Streamed | None = None
@@ -150,7 +143,6 @@ class SshCluster(PartyStaging):
             raise
         self._open_group = group
         self._streamed = streamed
-        self._shares_on_client = bool(self._clients)
         streamed.prepared.stages.update(streamed.stages)
         streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
@@ -178,20 +170,6 @@ class SshCluster(PartyStaging):
         streamed.prepared.layout.update(streamed.layout)
         return streamed.prepared
 
-    def _prepare_ranges(self, job: ClientJob, split: ClientSplit) -> Prepared:
-        outcomes = parallel(lambda pair: pair[0].prepare(job, self.parties, pair[1]),
-                            list(zip(self._clients, split.ranges, strict=True)), "ltm-client")
-        failed = [(c, o) for c, o in zip(self._clients, outcomes, strict=True)
-                  if isinstance(o, BaseException)]
-        for _, outcome in failed:
-            if not isinstance(outcome, HOST_ERRORS):
-                raise outcome  # a bug keeps its traceback
-        if failed:
-            raise LtmError("; ".join(labelled(c.label, o) for c, o in failed)
-                           + " (no party was started)")
-        return combine_parts([o for o in outcomes if isinstance(o, Prepared)],
-                             [stop - start for start, stop in split.ranges])
-
     def _remove_clients(self) -> None:
         # Each its own connection; one that is gone must not keep the others' files.
         parallel(lambda c: c.remove(), self._clients, "ltm-client-cleanup")
@@ -211,38 +189,14 @@ class SshCluster(PartyStaging):
                 self._remove_clients()
 
     def deliver(self, job: ClientJob) -> Delivery:
-        """Schedules what :meth:`run` does: the upload (timed per party as ``upload_s``)
-        and, with seeded sharing, each server's expansion of its own seeds on its host
-        (``ltm hosts setup`` installed the harness there), timed there as ``expand_s``."""
-        if job.streamed:  # the servers took their shares as they were made (and timed it)
-            return Delivery(upload=self._streamed.upload if self._streamed else None)
-        if job.sharing == "seeded":
-            if self._shares_on_client and self._split is not None:
-                # Each client host's seeds expand with its own range's layout.
-                for k, (part, (start, stop)) in enumerate(zip(
-                        self._split.parts, self._split.ranges, strict=True)):
-                    save_expand_plan(self.workdir / HostSteps.expand_plan(k), part,
-                                     job.share_format, self.parties, stop - start, job.sketch.s)
-            else:
-                save_expand_plan(self.workdir / EXPAND_PLAN, job.file_layout,
-                                 job.share_format, self.parties, job.n, job.sketch.s)
-            self._steps = dataclasses.replace(self._steps, expand=True)
-            fmt, layout = job.share_format, job.file_layout
-            self._expanded_bytes = len(fmt.header) + 8 * layout.total_rows * layout.d * fmt.words
-        return Delivery()
+        """Nothing left to schedule: the servers took their shares as they were made (and
+        timed it), or :meth:`run` sends the files the stream wrote here."""
+        return Delivery(upload=self._streamed.upload if self._streamed else None)
 
     def aggregate(self, job: ClientJob, *, as_input: bool = False) -> list[float] | None:
-        """The ``local`` program: each server sums its own shares on its host before the run.
-
-        The raw share file goes to the host, whose harness aggregates it there (after
-        any expansion), so only the m x d result is fed to MP-SPDZ; the seconds come
-        back in each party's statistics as ``aggregate_s``.
-        """
-        if job.streamed:  # summed on each host while the shares arrived, timed there
-            return list(self._streamed.aggregate_s) if self._streamed else None
-        save_plan(job.file_layout, self.workdir / AGGREGATE_PLAN, job.share_format, as_input)
-        self._steps = dataclasses.replace(self._steps, aggregate=True, as_input=as_input)
-        return None
+        """The ``local`` program: each server summed its stream on its host as the shares
+        arrived, timed there."""
+        return list(self._streamed.aggregate_s) if self._streamed else None
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:
         """What each server received of the clients' data, once :meth:`run` has run."""
@@ -261,8 +215,7 @@ class SshCluster(PartyStaging):
                              f"[1024, {65536 - self.parties}]")
         uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
         held, self._open_group = self._open_group, None
-        clients = self._clients if self._shares_on_client and held is None else []
-        group = held or self._party_group(base, timeout, clients)
+        group = held or self._party_group(base, timeout)
         parties = group.parties
         try:
             results = group.run(uploads, program.name, timeout, opened=held is not None)
@@ -272,38 +225,25 @@ class SshCluster(PartyStaging):
         for party, result in zip(parties, results, strict=True):
             assert result.completed is not None
             stats = parse_stats(party.name, result.completed.stderr)
-            # Until the server holds its share file: joining the hosts' parts included.
-            stats["upload_s"] = party.upload_s + (party.join_s or 0.0)
-            if party.aggregate_s is not None:
-                stats["aggregate_s"] = party.aggregate_s
-            if party.expand_s is not None:
-                stats["expand_s"] = party.expand_s
+            stats["upload_s"] = party.upload_s
             runs.append(PartyRun(party.index, result.completed, stats))
         if held is not None and self._streamed is not None and self._streamed.upload:
             # As counted by each server on its stream, framing included.
             self._sent_bytes = [self._streamed.upload[i]["upload_bytes_sent"]
                                 for i in range(self.parties)]
-        elif clients:
-            # As counted by each receiving server.
-            self._sent_bytes = [p.received_bytes or 0 for p in parties]
         else:
             self._sent_bytes = [sum(upload_size(u) for u in party_uploads
                                     if u.remote.startswith(_CLIENT_DATA))
                                 for party_uploads in uploads]
         return runs
 
-    def _party_group(self, base: int, timeout: float,
-                     clients: list[ClientHost] | None = None) -> PartyGroup:
+    def _party_group(self, base: int, timeout: float) -> PartyGroup:
         spec = protocol_for(self.protocol)
         parties = [RemoteParty(i, h, self.workdir / "logs", spec.binary,
                                spec.party_count_args(self.parties))
                    for i, h in enumerate(self.inventory.hosts)]
         return PartyGroup(parties, self.inventory.known_hosts, self.inventory_path,
-                          self.connect_options, steps=self._steps, timeout=timeout,
-                          base_port=base, client_hosts=clients,
-                          client_files=([self.client_files(i) for i in range(self.parties)]
-                                        if clients else None),
-                          extra_bytes=[self._extra_bytes(i) for i in range(self.parties)])
+                          self.connect_options, timeout=timeout, base_port=base)
 
     # --- what goes where -----------------------------------------------------------------
 
@@ -335,38 +275,7 @@ class SshCluster(PartyStaging):
                 files.append(Upload(f"Player-Data/{name}", local=path))
             elif name == f"P{i}.key" or name.startswith(f"Input-P{i}-"):
                 files.append(Upload(f"Player-Data/{name}", local=path, mode=0o600))
-        if not self._shares_on_client:
-            if self._steps.expand:
-                for path in upload_files(self.party_dir(i)):
-                    files.append(Upload(f"Upload/{path.name}", local=path, mode=0o600))
-            elif self.share_file(i).exists():
-                files.append(Upload(self._steps.arriving_file(i), local=self.share_file(i),
-                                    mode=0o600))
-        if self._steps.expand and self._steps.joins:
-            for k in range(self._steps.hosts):
-                name = HostSteps.expand_plan(k)
-                files.append(Upload(name, local=self.workdir / name))
-        elif self._steps.expand:
-            files.append(Upload(EXPAND_PLAN, local=self.workdir / EXPAND_PLAN))
-        if self._steps.aggregate:
-            files.append(Upload(AGGREGATE_PLAN, local=self.workdir / AGGREGATE_PLAN))
-        if self._shares_on_client:
-            files.append(Upload("client.pem", local=self._clients[0].cert))
+        if self.share_file(i).exists():  # streamed here into the share file: sent whole
+            files.append(Upload(share_file_there(i), local=self.share_file(i), mode=0o600))
         files.append(Upload("ip", content=self.ip_file(base_port).encode()))
         return files
-
-    def client_files(self, i: int) -> list[list[tuple[str, str]]]:
-        """What each client host sends server ``i``: (its path there, the path on server i)."""
-        return [[(name, self._steps.received_name(i, k, Path(name).name))
-                 for name, _ in client.files[i]]
-                for k, client in enumerate(self._clients)]
-
-    def _extra_bytes(self, i: int) -> int:
-        """Disk a server needs beyond its uploads: the client hosts' files, its expansion,
-        and while joining several hosts' parts, one part twice at most (counted whole)."""
-        received = (sum(size for c in self._clients for _, size in c.files[i])
-                    if self._shares_on_client else 0)
-        extra = received + self._expanded_bytes
-        if self._steps.joins:
-            extra += self._expanded_bytes or received
-        return extra

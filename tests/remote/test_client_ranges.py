@@ -1,5 +1,5 @@
-"""Several client hosts: the clients' ranges, each host's own layout, and the servers'
-join of the hosts' files, checked end to end without SSH (the agent's own functions)."""
+"""Several client hosts: the clients' ranges and each host's own columns of the sketch,
+checked without SSH, and a reference run streamed from several client hosts."""
 
 from __future__ import annotations
 
@@ -9,27 +9,14 @@ import numpy as np
 import pytest
 
 from harness.clients import (
-    ADDITIVE,
-    REPLICATED,
-    FixedPoint,
     Layout,
-    NoiseSpec,
-    SeededSink,
-    ShareSink,
     Sketch,
     client_ranges,
-    expand_file,
-    prepare_inputs,
     range_sketch,
     split_clients,
-    upload_files,
 )
-from harness.clients import save_plan as save_expand_plan
 from harness.clients.layout import accumulator_index
-from harness.engine.aggregate import aggregate_shares
 from harness.errors import InputError
-from harness.remote._client import combine_parts
-from harness.remote.transfer import join
 
 M, D = 12, 3
 
@@ -72,73 +59,6 @@ def test_the_joined_layout_holds_every_slot_once_in_its_accumulator_s_blocks(n, 
         alone = Layout.blocked(range_sketch(sketch, start, stop), D, part.block_rows,
                                part.chunk_blocks)
         assert np.array_equal(alone.file_slot, part.file_slot)
-
-
-@pytest.mark.parametrize(("sharing", "fmt"), [("full", ADDITIVE), ("seeded", ADDITIVE),
-                                               ("full", REPLICATED)])
-def test_each_host_s_part_joined_and_aggregated_gives_the_whole_sketch(tmp_path, sharing, fmt):
-    n, s, hosts = 2500, 2, 3
-    parties = 3
-    rng = np.random.default_rng(1)
-    data = rng.uniform(-1, 1, size=(n, D))
-    sketch = Sketch.generate(n, M, s, seed=2)
-    split = split_clients(sketch, D, hosts, fmt.words)
-    fp = FixedPoint(16)
-    parts = []
-    for k, ((start, stop), layout) in enumerate(zip(split.ranges, split.parts, strict=True)):
-        host = tmp_path / f"client{k}"
-        part_sketch = range_sketch(sketch, start, stop)
-        noise = NoiseSpec("none", n=stop - start, m=M, d=D, s=s)
-        if sharing == "seeded":
-            dirs = [host / f"P{i}" for i in range(parties)]
-            sink = SeededSink(dirs, layout, fmt, stop - start, s, D)
-        else:
-            host.mkdir()
-            sink = ShareSink([host / f"P{i}.data" for i in range(parties)], fmt)
-        parts.append(prepare_inputs(data[start:stop], part_sketch, layout, noise, fp, sink,
-                                    np.random.default_rng(k)))
-    whole = combine_parts(parts, [b - a for a, b in split.ranges])
-    total = np.zeros((M, D), dtype=np.uint64)
-    for i in range(parties):
-        server = tmp_path / f"server{i}"
-        server.mkdir()
-        files = []
-        for k, ((start, stop), layout) in enumerate(zip(split.ranges, split.parts,
-                                                        strict=True)):
-            part = server / f"Part-{k}.data"
-            if sharing == "seeded":  # the server expands each host's seeds with its plan
-                upload = server / f"Client-{k}" / "Upload"
-                upload.mkdir(parents=True)
-                for path in upload_files(tmp_path / f"client{k}" / f"P{i}"):
-                    (upload / path.name).write_bytes(path.read_bytes())
-                save_expand_plan(server / f"plan-{k}.npz", layout, fmt, parties, stop - start, s)
-                expand_file(i, server / f"plan-{k}.npz", part, server / f"Client-{k}")
-            else:
-                part.write_bytes((tmp_path / f"client{k}" / f"P{i}.data").read_bytes())
-            files.append(part)
-        size, _ = join(fmt.name, server / "joined.data", files)
-        assert size == len(fmt.header) + 8 * fmt.words * split.joined.total_rows * D
-        assert not any(p.exists() for p in files)  # each part goes once it is joined
-        share = aggregate_shares(server / "joined.data", split.joined, fmt)
-        # replicated: server i holds (a_i, a_{i-1}); its first words sum to the secret
-        total += share[..., 0] if fmt.words > 1 else share
-    # The hosts' parts summed are the plaintext sketch of all clients, as one host makes it.
-    one = prepare_inputs(data, sketch, Layout.blocked(sketch, D), NoiseSpec("none", n=n, m=M,
-                         d=D, s=s), fp, ShareSink([tmp_path / f"one{i}" for i in range(2)],
-                                                  ADDITIVE), np.random.default_rng(9))
-    assert np.array_equal(whole.expected, one.expected)
-    assert np.array_equal(total, whole.expected)
-    assert whole.upload_bytes == [sum(p.upload_bytes[i] for p in parts) for i in range(parties)]
-
-
-def test_joining_refuses_a_part_of_another_format(tmp_path: Path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.write_bytes(ADDITIVE.header + bytes(8))
-    b.write_bytes(REPLICATED.header + bytes(16))
-    with pytest.raises(ValueError, match="is not a additive share file"):
-        join(ADDITIVE.name, tmp_path / "out", [a, b])
-    assert a.exists() and b.exists() and not (tmp_path / "out").exists()
-
 
 
 def test_reference_shares_with_several_client_hosts_streams_to_the_servers(tmp_path: Path):
