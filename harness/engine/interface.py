@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    import numpy as np
 
     from harness.clients import (
-        ClientSplit,
         FileShape,
         FixedPoint,
-        Layout,
         NoiseSpec,
         Prepared,
         Rows,
@@ -69,10 +66,10 @@ class ClientJob:
     the servers) or ``"party"`` (party 0, the data owner, types the rows in);
     ``sharing`` is ``"full"`` or ``"seeded"`` (all but one component as PRG seeds).
 
-    ``layout`` is None for a streamed job: the ``local`` program's servers sum the
-    shares as they arrive, grouped per chunk (:mod:`harness.clients.stream`), and
-    ``as_input`` says whether they hand their aggregates to the MPC as input text.
-    A streamed job with ``blocks`` is the ``fast`` or ``reference`` program's: its
+    Every job streams: the ``local`` program's servers sum the shares as they
+    arrive, grouped per chunk (:mod:`harness.clients.stream`), and ``as_input``
+    says whether they hand their aggregates to the MPC as input text. A job with
+    ``blocks`` is the ``fast`` or ``reference`` program's: its
     servers write the shares into share files of that shape as they arrive (blocked
     per chunk of clients, :mod:`harness.clients.blocks`, or one row per slot,
     :mod:`harness.clients.slots`), and the program's public input beside them. With
@@ -83,14 +80,10 @@ class ClientJob:
     ``here`` says where a stream to hosts runs (the table of modes decides it,
     :mod:`harness.experiments.modes`): on this machine, its files then sent whole,
     so the hosts need only MP-SPDZ; else each server takes its stream on its host.
-
-    ``split`` is set when several client hosts share the clients: each prepares its
-    own range, and ``layout`` is then the hosts' layouts joined end to end.
     """
 
     rows: Rows
     sketch: Sketch
-    layout: Layout | None
     noise: NoiseSpec
     fp: FixedPoint
     share_format: ShareFormat
@@ -99,19 +92,7 @@ class ClientJob:
     timeout: float = 900.0
     as_input: bool = False
     blocks: FileShape | None = None
-    split: ClientSplit | None = None
     here: bool = False
-
-    @property
-    def streamed(self) -> bool:
-        return self.layout is None
-
-    @property
-    def file_layout(self) -> Layout:
-        """The share files' layout (a streamed job has none: it writes no share file)."""
-        if self.layout is None:
-            raise ValueError("a streamed job has no share-file layout")
-        return self.layout
 
     def stream_plan(self, parties: int, hosts: tuple[int, ...] = ()) -> StreamPlan:
         """The public plan of this job's stream to ``parties`` servers: one client worker
@@ -122,13 +103,6 @@ class ClientJob:
         return StreamPlan(self.n, self.d, self.sketch.m, self.sketch.s, parties,
                           self.share_format.name, workers=sum(hosts) or worker_count(),
                           sharing=self.sharing, hosts=hosts)
-
-    @property
-    def data(self) -> np.ndarray:
-        """Every row in memory, for the paths that write whole share files (memory-checked)."""
-        from harness.clients import all_rows
-
-        return all_rows(self.rows)
 
     @property
     def n(self) -> int:
@@ -146,11 +120,9 @@ class Delivery:
     ``upload`` maps each party to ``{"upload_s", "upload_bytes_sent"}`` when the
     upload crossed a network and was timed here (else None: the files were
     written in place, or the hosts timed it and report it in their stats).
-    ``expand_s`` is each server's seed expansion when it was timed here.
     """
 
     upload: dict[int, dict] | None = None
-    expand_s: list[float] | None = None
 
 
 @runtime_checkable

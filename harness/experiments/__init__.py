@@ -53,7 +53,6 @@ if TYPE_CHECKING:
         coin_technique,
         prepare_cluster,
         program_for,
-        public_input_for,
     )
 
 __all__ = [
@@ -84,7 +83,6 @@ __all__ = [
     "migrate_row",
     "prepare_cluster",
     "program_for",
-    "public_input_for",
     "reproduce",
     "route_for",
     "run",

@@ -56,7 +56,7 @@ from harness.experiments.results import (
     Verification,
     metadata,
 )
-from harness.experiments.workload import Workload, client_job, public_input_for, upload_model_mb
+from harness.experiments.workload import Workload, client_job, upload_model_mb
 from harness.fileio import open_private, private_dir
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
@@ -84,12 +84,11 @@ class RunOutcome:
 
 
 def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram,
-            workdir: Path, schedule: str | None = None, *,
+            workdir: Path, *,
             inputs: ServerInputs | None = None, keep_inputs: bool = False) -> RunOutcome:
     """One complete run in ``workdir``: fresh noise and masks, parties, verification.
 
-    ``cfg`` is a validated config; ``schedule`` is :func:`public_input_for`'s text,
-    for callers that repeat a workload. Nothing is written outside ``workdir``.
+    ``cfg`` is a validated config. Nothing is written outside ``workdir``.
 
     ``keep_inputs`` asks for the servers' inputs as this run left them, kept when
     the cluster can compute on them again (local parties without a network) and
@@ -100,8 +99,9 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings: dict[str, float] = {}
     started = time.perf_counter()
     timings["compile_s"] = program.compile_seconds or 0.0
-    if schedule is None:
-        schedule = public_input_for(cfg, work)
+    # Every run streams: its servers (or data owner) write the program's public
+    # schedule as the chunks come, and ``local`` reads none.
+    schedule = ""
     with ExitStack() as held:
         if inputs is None:
             cluster = make_cluster(cfg, mp, workdir)
@@ -249,10 +249,6 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
                    aggregate_s: list[float] | None) -> list[PartyResult]:
     """Each server's figures: MP-SPDZ's, and the upload, expansion and aggregation where
     they were timed here (else as the server's host reported them in its stats)."""
-    expand_s = delivery.expand_s
-    # A streamed run's servers expanded their seeds as they came (stream_expand_s).
-    if cfg.sharing == "seeded" and expand_s is None and not cfg.streams:
-        expand_s = [r.stats["expand_s"] for r in runs]
     parties = []
     for r in runs:
         stats = r.stats
@@ -264,8 +260,6 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
         if delivery.upload is not None:
             row.upload_s = delivery.upload[r.party]["upload_s"]
             row.upload_bytes_sent = delivery.upload[r.party]["upload_bytes_sent"]
-        if expand_s is not None:
-            row.expand_s = expand_s[r.party]
         if cfg.server_program.aggregates:
             row.mpc_time_s = row.time_s
             row.aggregate_s = (aggregate_s[r.party] if aggregate_s is not None
@@ -276,15 +270,8 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
 
 
 def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParameters:
-    lay = work.layout
-    if lay is None:  # streamed: grouped per chunk of clients; fast's servers wrote files
-        layout: dict = {"kind": "streamed", **prepared.layout}
-    else:
-        layout = {"kind": lay.kind, "block_rows": lay.block_rows,
-                  "chunk_blocks": lay.chunk_blocks, "file_rows": lay.total_rows,
-                  "padding_rows": lay.total_rows - lay.real_rows}
-    if work.split is not None:  # public: which client host prepared which clients
-        layout["client_ranges"] = [list(r) for r in work.split.ranges]
+    # Grouped per chunk of clients; fast's and reference's servers wrote files of it.
+    layout: dict = {"kind": "streamed", **prepared.layout}
     # The seed the sketch (and synthetic data) came from, drawn when --seed was not given.
     layout["sketch_seed"] = work.seed
     if cfg.data is None:  # uniform in [-eta, eta] from that seed: recomputable from these
@@ -342,15 +329,9 @@ def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:
     if cfg.inputs_aggregates:
         tamper_text_file(party_input_file(cluster.party_dir(party), party))
         return
-    fmt = cfg.share_format
-    program = cfg.server_program
-    # An aggregated file holds the m x d accumulators, a plain one no padding, and a file
-    # laid out per chunk of clients starts with a real row (a block's first always is).
-    row = 0
-    if program.blocked and not program.aggregates and work.blocks is None:
-        assert work.layout is not None  # a program that reads client share files has one
-        row = int(np.flatnonzero(work.layout.file_slot >= 0)[0])
-    tamper_share_file(cluster.share_file(party), fmt, row * work.d * fmt.words)
+    # An aggregated file holds the m x d accumulators, a row-per-slot one no padding, and
+    # a file laid out per chunk of clients starts with a real row (a block's first is).
+    tamper_share_file(cluster.share_file(party), cfg.share_format, 0)
 
 
 def raise_if_detected(spec: Protocol, exc: PartyError, workdir: Path) -> None:

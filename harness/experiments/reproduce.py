@@ -51,7 +51,6 @@ from harness.experiments.workload import (
     check_fits,
     noise_for,
     program_for,
-    public_input_for,
 )
 from harness.fileio import output_lock
 
@@ -200,19 +199,17 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
 
 @dataclass
 class _CellState:
-    """What a cell's repetitions share: its settings, workload, program and schedule."""
+    """What a cell's repetitions share: its settings, workload and program."""
 
     run_cfg: RunConfig
     work: Workload
     program: CompiledProgram
-    schedule: str
 
     @classmethod
     def build(cls, cfg: ReproduceConfig, mp: MpSpdz, cell: Cell, workroot: Path) -> _CellState:
         run_cfg = _run_config(cfg, cell, workroot).validate()
         work = build_workload(run_cfg)
-        return cls(run_cfg, work, program_for(mp, run_cfg, work),
-                   public_input_for(run_cfg, work))
+        return cls(run_cfg, work, program_for(mp, run_cfg, work))
 
 
 def _execute(cfg: ReproduceConfig, mp: MpSpdz, state: _CellState, workroot: Path,
@@ -223,7 +220,7 @@ def _execute(cfg: ReproduceConfig, mp: MpSpdz, state: _CellState, workroot: Path
         shutil.rmtree(workdir, ignore_errors=True)
     try:
         outcome = execute(state.run_cfg, mp, state.work, state.program, workdir,
-                          state.schedule, inputs=inputs, keep_inputs=keep)
+                          inputs=inputs, keep_inputs=keep)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -19,9 +19,7 @@ import numpy as np
 from harness.clients import (
     CALIBRATIONS,
     BlockShape,
-    ClientSplit,
     FixedPoint,
-    Layout,
     NoiseSpec,
     Prepared,
     Rows,
@@ -52,28 +50,26 @@ from harness.experiments.config import RunConfig
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
            "check_noise", "check_ring", "check_workload_size", "check_zero_output",
            "client_job", "coin_technique", "largest_rows", "noise_for", "servers_noise_for",
-           "prepare_cluster", "program_for", "public_input_for", "upload_model_mb"]
+           "prepare_cluster", "program_for", "upload_model_mb"]
 
 
 @dataclass
 class Workload:
     """Everything public and private that one run computes on.
 
-    ``rows`` are read a chunk at a time; ``layout`` is None for a streamed run,
-    whose servers take the shares grouped per chunk instead of from a file;
-    ``blocks`` is a streamed ``fast`` run's block shape (its files are laid out
-    per chunk of clients as they arrive), ``slots`` a streamed ``reference`` run's
-    with ``--input shares`` (one row per slot, in the order the chunks arrive).
+    ``rows`` are read a chunk at a time, and every run streams them: ``blocks`` is
+    the ``fast`` program's block shape (its files are laid out per chunk of clients
+    as they arrive), ``slots`` the ``reference`` program's with ``--input shares``
+    (one row per slot, in the order the chunks arrive); a ``local`` run's servers
+    write no file.
     """
 
     rows: Rows
     sketch: Sketch
     noise: NoiseSpec
     fp: FixedPoint
-    layout: Layout | None
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
     blocks: BlockShape | None = None
-    split: ClientSplit | None = None  # the clients' ranges, with several client hosts
     slots: SlotShape | None = None
     header: bool | None = None  # a text --data file's first line was a header (skipped)
     servers_noise: ServerNoise | None = None  # dng or central: the servers' noise
@@ -351,14 +347,13 @@ def build_workload(cfg: RunConfig) -> Workload:
     blocks = (BlockShape.choose(n, cfg.rows, s, d, words) if route.shape == "blocked"
               else None)
     slots = SlotShape() if route.shape == "slots" else None
-    return Workload(rows, sketch, noise, fp, None, seed, blocks, None, slots, header,
-                    servers)
+    return Workload(rows, sketch, noise, fp, seed, blocks, slots, header, servers)
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     """The server program compiled for this workload (cached)."""
     program = cfg.server_program
-    shape = work.layout or work.blocks
+    shape = work.blocks
     values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
               "block_rows": shape.block_rows if shape else 1,
@@ -390,21 +385,12 @@ def coin_technique(spec: Protocol, parties: int) -> dict[str, object]:
     return {"technique": _COINS_WITHOUT_SPLIT.get(spec.name, "edabits"), "summands": 0}
 
 
-def public_input_for(cfg: RunConfig, work: Workload) -> str:
-    """The public schedule the program reads (it depends only on the sketch); empty for
-    a streamed run: ``local`` reads none, and ``fast``'s and ``reference``'s servers (or
-    data owner) write theirs as the chunks come."""
-    if work.layout is None:
-        return ""
-    return cfg.server_program.public_input(work.sketch, work.layout)
-
-
 def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     """What the clients compute on and how they hand it to the servers."""
-    return ClientJob(work.rows, work.sketch, work.layout, work.noise, work.fp,
+    return ClientJob(work.rows, work.sketch, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks or work.slots, split=work.split, here=cfg.route.here)
+                     blocks=work.blocks or work.slots, here=cfg.route.here)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

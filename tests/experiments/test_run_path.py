@@ -17,7 +17,6 @@ from harness.experiments import (
     build_workload,
     execute,
     program_for,
-    public_input_for,
 )
 
 execute_module = importlib.import_module("harness.experiments.execute")
@@ -110,14 +109,13 @@ def test_the_registry_describes_each_program(program, default, blocked, aggregat
     cfg = RunConfig(out=Path("o"), program=program, clients=200, rows=10, dim=2,
                     noise="none", seed=1).validate()
     work = build_workload(cfg)
-    # On loopback every program streams: no global layout. local's servers read no share
+    # On loopback every program streams. local's servers read no share
     # file; fast's write theirs, laid out per chunk of clients in blocks of this shape;
     # reference's data owner (its default input) writes its input text per chunk, one
     # row per slot.
-    assert cfg.streams and work.layout is None
+    assert cfg.streams
     assert (work.blocks is not None) == (blocked and not aggregates)
     assert (work.slots is not None) == (not blocked)
-    assert public_input_for(cfg, work) == ""  # none, or written while streaming
     shares = dataclasses.replace(cfg, input_mode="shares", sharing="seeded")
     assert shares.streams  # seeded shares stream too
     if not blocked:  # reference's servers write one row per slot as the shares arrive

@@ -37,7 +37,6 @@ from harness.experiments import (
     build_workload,
     client_job,
     program_for,
-    public_input_for,
     run,
 )
 from harness.remote._connect import ConnectOptions, HostKeyError, SshConnectError, connect
@@ -113,7 +112,7 @@ def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
                          **kw)
     assert isinstance(cluster, Cluster) and not cluster.reuses_inputs
     prepared = cluster.prepare(client_job(cfg, work))
-    return cluster, program, public_input_for(cfg, work), prepared
+    return cluster, program, "", prepared
 
 
 # --- full runs -------------------------------------------------------------------------------
