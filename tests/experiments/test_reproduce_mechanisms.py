@@ -1,0 +1,142 @@
+"""``ltm reproduce mechanisms`` with real MP-SPDZ parties, on a tiny grid.
+
+The shipped spec's every central cell costs tens of seconds (1,000 cells of about
+60,000 coins); the test runs the same machinery on its own small spec (m = 10,
+d = 4, n = 3,000), put where the harness reads its specs.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analyst import MechanismUtility
+from harness.cli import main
+from harness.experiments import sweeps
+from harness.experiments.reproduce import RAW_FILE, load_raw
+from harness.experiments.sweeps import load_spec
+
+pytestmark = [pytest.mark.mpspdz]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TINY = """
+name = "mechanisms"
+title = "Is the LTM worth it? (tiny)"
+x = "clients"
+repeat = 2
+rows = 10
+dim = 4
+paper = "table3"
+protocols = ["semi2k", "replicated-ring"]
+programs = ["local"]
+mechanisms = ["ltm", "dng", "central"]
+epsilons = [1.0, 0.01]
+
+[utility]
+rank = 1
+lambda = 1.0
+
+[[variant]]
+servers = 3
+label = ""
+
+[grid]
+clients = [3000]
+sparsity = [1]
+"""
+
+
+@pytest.fixture
+def tiny_specs(tmp_path, monkeypatch):
+    """The harness's specs, with mechanisms.toml replaced by the tiny one."""
+    specs = tmp_path / "specs"
+    shutil.copytree(sweeps.spec_dir(), specs)
+    (specs / "mechanisms.toml").write_text(TINY)
+    monkeypatch.setattr(sweeps, "spec_dir", lambda: specs)
+    return specs
+
+
+def test_shipped_spec_is_the_issue_grid():
+    spec = load_spec("mechanisms")
+    assert (spec.rows, spec.dim) == (100, 10) and spec.variants[0].servers == 3
+    assert set(spec.protocols) == {"semi2k", "replicated-ring", "ps-rep-ring",
+                                   "malicious-rep-ring", "spdz2k"}
+    assert spec.mechanisms == ("ltm", "dng", "central") and spec.epsilons == (0.1, 1.0)
+    assert {c.paper_clients for c in spec.cells} == {100_000, 1_000_000}
+    assert len(spec.cells) == 2 * 2 * 5 * 3
+    assert len({c.key for c in spec.cells}) == len(spec.cells)
+
+
+def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, capsys):
+    out = tmp_path / "mech"
+    assert main(["reproduce", "mechanisms", "--out", str(out), "--no-progress",
+                 "--calibration", "analytic", "--mp-spdz", str(mp_spdz.root)]) == 0
+    assert "repetitions verified" in capsys.readouterr().out
+    raw = load_raw(out / RAW_FILE)
+    assert raw["verified"].all() and set(raw["servers"]) == {3}
+    # every mechanism under both protocols at epsilon 1; at 0.01 central needs more coins
+    # than the limit allows, so only ltm and dng ran there
+    ran = set(zip(raw["protocol"], raw["mechanism"], raw["requested_epsilon"], strict=True))
+    assert ran == {(p, m, 1.0) for p in ("semi2k", "replicated-ring")
+                   for m in ("ltm", "dng", "central")} | {
+        (p, m, 0.01) for p in ("semi2k", "replicated-ring") for m in ("ltm", "dng")}
+    # each repetition's own noise, the LTM's too: its psi differs between repetitions
+    ltm = raw[(raw["mechanism"] == "ltm") & (raw["party"] == 0)]
+    assert ltm.groupby("cell")["psi"].nunique().eq(2).all()
+
+    table = pd.read_csv(out / "mechanisms.csv", keep_default_na=False, na_values=[""])
+    assert len(table) == 2 * 2 * 3  # a row per protocol x mechanism x epsilon, refused too
+    done = table[table["left_out"].isna()]
+    refused = table[table["left_out"].notna()]
+    assert set(zip(refused["protocol"], refused["mechanism"], refused["epsilon"],
+                   strict=True)) == {("semi2k", "central", 0.01),
+                                     ("replicated-ring", "central", 0.01)}
+    assert refused["left_out"].str.contains("coins per cell").all()
+    assert (done["repetitions"] == 2).all()
+    # the price of each mechanism's noise: central's is the central Gaussian's up to the
+    # rounding and the binomial; the LTM's analytic Gaussian over half the clients is sqrt(2)
+    central = done[done["mechanism"] == "central"]
+    assert central["std_ratio"].between(1.0, 1.3).all()
+    assert np.allclose(done.loc[done["mechanism"] == "ltm", "std_ratio"], math.sqrt(2))
+    assert (done.loc[done["mechanism"] == "dng", "std_ratio"] > 1).all()
+    # central's coins cost: more time and traffic than the LTM's, measured per coin
+    assert (central["t_vs_ltm"] > 1).all() and (central["central_ns_per_coin"] > 0).all()
+    ltm_c = done[done["mechanism"] == "ltm"].set_index(["protocol", "epsilon"])["c_mpc_mean_mb"]
+    for r in central.itertuples():
+        assert r.c_mpc_mean_mb > ltm_c[(r.protocol, r.epsilon)]
+    # the analyst's errors of every revealed sketch, on the same data
+    assert np.isfinite(done["psi_mean"]).all() and (done["psi_mean"] >= 0).all()
+    assert np.isfinite(done["phi_mean"]).all() and (done["phi_mean"] >= 1).all()
+    # the utility it buys: at epsilon 0.01 the noise swamps the sketch far more than at 1
+    for protocol in ("semi2k", "replicated-ring"):
+        ltm_rows = done[(done["mechanism"] == "ltm") & (done["protocol"] == protocol)]
+        phi = ltm_rows.set_index("epsilon")["phi_mean"]
+        assert phi[0.01] > phi[1.0]
+
+    md = (out / "mechanisms.md").read_text()
+    assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == 2 + len(table)
+    assert md.count("left out: --mechanism central needs more than") == 2
+    assert "ns per coin" in md
+    assert (out / "mechanisms.png").read_bytes().startswith(PNG_MAGIC)
+    tex = (out / "mechanisms.tex").read_text()
+    assert tex.count(r"\\") - 1 == len(table)  # the header and one line per row
+    report = (out / "report.md").read_text()
+    assert "(mechanisms.png)" in report and "ns per coin" in report
+
+
+def test_the_data_is_low_rank_within_the_bound():
+    data = MechanismUtility().data(5000, 6, 2, seed=3)
+    assert data.shape == (5000, 6) and np.abs(data).max() == pytest.approx(1.0)
+    assert np.array_equal(data, MechanismUtility().data(5000, 6, 2, seed=3))
+    singular = np.linalg.svd(data, compute_uv=False)
+    assert singular[2] < 0.2 * singular[1]  # rank 2 plus the target's small noise
+    # psi of the data's own sketch-free optimum is 0; a random sketch's is positive
+    exact = MechanismUtility().measure(data, data, 2, 1.0)
+    assert exact["psi"] == pytest.approx(0.0, abs=1e-12) and exact["phi"] == pytest.approx(1.0)
+    noisy = MechanismUtility().measure(np.random.default_rng(0).normal(size=(20, 6)), data,
+                                       2, 1.0)
+    assert noisy["psi"] > 0 and noisy["phi"] > 1
