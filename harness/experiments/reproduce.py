@@ -166,6 +166,11 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     written = report.write_all(load_raw(raw_path), tables, out, machine=machine_info(),
                                settings=settings)
     if echo:
+        for table in tables:
+            if load_spec(table).mechanisms:
+                echo(report.headline(report.summarize_mechanisms(
+                    load_raw(raw_path), table, left_out)).rstrip())
+    if echo:
         echo(f"ltm reproduce: {len(plan)} repetitions verified; wrote "
              + ", ".join(p.name for p in written) + f" in {out}")
     return out

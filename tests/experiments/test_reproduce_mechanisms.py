@@ -75,7 +75,13 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
     out = tmp_path / "mech"
     assert main(["reproduce", "mechanisms", "--out", str(out), "--no-progress",
                  "--calibration", "analytic", "--mp-spdz", str(mp_spdz.root)]) == 0
-    assert "repetitions verified" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "repetitions verified" in printed
+    # the headline: n and the largest epsilon, a row per mechanism x protocol
+    head = printed[printed.index("n=3000, epsilon 1:"):].splitlines()
+    rows = [ln for ln in head[3:] if ln.startswith("| ")]
+    assert [ln.split(" | ")[:2] for ln in rows] == [
+        [f"| {m}", p] for m in ("ltm", "dng", "central") for p in ("semi2k", "replicated-ring")]
     raw = load_raw(out / RAW_FILE)
     assert raw["verified"].all() and set(raw["servers"]) == {3}
     # every mechanism under both protocols at epsilon 1; at 0.01 central needs more coins

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 else:
     pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
-__all__ = ["MECHANISM_COLUMNS", "summarize_mechanisms", "write_mechanisms"]
+__all__ = ["MECHANISM_COLUMNS", "headline", "summarize_mechanisms", "write_mechanisms"]
 
 MECHANISM_COLUMNS = (
     "cell", "clients", "paper_clients", "epsilon", "protocol", "security", "mechanism",
@@ -181,10 +181,30 @@ def central_cost_lines(summary: pd.DataFrame) -> list[str]:
     lines = []
     for r in part.itertuples():
         lines.append(f"central, {r.protocol}, n={r.clients}, epsilon {r.epsilon:g}: "
-                     f"{int(r.coins_per_cell):,} coins per cell (grid 2^-{int(r.grid_bits)}), "
+                     f"{int(r.coins_per_cell):,} coins per cell (grid 2^{-int(r.grid_bits)}), "
                      f"{_num(r.central_us_per_cell, 1)} us per cell, "
                      f"{_num(r.central_ns_per_coin, 2)} ns per coin over the LTM's T_MPC")
     return lines
+
+
+def headline(summary: pd.DataFrame) -> str:
+    """The largest n at the largest epsilon, mechanism x protocol: what the sweep prints."""
+    if summary.empty:
+        return ""
+    n, eps = summary["paper_clients"].max(), summary["epsilon"].max()
+    part = summary[(summary["paper_clients"] == n) & (summary["epsilon"] == eps)]
+    body = []
+    for mechanism in dict.fromkeys(part["mechanism"]):
+        for r in part[part["mechanism"] == mechanism].itertuples():
+            if r.left_out:
+                body.append([mechanism, r.protocol, "left out", "n/a", "n/a", "n/a"])
+                continue
+            body.append([mechanism, r.protocol, _pm(r.t_mpc_mean_s, r.t_mpc_std_s),
+                         _num(r.c_mpc_mean_mb, 1), _num(r.std_ratio, 3),
+                         _sci_pm(r.psi_mean, r.psi_std)])
+    n_run = int(part["clients"].max())
+    return (f"n={n_run}, epsilon {eps:g}:\n" + markdown_table(
+        ["mechanism", "protocol", "T_MPC (s)", "C_MPC (MB)", "std ratio", "psi"], body))
 
 
 _MARKERS = {"ltm": "o", "dng": "s", "central": "^"}
