@@ -16,8 +16,8 @@ import pytest
 
 from harness.analyst import MechanismUtility
 from harness.cli import main
-from harness.experiments import sweeps
-from harness.experiments.reproduce import RAW_FILE, load_raw
+from harness.experiments import ReproduceConfig, report, sweeps
+from harness.experiments.reproduce import RAW_FILE, load_raw, plan_sweep
 from harness.experiments.sweeps import load_spec
 
 pytestmark = [pytest.mark.mpspdz]
@@ -34,7 +34,7 @@ paper = "table3"
 protocols = ["semi2k", "replicated-ring"]
 programs = ["local"]
 mechanisms = ["ltm", "dng", "central"]
-epsilons = [1.0, 0.01]
+epsilons = [1.0]
 
 [utility]
 rank = 1
@@ -50,14 +50,18 @@ sparsity = [1]
 """
 
 
-@pytest.fixture
-def tiny_specs(tmp_path, monkeypatch):
-    """The harness's specs, with mechanisms.toml replaced by the tiny one."""
+def _specs(tmp_path, monkeypatch, text):
+    """The harness's specs, with mechanisms.toml replaced by ``text``."""
     specs = tmp_path / "specs"
     shutil.copytree(sweeps.spec_dir(), specs)
-    (specs / "mechanisms.toml").write_text(TINY)
+    (specs / "mechanisms.toml").write_text(text)
     monkeypatch.setattr(sweeps, "spec_dir", lambda: specs)
     return specs
+
+
+@pytest.fixture
+def tiny_specs(tmp_path, monkeypatch):
+    return _specs(tmp_path, monkeypatch, TINY)
 
 
 def test_shipped_spec_is_the_issue_grid():
@@ -84,25 +88,18 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
         [f"| {m}", p] for m in ("ltm", "dng", "central") for p in ("semi2k", "replicated-ring")]
     raw = load_raw(out / RAW_FILE)
     assert raw["verified"].all() and set(raw["servers"]) == {3}
-    # every mechanism under both protocols at epsilon 1; at 0.01 central needs more coins
-    # than the limit allows, so only ltm and dng ran there
+    # every mechanism under both protocols
     ran = set(zip(raw["protocol"], raw["mechanism"], raw["requested_epsilon"], strict=True))
     assert ran == {(p, m, 1.0) for p in ("semi2k", "replicated-ring")
-                   for m in ("ltm", "dng", "central")} | {
-        (p, m, 0.01) for p in ("semi2k", "replicated-ring") for m in ("ltm", "dng")}
+                   for m in ("ltm", "dng", "central")}
     # each repetition's own noise, the LTM's too: its psi differs between repetitions
     ltm = raw[(raw["mechanism"] == "ltm") & (raw["party"] == 0)]
     assert ltm.groupby("cell")["psi"].nunique().eq(2).all()
 
     table = pd.read_csv(out / "mechanisms.csv", keep_default_na=False, na_values=[""])
-    assert len(table) == 2 * 2 * 3  # a row per protocol x mechanism x epsilon, refused too
+    assert len(table) == 2 * 3  # a row per protocol x mechanism
     done = table[table["left_out"].isna()]
-    refused = table[table["left_out"].notna()]
-    assert set(zip(refused["protocol"], refused["mechanism"], refused["epsilon"],
-                   strict=True)) == {("semi2k", "central", 0.01),
-                                     ("replicated-ring", "central", 0.01)}
-    assert refused["left_out"].str.contains("coins per cell").all()
-    assert (done["repetitions"] == 2).all()
+    assert len(done) == len(table) and (done["repetitions"] == 2).all()
     # the price of each mechanism's noise: central's is the central Gaussian's up to the
     # rounding and the binomial; the LTM's analytic Gaussian over half the clients is sqrt(2)
     central = done[done["mechanism"] == "central"]
@@ -111,27 +108,42 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
     assert (done.loc[done["mechanism"] == "dng", "std_ratio"] > 1).all()
     # central's coins cost: more time and traffic than the LTM's, measured per coin
     assert (central["t_vs_ltm"] > 1).all() and (central["central_ns_per_coin"] > 0).all()
-    ltm_c = done[done["mechanism"] == "ltm"].set_index(["protocol", "epsilon"])["c_mpc_mean_mb"]
+    ltm_c = done[done["mechanism"] == "ltm"].set_index("protocol")["c_mpc_mean_mb"]
     for r in central.itertuples():
-        assert r.c_mpc_mean_mb > ltm_c[(r.protocol, r.epsilon)]
+        assert r.c_mpc_mean_mb > ltm_c[r.protocol]
     # the analyst's errors of every revealed sketch, on the same data
     assert np.isfinite(done["psi_mean"]).all() and (done["psi_mean"] >= 0).all()
     assert np.isfinite(done["phi_mean"]).all() and (done["phi_mean"] >= 1).all()
-    # the utility it buys: at epsilon 0.01 the noise swamps the sketch far more than at 1
-    for protocol in ("semi2k", "replicated-ring"):
-        ltm_rows = done[(done["mechanism"] == "ltm") & (done["protocol"] == protocol)]
-        phi = ltm_rows.set_index("epsilon")["phi_mean"]
-        assert phi[0.01] > phi[1.0]
 
     md = (out / "mechanisms.md").read_text()
     assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == 2 + len(table)
-    assert md.count("left out: --mechanism central needs more than") == 2
     assert "ns per coin" in md
     assert (out / "mechanisms.png").read_bytes().startswith(PNG_MAGIC)
     tex = (out / "mechanisms.tex").read_text()
     assert tex.count(r"\\") - 1 == len(table)  # the header and one line per row
     report = (out / "report.md").read_text()
     assert "(mechanisms.png)" in report and "ns per coin" in report
+
+
+def test_central_beyond_the_coins_limit_is_a_row_with_the_reason(tmp_path, monkeypatch):
+    # at epsilon 0.01 the central noise needs more coins per cell than the limit: the
+    # cell is left out before anything runs, and the table says why
+    _specs(tmp_path, monkeypatch, TINY.replace("epsilons = [1.0]", "epsilons = [1.0, 0.01]"))
+    cfg = ReproduceConfig(tables="mechanisms", out=tmp_path / "o", repeat=1)
+    cells, left_out = plan_sweep(cfg, ["mechanisms"])
+    assert {(c.protocol, c.mechanism, c.epsilon) for c, _ in cells} == {
+        (p, m, e) for p in ("semi2k", "replicated-ring") for m in ("ltm", "dng", "central")
+        for e in (1.0, 0.01)} - {("semi2k", "central", 0.01), ("replicated-ring", "central",
+                                                              0.01)}
+    assert set(left_out) == {"semi2k local central", "replicated-ring local central"}
+    empty = pd.DataFrame(columns=list(report.RAW_COLUMNS))
+    summary = report.summarize_mechanisms(empty, "mechanisms", left_out)
+    assert list(summary["epsilon"]) == [0.01, 0.01]
+    assert summary["left_out"].str.contains("coins per cell").all()
+    written = report.write_mechanisms(empty, "mechanisms", tmp_path / "o", repeat=1,
+                                      left_out=left_out)
+    md = written[1].read_text()
+    assert md.count("| left out: --mechanism central needs more than 4194304 coins") == 2
 
 
 def test_the_data_is_low_rank_within_the_bound():
