@@ -30,8 +30,9 @@ The package: :mod:`.tables` makes the numbers (summaries, coverage),
 :mod:`.render` turns them into text (Markdown, LaTeX, captions, notes, the
 plot), :mod:`.security` does both for the per-protocol security sweep, and
 :mod:`.mechanisms` does both for the mechanisms sweep (each mechanism's cost against
-its noise, and the analyst's errors), :mod:`.scale` does both for the population-scale sweep (wall, stages and peak
-memory against n, beside the paper's Table 3 extrapolated), and :mod:`.files`
+its noise, and the analyst's errors), :mod:`.scale` does both for the population-scale
+sweep (wall, stages and peak memory against n, beside the paper's Table 3
+extrapolated), and :mod:`.files`
 writes each table's files and ``report.md``.
 """
 
