@@ -1,5 +1,6 @@
 """Sweep specifications: the paper's Tables 3-5 as grids of cells to run, and the
-sweeps beside them (``security``; ``scale``, n up to 1e9 in whole runs), by name only.
+sweeps beside them (``security``; ``scale``, n up to 1e9 in whole runs; ``mechanisms``,
+every mechanism at every epsilon, with the analyst's errors), by name only.
 
 Each table is a TOML file in ``harness/experiments/specs/`` (``table3.toml``
 ...; the schema is documented in each file's header), package data of the
