@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from harness.analyst.figures import DEFAULT_M as DEFAULT_FIGURE_M
     from harness.analyst.figures import FIGURES, FigureSpec, figure_spec, reproduce_figure
     from harness.analyst.mechanisms import compare_baselines
+    from harness.analyst.sketch_utility import MechanismUtility
     from harness.analyst.uci import DEFAULT_TABLE_M, reproduce_table
     from harness.analyst.utility import PROBLEMS, SweepConfig, sweep
     from harness.analyst.utility import check_outputs as check_sweep_outputs
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_TABLE_M",
     "FIGURES",
     "FigureSpec",
+    "MechanismUtility",
     "PROBLEMS",
     "RunOutput",
     "SweepConfig",

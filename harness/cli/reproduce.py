@@ -44,13 +44,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "PNG beside the paper's values, plus report.md. Finished repetitions are "
                     "appended to DIR/raw.jsonl at once; rerunning the same command resumes.")
     p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security",
-                                      "scale"),
+                                      "scale", "mechanisms"),
                    help="a table, all three (the paper's tables only), security: every "
                         "protocol x program on Table 3's grid and Table 5's point s = 10 "
                         "(harness/experiments/specs/security.toml), or scale: n = 1e6 to "
                         "1e9 with semi2k and local, wall, stages and peak memory beside "
                         "Table 3 extrapolated (specs/scale.toml; about 10 minutes at n = "
-                        "1e9, so not part of all)")
+                        "1e9, so not part of all), or mechanisms: is the LTM worth it? "
+                        "ltm, dng and central noise under every protocol at Table 3's "
+                        "setting, n = 1e5 and 1e6, epsilon 0.1 and 1: cost against the "
+                        "noise's std ratio and the analyst's errors psi and phi "
+                        "(specs/mechanisms.toml)")
     # A sweep needs its directory; an estimate needs none: one of the two is required.
     out_or_estimate = p.add_mutually_exclusive_group(required=True)
     out_or_estimate.add_argument(
@@ -79,7 +83,7 @@ def _handle(args: argparse.Namespace) -> int:
 
     if not args.estimate:
         check_output_dir(args.out)  # before anything is planned or created
-    if args.tables in ("security", "scale") and (args.program or args.protocol):
+    if args.tables in ("security", "scale", "mechanisms") and (args.program or args.protocol):
         raise InputError(f"ltm reproduce {args.tables} runs the protocols and programs its "
                          "specification names; drop --program and --protocol")
     # An estimate plans the same cells as the sweep would, so it gets the same settings.
@@ -89,6 +93,11 @@ def _handle(args: argparse.Namespace) -> int:
 
         est = estimate_sweep(cfg, bandwidth_gbit=args.bandwidth)
         print(f"ltm reproduce {args.tables}: expected {est.describe()}")
+        return 0
+    if args.tables == "mechanisms":
+        from harness.analyst import MechanismUtility
+
+        reproduce(cfg, echo=print, utility=MechanismUtility())
         return 0
     reproduce(cfg, echo=print)
     return 0

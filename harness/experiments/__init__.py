@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         migrate_row,
     )
     from harness.experiments.run import run
+    from harness.experiments.sweep_data import SketchUtility
     from harness.experiments.workload import (
         Workload,
         build_workload,
@@ -62,6 +63,7 @@ __all__ = [
     "PROGRAMS",
     "PROTOCOLS",
     "ReproduceConfig",
+    "SketchUtility",
     "RunConfig",
     "RunOutcome",
     "Route",

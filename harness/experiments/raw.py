@@ -39,6 +39,11 @@ _PARTY_KEYS = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb
                "upload_s", "mpc_time_s", "aggregate_s", "expand_s")
 
 
+# result.json's privacy figures a row carries: optional columns (see results._ROW_OPTIONAL).
+_PRIVACY_KEYS = ("requested_epsilon", "noise_std", "central_std", "std_ratio",
+                 "coins_per_cell", "grid_bits")
+
+
 def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: str,
                     network: str, hosts: str, scale: float,
                     measured: dict | None = None) -> list[dict]:
@@ -48,6 +53,7 @@ def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: 
     columns, which older rows lack (:func:`.results.migrate_row` fills them).
     """
     meta = {k: v for k, v in result.metadata.items() if not isinstance(v, dict | list)}
+    privacy = result.privacy or {}
     common = {
         "table": cell.table, "variant": cell.variant, "cell": cell.key,
         "servers": cell.servers, "clients": cell.clients, "paper_clients": cell.paper_clients,
@@ -65,6 +71,10 @@ def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: 
         "sharing": result.parameters.sharing,
         "t_end_to_end_s": result.t_end_to_end_s,
         "upload_measured": result.upload_measured,
+        # Who added the noise and its price: its std per entry against the central
+        # Gaussian's (the LTM without noise has none).
+        "mechanism": result.parameters.mechanism,
+        **{k: privacy[k] for k in _PRIVACY_KEYS if privacy.get(k) is not None},
         "format_version": FORMAT_VERSION, **meta,
         # The stages beyond T_end_to_end's sum as the run timed them; stream_*: the
         # streaming clients' and servers' own clocks, where the run streams.

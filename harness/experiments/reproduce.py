@@ -12,8 +12,10 @@ reading, checking and healing it is :mod:`.raw`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
+import math
 import os
 import shutil
 import sys
@@ -21,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -44,6 +47,7 @@ from harness.experiments.results import (
     migrate_sweep_settings,
     write_json_atomic,
 )
+from harness.experiments.sweep_data import SketchUtility, utility_data
 from harness.experiments.sweeps import Cell, expand, load_spec
 from harness.experiments.workload import (
     Workload,
@@ -51,11 +55,15 @@ from harness.experiments.workload import (
     check_fits,
     noise_for,
     program_for,
+    servers_noise_for,
 )
 from harness.fileio import output_lock
 
-__all__ = ["ReproduceConfig", "reproduce", "load_raw", "plan_sweep", "RAW_FILE",
-           "SWEEP_FILE"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["ReproduceConfig", "SketchUtility", "reproduce", "load_raw", "plan_sweep",
+           "RAW_FILE", "SWEEP_FILE"]
 
 RAW_FILE = "raw.jsonl"
 SWEEP_FILE = "sweep.json"
@@ -63,6 +71,12 @@ SWEEP_FILE = "sweep.json"
 # 2026): 2 parties each inputting 100,000 values took 1.84 s and sent 222 MB. Party input
 # of every noisy value costs that per 200,000 values; above this many it is left out.
 _SPDZ2K_PARTY_INPUT_MAX = 200_000
+# The central noise's coins under spdz2k, its one protocol without local share conversion
+# or edaBits worth using: 1.7 ms a coin (python -m benchmarks.mechanisms, 200 cells x 1,024
+# coins, MP-SPDZ v0.4.2 on a 2-core x86-64 VM). A cell whose run would take longer than
+# _CENTRAL_RUN_MAX_S is left out, its expected time given.
+_CENTRAL_SECONDS_PER_COIN = {"spdz2k": 1.7e-3}
+_CENTRAL_RUN_MAX_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -71,12 +85,18 @@ class _Task:
     repetition: int
 
 
-def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None) -> Path:
-    """Run (or resume) the sweeps, then write the tables, plots and report."""
+def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None,
+              utility: SketchUtility | None = None) -> Path:
+    """Run (or resume) the sweeps, then write the tables, plots and report.
+
+    ``utility``: for a spec with ``[utility]`` (the mechanisms sweep), the data its runs
+    sketch and the analyst's errors of each revealed sketch; without it such a sweep
+    runs on the synthetic rows and its errors are not measured.
+    """
     tables = cfg.validate()
     # Held for the whole sweep: two sweeps appending to one raw.jsonl corrupt it for good.
     with output_lock(cfg.out):
-        return _reproduce_locked(cfg, tables, echo)
+        return _reproduce_locked(cfg, tables, echo, utility)
 
 
 def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
@@ -94,15 +114,16 @@ def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
         for cell in expand(spec, cfg.scale):
             why = _left_out(cfg, cell, mp)
             if why:
-                combo = left_out.setdefault(f"{cell.protocol} {cell.program}".strip(), {})
-                combo.setdefault(why, []).append(f"n={cell.paper_clients} s={cell.sparsity}")
+                what, point = cell.left_out_keys
+                left_out.setdefault(what, {}).setdefault(why, []).append(point)
                 continue
             cells.append((cell, repeat))
     return cells, left_out
 
 
 def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
-                      echo: Callable[[str], None] | None) -> Path:
+                      echo: Callable[[str], None] | None,
+                      utility: SketchUtility | None) -> Path:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
     cells, left_out = plan_sweep(cfg, tables, mp)
     plan = [_Task(cell, r) for cell, repeat in cells for r in range(repeat)]
@@ -125,7 +146,7 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
         echo(f"ltm reproduce: resuming in {out}: {len(plan) - len(todo)} of {len(plan)} "
              "repetitions already done")
     try:
-        _sweep(cfg, mp, todo, raw_path, out)
+        _sweep(cfg, mp, todo, raw_path, out, utility)
     except KeyboardInterrupt:
         if echo:
             echo(f"ltm reproduce: interrupted; finished repetitions are kept in {raw_path}. "
@@ -144,13 +165,18 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     written = report.write_all(load_raw(raw_path), tables, out, machine=machine_info(),
                                settings=settings)
     if echo:
+        for table in tables:
+            if load_spec(table).mechanisms:
+                echo(report.headline(report.summarize_mechanisms(
+                    load_raw(raw_path), table, left_out)).rstrip())
+    if echo:
         echo(f"ltm reproduce: {len(plan)} repetitions verified; wrote "
              + ", ".join(p.name for p in written) + f" in {out}")
     return out
 
 
 def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
-           out: Path) -> None:
+           out: Path, utility: SketchUtility | None = None) -> None:
     workroot = out / ".work"
     bar = tqdm(total=len(todo), unit="rep", disable=not cfg.progress or not todo,
                file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
@@ -159,7 +185,8 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
         state: _CellState | None = None
         inputs: ServerInputs | None = None
         for task in todo:
-            whole = load_spec(task.cell.table).whole_runs
+            spec = load_spec(task.cell.table)
+            whole = spec.whole_runs
             bar.set_description(f"{task.cell.label} rep {task.repetition + 1}")
             if whole:
                 # The last run's workload and inputs go before this one's are built:
@@ -172,10 +199,14 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                 if task.cell != current or whole:
                     current = task.cell
                     state = inputs = None  # a new cell: the clients prepare anew
-                    state = _CellState.build(cfg, mp, current, workroot)
+                    state = _CellState.build(cfg, mp, current, workroot,
+                                             utility if spec.utility else None,
+                                             spec.utility[0] if spec.utility else 1)
                 assert state is not None
+                # With the analyst's errors measured, each repetition draws the clients'
+                # noise anew: rerun on one cell's shares, the LTM's would repeat one draw.
                 outcome = _execute(cfg, mp, state, workroot, inputs,
-                                   keep=cfg.reuses_inputs and not whole)
+                                   keep=cfg.reuses_inputs and not whole and not spec.utility)
             inputs = outcome.inputs
             result = outcome.result
             if not result.verification.ok:
@@ -187,6 +218,8 @@ def _sweep(cfg: ReproduceConfig, mp: MpSpdz, todo: list[_Task], raw_path: Path,
                     f"kept in {raw_path})")
             measured = {"run_wall_s": time.perf_counter() - started,
                         "peak_pss_bytes": peak.bytes} if peak else {}
+            if utility is not None and spec.utility is not None:
+                measured.update(state.measure(utility, outcome.revealed, *spec.utility))
             _append(raw_path, repetition_rows(
                 result, task.cell, task.repetition, program=task.cell.program or cfg.program,
                 network=cfg.network or "none", hosts=str(cfg.hosts) if cfg.hosts else "local",
@@ -206,10 +239,21 @@ class _CellState:
     program: CompiledProgram
 
     @classmethod
-    def build(cls, cfg: ReproduceConfig, mp: MpSpdz, cell: Cell, workroot: Path) -> _CellState:
-        run_cfg = _run_config(cfg, cell, workroot).validate()
+    def build(cls, cfg: ReproduceConfig, mp: MpSpdz, cell: Cell, workroot: Path,
+              utility: SketchUtility | None = None, rank: int = 1) -> _CellState:
+        run_cfg = _run_config(cfg, cell, workroot)
+        if utility is not None:
+            run_cfg = dataclasses.replace(run_cfg, data=utility_data(utility, cell, cfg.seed,
+                                                                     workroot, rank))
+        run_cfg = run_cfg.validate()
         work = build_workload(run_cfg)
         return cls(run_cfg, work, program_for(mp, run_cfg, work))
+
+    def measure(self, utility: SketchUtility, revealed: np.ndarray, rank: int,
+                lam: float) -> dict[str, float]:
+        """The analyst's errors of this repetition's revealed sketch on the cell's data."""
+        sketch = self.work.fp.decode(revealed) / math.sqrt(self.work.sketch.s)
+        return utility.measure(sketch, self.work.data, rank, lam)
 
 
 def _execute(cfg: ReproduceConfig, mp: MpSpdz, state: _CellState, workroot: Path,
@@ -248,8 +292,18 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
                 "full sweep measures it)")
     try:
         run_cfg = run_cfg.validate()
+        noise = servers_noise_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
     except InputError as exc:
         return str(exc)
+    per_coin = _CENTRAL_SECONDS_PER_COIN.get(run_cfg.protocol)
+    if noise is not None and noise.kind == "central" and per_coin is not None:
+        expected = per_coin * noise.coins * cell.rows * cell.dim
+        if expected > _CENTRAL_RUN_MAX_S:
+            return (f"the central noise's {noise.coins:,} coins per cell for "
+                    f"{cell.rows * cell.dim:,} cells cost about {per_coin * 1e3:g} ms a coin "
+                    f"under {run_cfg.protocol} (MP-SPDZ v0.4.2 on a 2-core x86-64 VM), "
+                    f"about {expected / 3600:.0f} hours a run; run only up to "
+                    f"{_CENTRAL_RUN_MAX_S / 3600:g} hour")
     if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
             and cell.sparsity * cell.clients * cell.dim > _SPDZ2K_PARTY_INPUT_MAX:
         return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "
@@ -272,7 +326,9 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      program=cell.program or cfg.program,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
-                     hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing)
+                     hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing,
+                     mechanism=cell.mechanism or "ltm",
+                     epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
 
 
 def _append(raw_path: Path, rows: list[dict]) -> None:

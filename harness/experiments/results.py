@@ -270,9 +270,16 @@ _ROW_ADDED_IN_1 = {"sharing": "full", "t_end_to_end_s": math.nan, "expand_s": ma
 
 
 # Optional columns, written only by sweeps that measure them (a spec's whole_runs: the
-# run's wall and the process tree's peak PSS), with what a row without one means:
-# not measured. Added without a version: a row of any version may lack them.
-_ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan}
+# run's wall and the process tree's peak PSS; the mechanisms sweep's noise and utility),
+# with what a row without one means: not measured. Added without a version: a row of any
+# version may lack them.
+_ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan,
+                 # the noise's price (rows before it: the LTM, its price not recorded), and
+                 # the analyst's errors on the revealed sketch (the mechanisms sweep)
+                 "mechanism": "ltm", "requested_epsilon": math.nan, "noise_std": math.nan,
+                 "central_std": math.nan, "std_ratio": math.nan,
+                 "coins_per_cell": math.nan, "grid_bits": math.nan, "psi": math.nan,
+                 "phi": math.nan}
 
 
 def _row_to_2(row: dict) -> dict:

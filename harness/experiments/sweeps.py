@@ -1,5 +1,6 @@
 """Sweep specifications: the paper's Tables 3-5 as grids of cells to run, and the
-sweeps beside them (``security``; ``scale``, n up to 1e9 in whole runs), by name only.
+sweeps beside them (``security``; ``scale``, n up to 1e9 in whole runs; ``mechanisms``,
+every mechanism at every epsilon, with the analyst's errors), by name only.
 
 Each table is a TOML file in ``harness/experiments/specs/`` (``table3.toml``
 ...; the schema is documented in each file's header), package data of the
@@ -55,15 +56,17 @@ __all__ = [
 
 TABLES = ("table3", "table4", "table5")
 # Sweeps beside the paper's tables, run by name only (not part of "all").
-EXTRA_SWEEPS = ("security", "scale")
+EXTRA_SWEEPS = ("security", "scale", "mechanisms")
 X_AXES = ("clients", "sparsity")
 PAPER_CSV = "paper_tables.csv"
 
 _TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid",
-             "protocols", "programs", "points", "whole_runs")
+             "protocols", "programs", "points", "whole_runs", "mechanisms", "epsilons",
+             "utility")
 _REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
 _VARIANT_KEYS = ("servers", "label", "note")
 _GRID_KEYS = ("clients", "sparsity")
+_UTILITY_KEYS = ("rank", "lambda")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Cell:
     dim: int  # d
     protocol: str = ""  # "": the command line's --protocol
     program: str = ""  # "": the command line's --program
+    mechanism: str = ""  # "": the LTM (who adds the noise; see harness.clients.MECHANISMS)
+    epsilon: float | None = None  # None: the run's default
 
     @property
     def key(self) -> str:
@@ -95,7 +100,16 @@ class Cell:
 
     def _where(self) -> list[str]:
         parts = [self.table] + ([self.variant] if self.variant else [])
-        return parts + [x for x in (self.protocol, self.program) if x]
+        parts += [x for x in (self.protocol, self.program, self.mechanism) if x]
+        return parts + ([f"eps={self.epsilon:g}"] if self.epsilon is not None else [])
+
+    @property
+    def left_out_keys(self) -> tuple[str, str]:
+        """(what, point) under which a sweep records why this cell was left out, e.g.
+        ``("spdz2k local central", "n=100000 s=1 eps=0.1")``."""
+        what = " ".join(x for x in (self.protocol, self.program, self.mechanism) if x)
+        eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
+        return what, f"n={self.paper_clients} s={self.sparsity}{eps}"
 
     @property
     def model_c_mpc_mb(self) -> float:
@@ -129,6 +143,12 @@ class Spec:
     # Each repetition a whole run (workload built, inputs prepared anew, the process
     # tree's peak memory sampled), as the scale sweep measures; else the servers rerun.
     whole_runs: bool = False
+    # Who adds the noise, and at which epsilons: every cell is run with each (the
+    # mechanisms sweep); empty: the LTM at the run's epsilon.
+    mechanisms: tuple[str, ...] = ()
+    epsilons: tuple[float, ...] = ()
+    # The analyst's error measures on each revealed sketch: (rank k of psi, ridge lambda).
+    utility: tuple[int, float] | None = None
 
 
 def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
@@ -206,17 +226,46 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
     if bool(protocols) != bool(programs):
         raise InputError(f"{path}: keys 'protocols' and 'programs' go together; give both "
                          "or neither")
+    mechanisms = _names(path, "mechanisms", data.get("mechanisms", []))
+    epsilons = _epsilons(path, data.get("epsilons", []))
+    utility = _utility(path, data["utility"]) if "utility" in data else None
     # Point by point, every protocol x program in turn: a repetition of each runs
     # close in time to the others', so machine load falls on all of them alike and
     # the ratios between protocols compare like with like.
+    # The mechanisms of one protocol run back to back, for the same reason.
+    eps_list: list[float | None] = list(epsilons) or [None]
     cells = tuple(
         Cell(table=name, variant=v.label, servers=v.servers, clients=n, paper_clients=n,
-             sparsity=s, rows=rows, dim=dim, protocol=proto, program=prog)
-        for v in variants for n, s in points
-        for proto in (protocols or [""]) for prog in (programs or [""]))
+             sparsity=s, rows=rows, dim=dim, protocol=proto, program=prog, mechanism=mech,
+             epsilon=eps)
+        for v in variants for n, s in points for eps in eps_list
+        for proto in (protocols or [""]) for prog in (programs or [""])
+        for mech in (mechanisms or [""]))
     return Spec(name=name, title=title, x=x, repeat=repeat, cells=cells, rows=rows, dim=dim,
                 variants=variants, paper=paper, path=path, protocols=tuple(protocols),
-                programs=tuple(programs), whole_runs=whole_runs)
+                programs=tuple(programs), whole_runs=whole_runs,
+                mechanisms=tuple(mechanisms), epsilons=tuple(epsilons), utility=utility)
+
+
+def _epsilons(path: Path, raw: Any) -> list[float]:
+    if not isinstance(raw, list) or len(set(raw)) != len(raw) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < math.inf
+            for v in raw):
+        raise InputError(f"{path}: key 'epsilons' must be a list of distinct positive numbers")
+    return [float(v) for v in raw]
+
+
+def _utility(path: Path, raw: Any) -> tuple[int, float]:
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: key 'utility' must be a [utility] table with rank and "
+                         "lambda")
+    _no_unknown(path, "utility.", raw, _UTILITY_KEYS)
+    if set(raw) != set(_UTILITY_KEYS):
+        raise InputError(f"{path}: key 'utility' needs rank and lambda; add them")
+    lam = raw["lambda"]
+    if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0 <= lam < math.inf:
+        raise InputError(f"{path}: key 'utility.lambda' must be a number >= 0, got {lam!r}")
+    return _positive_int(path, "utility.rank", raw["rank"]), float(lam)
 
 
 def _names(path: Path, key: str, raw: Any) -> list[str]:

@@ -123,7 +123,9 @@ def test_resolve_tables():
     assert resolve_tables("all") == list(TABLES)
     assert resolve_tables("table5") == ["table5"]
     assert resolve_tables("security") == ["security"]  # by name only, not in "all"
-    with pytest.raises(InputError, match="table3, table4, table5, security, scale or all"):
+    assert resolve_tables("mechanisms") == ["mechanisms"]
+    with pytest.raises(InputError,
+                       match="table3, table4, table5, security, scale, mechanisms or all"):
         resolve_tables("table6")
     with pytest.raises(InputError, match="table3, table4, table5"):
         load_spec("table6")

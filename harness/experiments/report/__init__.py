@@ -29,12 +29,20 @@ plaintext result; such a sweep is refused, never averaged.
 The package: :mod:`.tables` makes the numbers (summaries, coverage),
 :mod:`.render` turns them into text (Markdown, LaTeX, captions, notes, the
 plot), :mod:`.security` does both for the per-protocol security sweep, and
-:mod:`.scale` does both for the population-scale sweep (wall, stages and peak
-memory against n, beside the paper's Table 3 extrapolated), and :mod:`.files`
+:mod:`.mechanisms` does both for the mechanisms sweep (each mechanism's cost against
+its noise, and the analyst's errors), :mod:`.scale` does both for the population-scale
+sweep (wall, stages and peak memory against n, beside the paper's Table 3
+extrapolated), and :mod:`.files`
 writes each table's files and ``report.md``.
 """
 
 from harness.experiments.report.files import write_all, write_report, write_table
+from harness.experiments.report.mechanisms import (
+    MECHANISM_COLUMNS,
+    headline,
+    summarize_mechanisms,
+    write_mechanisms,
+)
 from harness.experiments.report.render import (
     caption,
     comparison_notes,
@@ -57,6 +65,7 @@ from harness.experiments.report.tables import (
 )
 
 __all__ = [
+    "MECHANISM_COLUMNS",
     "RAW_COLUMNS",
     "SECURITY_COLUMNS",
     "SUMMARY_COLUMNS",
@@ -65,12 +74,15 @@ __all__ = [
     "comparison_notes",
     "coverage",
     "end_to_end_lines",
+    "headline",
     "markdown_table",
     "summarize",
     "summarize_scale",
+    "summarize_mechanisms",
     "summarize_security",
     "tex_table",
     "write_all",
+    "write_mechanisms",
     "write_report",
     "write_scale",
     "write_security",

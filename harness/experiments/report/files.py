@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.experiments.report.mechanisms import markdown as mechanisms_markdown
+from harness.experiments.report.mechanisms import summarize_mechanisms, write_mechanisms
 from harness.experiments.report.render import (
     _layout,
     _plot_png,
@@ -100,6 +102,15 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
                       f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
                       f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
             continue
+        if spec.mechanisms:
+            left_out = settings.get("left out")
+            lines += ["", f"## {table}", "",
+                      mechanisms_markdown(spec, summarize_mechanisms(raw, table, left_out),
+                                          coverage(raw, table, repeat).lines()).rstrip(), "",
+                      f"![{table}: cost against the noise's std ratio]({table}.png)", "",
+                      f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
+                      f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
+            continue
         if spec.protocols:
             lines += ["", f"## {table}", "",
                       (out_dir / f"{table}.md").read_text().rstrip()
@@ -129,6 +140,9 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
     for table in tables:
         if load_spec(table).whole_runs:
             paths += write_scale(raw, table, out_dir, repeat=repeat)
+        elif load_spec(table).mechanisms:
+            paths += write_mechanisms(raw, table, out_dir, repeat=repeat,
+                                      left_out=settings.get("left out"))
         elif load_spec(table).protocols:
             paths += write_security(raw, table, out_dir, repeat=repeat,
                                     left_out=settings.get("left out"))
