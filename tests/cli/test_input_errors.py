@@ -240,15 +240,19 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, capsys, mp_spdz, p
     monkeypatch.setenv("XDG_CACHE_HOME", str(program_cache))
     disk = tmp_path / "disk"
     disk.mkdir()
+    rows = tmp_path / "rows.csv"  # the user's own rows, which a run copies into its results
+    np.savetxt(rows, np.random.default_rng(0).uniform(-0.1, 0.1, (100_000, 10)), fmt="%.6f",
+               delimiter=",")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
     try:
         # fast's 8 MB of shares per server are refused before the run (GB of disk);
-        # local writes none, and its 8 MB data.npy cannot fit on a 2 MB file system.
+        # local writes none, and the 8 MB data.npy of its --data cannot fit on a 2 MB
+        # file system.
         one_line_error(capsys, ["run", "--clients", "100000", "--rows", "10", "--dim", "10",
                                 "--noise", "none", "--out", str(disk / "out")],
                        "GB of disk")
         nothing_in(disk)
-        one_line_error(capsys, ["run", "--clients", "100000", "--rows", "10", "--dim", "10",
+        one_line_error(capsys, ["run", "--data", str(rows), "--rows", "10",
                                 "--noise", "none", "--program", "local",
                                 "--out", str(disk / "out")],
                        "the disk is full")
