@@ -5,9 +5,8 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
 (:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), the streaming
-preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`), the
-split between several client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`,
-streamed by :mod:`.stream_seeded`) and their AES-256-CTR
+preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`),
+seeded shares (:mod:`.seeded`, streamed by :mod:`.stream_seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
@@ -88,7 +87,6 @@ if TYPE_CHECKING:
         skellam_mu,
         smallest_n,
     )
-    from harness.clients.ranges import ClientSplit, client_ranges, range_sketch, split_clients
     from harness.clients.seeded import (
         SeededSink,
         components,
@@ -137,7 +135,6 @@ __all__ = [
     "ScheduleWriter",
     "ArrayRows",
     "ChannelBuffer",
-    "ClientSplit",
     "SketchGroups",
     "EXPORT_LIMIT",
     "NoisyChunks",
@@ -185,7 +182,6 @@ __all__ = [
     "certify",
     "check_dimensions",
     "check_matrix",
-    "client_ranges",
     "components",
     "concentration_failure",
     "expand_file",
@@ -198,7 +194,6 @@ __all__ = [
     "npy_error",
     "noise_rng",
     "prepare_inputs",
-    "range_sketch",
     "read_share_file",
     "release_sensitivity",
     "save_plan",
@@ -207,7 +202,6 @@ __all__ = [
     "skellam_epsilon",
     "skellam_mu",
     "smallest_n",
-    "split_clients",
     "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
