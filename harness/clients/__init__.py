@@ -87,14 +87,7 @@ if TYPE_CHECKING:
         skellam_mu,
         smallest_n,
     )
-    from harness.clients.seeded import (
-        SeededSink,
-        components,
-        expand_file,
-        expand_party,
-        save_plan,
-        upload_files,
-    )
+    from harness.clients.seeded import components
     from harness.clients.sharing import (
         ADDITIVE,
         FORMATS,
@@ -168,7 +161,6 @@ __all__ = [
     "Prepared",
     "REPLICATED",
     "SeededReader",
-    "SeededSink",
     "Sensitivity",
     "ShareFormat",
     "ShareSink",
@@ -184,8 +176,6 @@ __all__ = [
     "check_matrix",
     "components",
     "concentration_failure",
-    "expand_file",
-    "expand_party",
     "format_integers",
     "libcrypto",
     "gaussian_epsilon",
@@ -196,7 +186,6 @@ __all__ = [
     "prepare_inputs",
     "read_share_file",
     "release_sensitivity",
-    "save_plan",
     "share",
     "share_format",
     "skellam_epsilon",
@@ -205,7 +194,6 @@ __all__ = [
     "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
-    "upload_files",
     "write_owner_text",
     "write_share_file",
 ]
