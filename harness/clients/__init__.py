@@ -4,8 +4,9 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
-(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), the streaming
-preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`),
+(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), share files and
+input text (:mod:`.prepare`), the preparation of all parties' inputs by chunk
+(:mod:`.stream`),
 seeded shares (:mod:`.seeded`, streamed by :mod:`.stream_seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
@@ -64,11 +65,7 @@ if TYPE_CHECKING:
     )
     from harness.clients.prepare import (
         Prepared,
-        ShareSink,
-        Sink,
-        TextSink,
         format_integers,
-        prepare_inputs,
         read_share_file,
         tamper_share_file,
         tamper_text_file,
@@ -163,10 +160,7 @@ __all__ = [
     "SeededReader",
     "Sensitivity",
     "ShareFormat",
-    "ShareSink",
-    "Sink",
     "Sketch",
-    "TextSink",
     "analytic_gaussian_sigma",
     "accountant",
     "central_sigma",
@@ -183,7 +177,6 @@ __all__ = [
     "load_matrix",
     "npy_error",
     "noise_rng",
-    "prepare_inputs",
     "read_share_file",
     "release_sensitivity",
     "share",
