@@ -70,9 +70,6 @@ class ServerProgram:
         """The template's parameters out of everything the run knows."""
         return {key: values[key] for key in self.params}
 
-    def public_input(self, sketch: Sketch, layout: Layout | None) -> str:
-        return self.schedule(sketch, layout)
-
 
 PROGRAMS: dict[str, ServerProgram] = {p.name: p for p in (
     ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks"),
