@@ -34,7 +34,7 @@ def timed_run(cluster: LocalCluster, program: CompiledProgram, expected: np.ndar
               label: str) -> list[float]:
     """Each party's time running ``program`` on the inputs ``cluster`` holds (verified
     against ``expected`` unless None)."""
-    runs = cluster.run(program, "", timeout=_TIMEOUT)
+    runs = cluster.run(program, timeout=_TIMEOUT)
     if expected is not None:
         _verify(runs, expected, label)
     return [r.stats["time_s"] for r in runs]

@@ -70,7 +70,7 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
              f"({params['technique']}{', -Z' if options else ''}) ...")
         reps = []
         for _ in range(repeat):
-            runs = cluster.run(program, "", timeout=3600)
+            runs = cluster.run(program, timeout=3600)
             released = parse_output("P0", runs[0].completed.stdout, cells)
             mismatches, check = check_noise_release(noise, np.zeros(cells, np.uint64),
                                                     released)

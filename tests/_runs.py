@@ -25,7 +25,6 @@ class Staged:
     job: ClientJob
     prepared: Prepared
     program: CompiledProgram
-    schedule: str
 
 
 def staged(mp: MpSpdz, cfg: RunConfig, workdir: Path) -> Staged:
@@ -37,5 +36,4 @@ def staged(mp: MpSpdz, cfg: RunConfig, workdir: Path) -> Staged:
     cluster = make_cluster(cfg, mp, workdir)
     job = client_job(cfg, work)
     prepared = cluster.prepare(job)
-    # Every run streams: its servers (or data owner) wrote the public schedule, if any.
-    return Staged(cfg, work, cluster, job, prepared, program, "")
+    return Staged(cfg, work, cluster, job, prepared, program)

@@ -4,10 +4,10 @@ Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
-(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), the streaming
-preparation of all parties' inputs (:mod:`.prepare`) or by chunk (:mod:`.stream`), the
-split between several client hosts (:mod:`.ranges`), seeded shares (:mod:`.seeded`,
-streamed by :mod:`.stream_seeded`) and their AES-256-CTR
+(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), share files and
+input text (:mod:`.prepare`), the preparation of all parties' inputs by chunk
+(:mod:`.stream`),
+seeded shares (:mod:`.seeded`, streamed by :mod:`.stream_seeded`) and their AES-256-CTR
 generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
@@ -65,11 +65,7 @@ if TYPE_CHECKING:
     )
     from harness.clients.prepare import (
         Prepared,
-        ShareSink,
-        Sink,
-        TextSink,
         format_integers,
-        prepare_inputs,
         read_share_file,
         tamper_share_file,
         tamper_text_file,
@@ -88,15 +84,7 @@ if TYPE_CHECKING:
         skellam_mu,
         smallest_n,
     )
-    from harness.clients.ranges import ClientSplit, client_ranges, range_sketch, split_clients
-    from harness.clients.seeded import (
-        SeededSink,
-        components,
-        expand_file,
-        expand_party,
-        save_plan,
-        upload_files,
-    )
+    from harness.clients.seeded import components
     from harness.clients.sharing import (
         ADDITIVE,
         FORMATS,
@@ -137,7 +125,6 @@ __all__ = [
     "ScheduleWriter",
     "ArrayRows",
     "ChannelBuffer",
-    "ClientSplit",
     "SketchGroups",
     "EXPORT_LIMIT",
     "NoisyChunks",
@@ -171,13 +158,9 @@ __all__ = [
     "Prepared",
     "REPLICATED",
     "SeededReader",
-    "SeededSink",
     "Sensitivity",
     "ShareFormat",
-    "ShareSink",
-    "Sink",
     "Sketch",
-    "TextSink",
     "analytic_gaussian_sigma",
     "accountant",
     "central_sigma",
@@ -185,11 +168,8 @@ __all__ = [
     "certify",
     "check_dimensions",
     "check_matrix",
-    "client_ranges",
     "components",
     "concentration_failure",
-    "expand_file",
-    "expand_party",
     "format_integers",
     "libcrypto",
     "gaussian_epsilon",
@@ -197,21 +177,16 @@ __all__ = [
     "load_matrix",
     "npy_error",
     "noise_rng",
-    "prepare_inputs",
-    "range_sketch",
     "read_share_file",
     "release_sensitivity",
-    "save_plan",
     "share",
     "share_format",
     "skellam_epsilon",
     "skellam_mu",
     "smallest_n",
-    "split_clients",
     "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
-    "upload_files",
     "write_owner_text",
     "write_share_file",
 ]

@@ -25,12 +25,7 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
-    from harness.engine.aggregate import (
-        aggregate_file,
-        aggregate_share_file,
-        read_and_sum,
-        save_plan,
-    )
+    from harness.engine.aggregate import read_and_sum
     from harness.engine.certs import (
         make_certificates,
     )
@@ -136,8 +131,6 @@ __all__ = [
     "sweep_stale_buffers",
     "write_owner",
     "URL_ENV_VAR",
-    "aggregate_file",
-    "aggregate_share_file",
     "build_refusal",
     "check_call",
     "check_requirements",
@@ -160,7 +153,6 @@ __all__ = [
     "read_and_sum",
     "release_url",
     "run_group",
-    "save_plan",
     "server_program",
     "unusable_reason",
 ]

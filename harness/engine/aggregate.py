@@ -1,4 +1,4 @@
-"""The ``local`` strategy's first step: a server sums its own shares.
+"""A server's sum of its own shares, read from a blocked share file, and the disk's limit.
 
 T is linear, so each server can apply it to its additive shares alone: the
 m x d results are additive shares of T, and nothing is revealed until they are
@@ -18,74 +18,26 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import (
-    ADDITIVE,
-    FORMATS,
-    Layout,
-    ShareFormat,
-    format_integers,
-    write_share_file,
-)
-from harness.fileio import open_private
+from harness.clients import ADDITIVE, FORMATS, Layout, ShareFormat
 
-__all__ = ["aggregate_file", "aggregate_share_file", "aggregate_shares", "load_plan",
-           "read_and_sum", "save_plan"]
+__all__ = ["aggregate_shares", "read_and_sum"]
 
 _BUFFER_SHARES = 1 << 21
 
 
-def aggregate_share_file(source: Path, layout: Layout, dest: Path,
-                         fmt: ShareFormat = ADDITIVE, *, as_input: bool = False) -> float:
-    """Write the server's m x d aggregate shares of T to ``dest``; return seconds.
-
-    ``as_input``: write them as the party's MP-SPDZ input text (additive shares
-    only), for protocols whose share files clients and servers cannot write.
-    """
-    return _aggregate(source, dest, _plan(layout, fmt, as_input))
-
-
 def aggregate_shares(source: Path, layout: Layout, fmt: ShareFormat = ADDITIVE) -> np.ndarray:
     """The server's aggregate shares of T, (m, d) or (m, d, words) uint64."""
-    return _sum(source, _plan(layout, fmt, False))
+    return _sum(source, _plan(layout, fmt))
 
 
-def _plan(layout: Layout, fmt: ShareFormat = ADDITIVE, as_input: bool = False) -> dict:
+def _plan(layout: Layout, fmt: ShareFormat = ADDITIVE) -> dict:
     """What aggregation needs of the (public) layout; small, unlike ``file_slot``."""
     if layout.kind != "blocked":
         raise ValueError("local aggregation reads the blocked layout")
-    if as_input and fmt.words != 1:
-        raise ValueError("only additive aggregates are input as text")
     assert layout.block_acc is not None
     return {"block_rows": layout.block_rows, "chunk_blocks": layout.chunk_blocks,
             "d": layout.d, "m": layout.m, "n_chunks": layout.n_chunks,
-            "block_acc": layout.block_acc, "format": fmt.name, "as_input": int(as_input)}
-
-
-def save_plan(layout: Layout, path: Path, fmt: ShareFormat = ADDITIVE,
-              as_input: bool = False) -> None:
-    """The layout's aggregation plan as an .npz, for a server that aggregates on its host."""
-    plan = _plan(layout, fmt, as_input)
-    with open(path, "wb") as fh:
-        # numpy's stub reads ``**kwds`` as if they could hold its ``allow_pickle`` flag.
-        np.savez(fh, **{k: np.asarray(v) for k, v in plan.items()})  # type: ignore[arg-type]
-
-
-def load_plan(path: Path) -> dict:
-    with np.load(path, allow_pickle=False) as data:
-        return {k: (data[k] if k == "block_acc" else str(data[k]) if k == "format"
-                    else int(data[k])) for k in data.files}
-
-
-def _aggregate(source: Path, dest: Path, plan: dict) -> float:
-    started = time.perf_counter()
-    aggregate = _sum(source, plan)
-    fmt = FORMATS[plan.get("format", ADDITIVE.name)]
-    if plan.get("as_input"):
-        with open_private(dest) as fh:
-            fh.write(format_integers(aggregate.view(np.int64).ravel()))
-    else:
-        write_share_file(dest, aggregate, fmt)
-    return time.perf_counter() - started
+            "block_acc": layout.block_acc, "format": fmt.name}
 
 
 def _sum(source: Path, plan: dict) -> np.ndarray:
@@ -114,15 +66,10 @@ def _sum(source: Path, plan: dict) -> np.ndarray:
     return out.reshape(m, plan["d"], fmt.words) if fmt.words > 1 else out
 
 
-def aggregate_file(source: Path, plan: Path, dest: Path) -> float:
-    """:func:`aggregate_share_file` with the plan :func:`save_plan` wrote; seconds."""
-    return _aggregate(source, dest, load_plan(plan))
-
-
 def read_and_sum(source: Path, fmt: ShareFormat = ADDITIVE) -> tuple[float, np.uint64]:
     """The I/O limit: stream a share file through numpy and sum it, nothing else.
 
-    Same buffer and reads as :func:`aggregate_share_file`, so the difference
+    Same buffer and reads as :func:`aggregate_shares`, so the difference
     between the two is the aggregation's own work.
     """
     started = time.perf_counter()

@@ -248,16 +248,16 @@ class LocalCluster(PartyStaging):
     # --- the MPC ------------------------------------------------------------------------
 
     @contextmanager
-    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+    def launch(self, job: ClientJob, program: CompiledProgram, *,
                timeout: float, port: int | None = None) -> Iterator[bool]:
         """A streamed ``local`` job's parties on the loopback start now, held at their
         inputs (:mod:`.held`) while the clients stream; :meth:`run` releases them.
         Stopped if the block ends first. Yields whether they started."""
         if (self.network is not None or job.blocks is not None
-                or job.input_mode != "shares" or not holdable(program.threads, public_input)):
+                or job.input_mode != "shares" or not holdable(program.threads)):
             yield False
             return
-        commands = self._loopback_commands(program, public_input, port)
+        commands = self._loopback_commands(program, port)
         gates = [self.party_dir(i) / "Programs" / "Public-Input" / program.name
                  for i in range(self.parties)]
         self._waiting = (program.name, HeldParties(commands, gates))
@@ -268,32 +268,31 @@ class LocalCluster(PartyStaging):
             if waiting is not None:
                 waiting[1].stop()
 
-    def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
+    def run(self, program: CompiledProgram, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
         if self._waiting is not None:  # started by launch, held at their inputs
             (name, held), self._waiting = self._waiting, None
             assert name == program.name, "run on another program than launched"
-            return completed_runs(held.release(public_input, timeout))
+            return completed_runs(held.release(timeout))
         if self.network is not None:
-            return self._run_emulated(program, public_input, timeout=timeout, port=port)
-        return completed_runs(run_group(self._loopback_commands(program, public_input, port),
+            return self._run_emulated(program, timeout=timeout, port=port)
+        return completed_runs(run_group(self._loopback_commands(program, port),
                                         timeout))
 
-    def _loopback_commands(self, program: CompiledProgram, public_input: str,
-                           port: int | None) -> list[Command]:
+    def _loopback_commands(self, program: CompiledProgram, port: int | None) -> list[Command]:
         if port is None:
             port = find_free_ports(self.parties)
         else:
             check_ports_free(port, self.parties)
         commands = []
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input, self._schedule)
+            link_program(program, self.party_dir(i), self._schedule)
             argv = [str(self.binary), "-p", str(i), *self._count_args, "-pn", str(port),
                     "-h", "localhost", *_ALL_OUTPUT, program.name]
             commands.append(self._command(i, argv))
         return commands
 
-    def _run_emulated(self, program: CompiledProgram, public_input: str, *, timeout: float,
+    def _run_emulated(self, program: CompiledProgram, *, timeout: float,
                       port: int | None) -> list[PartyRun]:
         assert self.network is not None
         if port is None:
@@ -302,7 +301,7 @@ class LocalCluster(PartyStaging):
             raise InputError(f"--port {port} is out of range; pick a base in "
                              f"[1024, {65535 - self.parties}]")
         for i in range(self.parties):
-            link_program(program, self.party_dir(i), public_input, self._schedule)
+            link_program(program, self.party_dir(i), self._schedule)
         with self.network_session():
             net = self._net
             assert net is not None

@@ -6,12 +6,11 @@ only then, when it makes its processor, opens its public input file
 FIFO, holds the party there: opening a FIFO to read waits for a writer. So the
 parties can start while the clients stream, and their start-up (a few tenths of a
 second, more than the MPC that opens a ``local`` run's sums) no longer follows the
-stream. :meth:`HeldParties.release` then writes each party its public input and
-closes the FIFO, once every input is in place; from there on the parties run as
+stream. :meth:`HeldParties.release` then closes each FIFO (the public input a
+held program reads is empty), once every input is in place; from there on the parties run as
 :func:`harness.engine.process.run_group` runs them, one failing stopping all.
 
-Only a program of one thread can be held so (each thread opens the file once),
-and only a public input that fits a pipe's buffer, which the writer never waits on.
+Only a program of one thread can be held so (each thread opens the file once).
 """
 
 from __future__ import annotations
@@ -27,15 +26,12 @@ from harness.errors import PartyError
 
 __all__ = ["HeldParties", "holdable"]
 
-# Linux's pipe buffer: a write of at most this never waits for the reader.
-_PIPE_BUFFER = 65536
 _POLL_SECONDS = 0.005
 
 
-def holdable(threads: int, public_input: str) -> bool:
-    """Whether parties of a program with ``threads`` threads and this public input
-    can be held at their inputs."""
-    return threads == 1 and len(public_input.encode()) <= _PIPE_BUFFER
+def holdable(threads: int) -> bool:
+    """Whether parties of a program with ``threads`` threads can be held at their inputs."""
+    return threads == 1
 
 
 class HeldParties:
@@ -49,15 +45,15 @@ class HeldParties:
             os.mkfifo(gate, 0o600)
         self.group: Group | None = Group(commands)
 
-    def release(self, public_input: str, timeout: float) -> list[Completed]:
-        """Give every party its public input, then wait for all as ``run_group`` does
+    def release(self, timeout: float) -> list[Completed]:
+        """Give every party its (empty) public input, then wait for all as ``run_group`` does
         (each party's wall time from its release). A party that fails first, or one
         that never reaches its inputs within ``timeout``, stops all: PartyError."""
         group = self.group
         assert group is not None, "released twice"
         self.group = None
         try:
-            released = self._open_gates(group, public_input.encode(), timeout)
+            released = self._open_gates(group, timeout)
             group.restart_clocks(released)
             return group.wait(timeout)
         finally:
@@ -69,13 +65,13 @@ class HeldParties:
             group, self.group = self.group, None
             group.stop()
 
-    def _open_gates(self, group: Group, text: bytes, timeout: float) -> list[float]:
+    def _open_gates(self, group: Group, timeout: float) -> list[float]:
         released: list[float | None] = [None] * len(self.gates)
         deadline = time.monotonic() + timeout
         while True:
             group.check()  # a party that died before its inputs is named, not waited on
             for i, gate in enumerate(self.gates):
-                if released[i] is None and _give(gate, text):
+                if released[i] is None and _give(gate):
                     released[i] = time.monotonic()
             if all(t is not None for t in released):
                 return [t for t in released if t is not None]
@@ -88,21 +84,17 @@ class HeldParties:
             time.sleep(_POLL_SECONDS)
 
 
-def _give(gate: Path, text: bytes) -> bool:
-    """Write ``text`` into the FIFO and close it if its party waits there (else False);
-    the FIFO then becomes a plain file of the same text, as an unheld party's is."""
+def _give(gate: Path) -> bool:
+    """Close the FIFO, empty, if its party waits there (else False); the FIFO then
+    becomes an empty plain file, as an unheld party's is."""
     try:
         fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # no reader yet: the party is still starting
             return False
         raise
-    try:
-        if text:
-            os.write(fd, text)
-    finally:
-        os.close(fd)
+    os.close(fd)
     # The party holds the FIFO open; what stays in the work directory is a plain file.
     gate.unlink()
-    gate.write_bytes(text)
+    gate.write_bytes(b"")
     return True

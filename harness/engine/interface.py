@@ -9,12 +9,12 @@ the clients' inputs and the parties; the cluster decides *where* and *how*.
 
 The phases, in the order a run calls them::
 
-    with cluster.launch(job, program, schedule, timeout=..., port=...):  # where it can
+    with cluster.launch(job, program, timeout=..., port=...):  # where it can
         prepared = cluster.prepare(job)      # the clients make every server's inputs
         with cluster.session():              # e.g. an emulated network kept up
             delivery = cluster.deliver(job)  # inputs reach the servers; seeds expanded
             seconds = cluster.aggregate(job, as_input=...)   # `local` program only
-            runs = cluster.run(program, schedule, timeout=..., port=...)
+            runs = cluster.run(program, timeout=..., port=...)
     cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
 """
 
@@ -141,7 +141,7 @@ class Cluster(Protocol):
         """Party ``i``'s share file in its staging directory."""
         ...
 
-    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+    def launch(self, job: ClientJob, program: CompiledProgram, *,
                timeout: float, port: int | None = None) -> AbstractContextManager[bool]:
         """Start the parties on ``program`` now, before :meth:`prepare`, where each can
         be held at its inputs until :meth:`run` (inside this block) releases them: their
@@ -169,13 +169,13 @@ class Cluster(Protocol):
         the seconds per server when timed here, None when the hosts report them."""
         ...
 
-    def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
+    def run(self, program: CompiledProgram, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
         """Start every party on the compiled program; one failing party stops all.
 
         A streamed job whose servers (``ClientJob.blocks``) or data owner wrote the
-        program's public input themselves runs on that file; ``public_input`` is then
-        empty."""
+        program's public input themselves runs on that file; any other program reads
+        none."""
         ...
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:

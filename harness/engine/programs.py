@@ -163,10 +163,10 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def link_program(program: CompiledProgram, party_dir: Path, public_input: str,
+def link_program(program: CompiledProgram, party_dir: Path,
                  public_file: Path | None = None) -> None:
     """Make a compiled program runnable from ``party_dir`` with its public input
-    (``public_file``, hard-linked, when it was written as a stream; else the text)."""
+    (``public_file``, hard-linked, when it was written as a stream; else empty)."""
     programs = party_dir / "Programs"
     for sub in ("Bytecode", "Schedules"):
         (programs / sub).mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ def link_program(program: CompiledProgram, party_dir: Path, public_input: str,
     (programs / "Public-Input").mkdir(exist_ok=True)
     target = programs / "Public-Input" / program.name
     if public_file is None:
-        target.write_text(public_input)
+        target.write_text("")
         return
     target.unlink(missing_ok=True)
     os.link(public_file, target)  # not a symlink: the work directory may be moved after

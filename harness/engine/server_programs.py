@@ -4,19 +4,16 @@ Beside :mod:`.protocols` (how the parties compute), a server program fixes what
 they compute on and how: the ``.mpc`` template it compiles and which of the
 run's values it takes, its default input mode, whether
 the clients' share files are in the blocked layout, whether each server first
-sums its own shares into the m x d accumulators (``local``), and the public
-schedule the compiled program reads. Everything that would ask for a program
-by name asks here instead.
+sums its own shares into the m x d accumulators (``local``); the public schedule a
+program reads is written as the shares stream (:mod:`.stream_file`). Everything that
+would ask for a program by name asks here instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
-from harness.clients import Layout, Sketch, format_integers
 from harness.errors import InputError
 
 __all__ = ["INPUT_MODES", "PROGRAMS", "ServerProgram", "server_program"]
@@ -24,22 +21,6 @@ __all__ = ["INPUT_MODES", "PROGRAMS", "ServerProgram", "server_program"]
 # shares: the clients secret-share their noisy rows among the servers;
 # party: party 0, the data owner, types the noisy rows in.
 INPUT_MODES = ("shares", "party")
-
-
-def _no_schedule(sketch: Sketch, layout: Layout | None) -> str:
-    return ""
-
-
-def _slot_schedule(sketch: Sketch, layout: Layout | None) -> str:
-    # (bucket, sign) of every slot: 25M pairs at s = 50, so numpy formats them
-    pairs = np.stack([sketch.rows.ravel(), sketch.signs.ravel()], axis=1)
-    return f"{pairs.shape[0]}\n" + format_integers(pairs.ravel()).decode("ascii")
-
-
-def _block_schedule(sketch: Sketch, layout: Layout | None) -> str:
-    if layout is None or layout.block_acc is None:
-        raise ValueError("the blocked schedule needs a blocked layout")
-    return f"{layout.n_chunks}\n" + format_integers(layout.block_acc).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -51,8 +32,6 @@ class ServerProgram:
     blocked: bool  # the clients' share files in the blocked layout (else one row per slot)
     # Each server sums its own shares into m x d accumulators before the MPC.
     aggregates: bool
-    # The public schedule (it depends only on the sketch) the compiled program reads.
-    schedule: Callable[[Sketch, Layout | None], str]
 
     def reads_client_shares(self, input_mode: str) -> bool:
         """The MPC reads the clients' share files as they are, in the protocol's format."""
@@ -70,19 +49,15 @@ class ServerProgram:
         """The template's parameters out of everything the run knows."""
         return {key: values[key] for key in self.params}
 
-    def public_input(self, sketch: Sketch, layout: Layout | None) -> str:
-        return self.schedule(sketch, layout)
-
 
 PROGRAMS: dict[str, ServerProgram] = {p.name: p for p in (
     ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks"),
-                  "shares", blocked=True, aggregates=False,
-                  schedule=_block_schedule),
+                  "shares", blocked=True, aggregates=False),
     # The textbook program: the data owner types its rows in.
     ServerProgram("reference", "reference", ("m", "d", "source"), "party",
-                  blocked=False, aggregates=False, schedule=_slot_schedule),
+                  blocked=False, aggregates=False),
     ServerProgram("local", "open", ("m", "d", "source", "parties"), "shares",
-                  blocked=True, aggregates=True, schedule=_no_schedule),
+                  blocked=True, aggregates=True),
 )}
 
 

@@ -37,7 +37,7 @@ class PartyStaging:
     def party_dir(self, i: int) -> Path:
         return self.workdir / f"P{i}"
 
-    def launch(self, job: ClientJob, program: CompiledProgram, public_input: str, *,
+    def launch(self, job: ClientJob, program: CompiledProgram, *,
                timeout: float, port: int | None = None) -> AbstractContextManager[bool]:
         """Start the parties before the clients' inputs exist, where they can wait for
         them: here they cannot (:meth:`run` starts them)."""

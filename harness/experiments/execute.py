@@ -101,14 +101,13 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["compile_s"] = program.compile_seconds or 0.0
     # Every run streams: its servers (or data owner) write the program's public
     # schedule as the chunks come, and ``local`` reads none.
-    schedule = ""
     with ExitStack() as held:
         if inputs is None:
             cluster = make_cluster(cfg, mp, workdir)
             job = client_job(cfg, work)
             # Where the parties can wait at their inputs they start now: their start-up
             # then overlaps the clients' rather than following it.
-            held.enter_context(cluster.launch(job, program, schedule, timeout=cfg.timeout,
+            held.enter_context(cluster.launch(job, program, timeout=cfg.timeout,
                                               port=cfg.port))
             prepared = cluster.prepare(job)
             delivery: Delivery | None = None
@@ -132,7 +131,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                 tamper_input(cfg, work, cluster)
             launched = time.perf_counter()
             try:
-                runs = cluster.run(program, schedule, timeout=cfg.timeout, port=cfg.port)
+                runs = cluster.run(program, timeout=cfg.timeout, port=cfg.port)
             except PartyError as exc:
                 raise_if_detected(cfg.spec, exc, cluster.workdir)
                 refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)

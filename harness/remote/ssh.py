@@ -207,13 +207,13 @@ class SshCluster(PartyStaging):
     def reuses_inputs(self) -> bool:
         return False  # every run removes the hosts' working directories
 
-    def run(self, program: CompiledProgram, public_input: str, *, timeout: float,
+    def run(self, program: CompiledProgram, *, timeout: float,
             port: int | None = None) -> list[PartyRun]:
         base = self.inventory.base_port if port is None else port
         if not 1024 <= base <= 65536 - self.parties:
             raise InputError(f"--port {base} is out of range; pick a base in "
                              f"[1024, {65536 - self.parties}]")
-        uploads = [self.uploads(i, program, public_input, base) for i in range(self.parties)]
+        uploads = [self.uploads(i, program, base) for i in range(self.parties)]
         held, self._open_group = self._open_group, None
         group = held or self._party_group(base, timeout)
         parties = group.parties
@@ -251,8 +251,7 @@ class SshCluster(PartyStaging):
         return "".join(f"{h.mpc_host}:{base_port + j}\n"
                        for j, h in enumerate(self.inventory.hosts))
 
-    def uploads(self, i: int, program: CompiledProgram, public_input: str,
-                base_port: int) -> list[Upload]:
+    def uploads(self, i: int, program: CompiledProgram, base_port: int) -> list[Upload]:
         """Party ``i``'s files: never another party's key, input or share."""
         files = []
         for sub in ("Bytecode", "Schedules"):
@@ -268,7 +267,7 @@ class SshCluster(PartyStaging):
                                 moved_from=SCHEDULE_FILE))
         else:
             files.append(Upload(f"Programs/Public-Input/{program.name}",
-                                content=public_input.encode()))
+                                content=b""))
         for path in sorted((self.party_dir(i) / "Player-Data").iterdir()):
             name = path.name
             if CERT_NAME.fullmatch(name):

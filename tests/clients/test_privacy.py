@@ -13,11 +13,12 @@ from scipy.special import logsumexp
 
 from harness.clients import privacy
 from harness.clients.encoding import FixedPoint
-from harness.clients.layout import Layout
+from harness.clients.matrices import ArrayRows
 from harness.clients.noise import NOISE_GENERATOR, NoiseSpec, noise_rng
-from harness.clients.prepare import ShareSink, prepare_inputs, read_share_file
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
+from harness.clients.stream import NoisyChunks, group_slots
+from harness.clients.stream_plan import StreamPlan
 from harness.errors import InputError
 
 PAPER: dict[str, Any] = {"m": 100, "d": 10, "s": 1, "epsilon": 1.0, "delta": 1e-6}
@@ -138,41 +139,50 @@ def test_skellam_that_no_parameters_can_meet_names_the_fix():
         NoiseSpec("skellam", n=100_000, m=100, d=10, s=1, calibration="analytic")
 
 
-@pytest.mark.parametrize("blocked", [False, True])
-def test_prepare_adds_skellam_noise_in_the_ring_and_sums_it_exactly(tmp_path, blocked):
+def test_streamed_chunks_add_skellam_noise_in_the_ring_and_sum_it_exactly():
     n, m, s, d = 600, 4, 2, 3
     data = np.random.default_rng(1).uniform(-1, 1, size=(n, d))
     sketch = Sketch.generate(n, m, s, seed=3)
-    layout = Layout.blocked(sketch, d) if blocked else Layout.plain(sketch, d)
     noise = NoiseSpec("skellam", n=n, m=m, d=d, s=s, epsilon=4.0, delta=0.05, frac_bits=12)
     assert not noise.zero_output
     fp = FixedPoint(12)
-    paths = [tmp_path / f"P{i}" / "shares.data" for i in range(2)]
-    prepared = prepare_inputs(data, sketch, layout, noise, fp, ShareSink(paths, ADDITIVE),
-                              noise_rng())
-    first, second = (read_share_file(p, ADDITIVE).reshape(-1, d) for p in paths)
-    rows = first + second  # mod 2^64
-    slot = layout.file_slot
-    real = slot >= 0
-    component, client = slot[real] // n, slot[real] % n
+    plan = StreamPlan(n, d, m, s, 2, ADDITIVE.name, workers=1, chunk=97)
+    orders: list[np.ndarray] = []
+
+    def group(acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
+        order, counts = group_slots(acc, m, clients)
+        orders.append(order.copy())
+        return order, counts
+
+    noisy = NoisyChunks(plan, sketch, ArrayRows(data, 1.0), noise, fp, group)
+    rows, clients, accs = [], [], []
+    for k in range(plan.chunks):
+        counts, ring = noisy.chunk(k)
+        rows.append(ring.T.copy())  # (slots, d): each slot's noisy encoded row
+        clients.append(plan.span(k)[0] + orders[-1])
+        accs.append(np.repeat(np.arange(2 * m), counts))  # slots come grouped by accumulator
+    ring_rows, client, acc = np.concatenate(rows), np.concatenate(clients), np.concatenate(accs)
+    assert ring_rows.shape == (s * n, d) and np.array_equal(np.bincount(client), [s] * n)
     encoded = fp.encode(data[client])
-    lattice_noise = (rows[real] - encoded).view(np.int64)
+    lattice_noise = (ring_rows - encoded).view(np.int64)
     # the noise is integer lattice steps of the calibrated variance, independent per entry
     assert lattice_noise.var() == pytest.approx(noise.client_mu, rel=0.15)
-    assert prepared.stats["noise_var"] == pytest.approx(noise.variance, rel=0.15)
+    count = n * s * d
+    noise_var = noisy.noise_sq / count - (noisy.noise_sum / count) ** 2
+    assert noise_var == pytest.approx(noise.variance, rel=0.15)
     # the plaintext result is the ring sum of the noisy encoded rows, to the bit
-    bucket = sketch.rows[component, client]
-    sign = sketch.signs[component, client]
+    bucket, sign = acc % m, np.where(acc < m, 1, -1)
+    got = noisy.expected[:m] - noisy.expected[m:]
     expected = np.zeros((m, d), dtype=np.uint64)
-    np.add.at(expected, bucket[sign > 0], rows[real][sign > 0])
-    np.subtract.at(expected, bucket[sign < 0], rows[real][sign < 0])
-    assert np.array_equal(prepared.expected, expected)
+    np.add.at(expected, bucket[sign > 0], ring_rows[sign > 0])
+    np.subtract.at(expected, bucket[sign < 0], ring_rows[sign < 0])
+    assert np.array_equal(got, expected)
     # ... which decodes to the sketch of the data plus the summed integer noise
     noise_sum = np.zeros((m, d), dtype=np.int64)
     np.add.at(noise_sum, bucket, lattice_noise * sign[:, None])
     data_sum = np.zeros((m, d), dtype=np.int64)
     np.add.at(data_sum, bucket, encoded.view(np.int64) * sign[:, None])
-    assert np.array_equal(prepared.expected.view(np.int64), data_sum + noise_sum)
+    assert np.array_equal(got.view(np.int64), data_sum + noise_sum)
 
 
 @pytest.mark.mpspdz

@@ -82,7 +82,7 @@ def _gone(cluster, timeout: float = 5.0) -> bool:
 def test_the_parties_wait_at_their_inputs_while_the_clients_stream(tmp_path, mp_spdz,
                                                                    program_cache):
     cfg, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
-    with cluster.launch(job, program, "", timeout=60) as started:
+    with cluster.launch(job, program, timeout=60) as started:
         assert started
         # Every party has started, connected and waits at its inputs, none of which
         # exists yet: the clients have not begun.
@@ -90,7 +90,7 @@ def test_the_parties_wait_at_their_inputs_while_the_clients_stream(tmp_path, mp_
         assert not any(party_input_file(cluster.party_dir(i), i).exists()
                        for i in range(cluster.parties))
         prepared = cluster.prepare(job)
-        runs = cluster.run(program, "", timeout=60)
+        runs = cluster.run(program, timeout=60)
     revealed = parse_output("P0", runs[0].completed.stdout, 10 * 3).reshape(10, 3)
     assert np.array_equal(revealed, prepared.expected)
     assert [r.party for r in runs] == [0, 1, 2] and all(r.stats["time_s"] > 0 for r in runs)
@@ -106,7 +106,7 @@ def test_held_parties_are_stopped_when_the_run_ends_before_them(tmp_path, mp_spd
                                                                program_cache):
     _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
     with pytest.raises(RuntimeError, match="the stream failed"), \
-            cluster.launch(job, program, "", timeout=60):
+            cluster.launch(job, program, timeout=60):
         _all_held(cluster)
         raise RuntimeError("the stream failed")
     assert _gone(cluster)
@@ -115,12 +115,12 @@ def test_held_parties_are_stopped_when_the_run_ends_before_them(tmp_path, mp_spd
 def test_a_party_killed_while_held_is_named_and_stops_the_others(tmp_path, mp_spdz,
                                                                  program_cache):
     _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache)
-    with cluster.launch(job, program, "", timeout=60):
+    with cluster.launch(job, program, timeout=60):
         pids = _all_held(cluster)
         os.kill(pids[1], signal.SIGKILL)
         cluster.prepare(job)
         with pytest.raises(PartyError) as caught:
-            cluster.run(program, "", timeout=60)
+            cluster.run(program, timeout=60)
     assert (caught.value.party, caught.value.returncode) == ("P1", -signal.SIGKILL)
     assert str(caught.value).splitlines()[0] == "P1 was killed by SIGKILL; stopped P0, P2"
     assert _gone(cluster)
@@ -133,6 +133,6 @@ def test_only_a_streamed_local_run_on_the_loopback_is_held(tmp_path, mp_spdz, pr
     work = build_workload(cfg)
     program = program_for(mp_spdz, cfg, work)
     cluster = make_cluster(cfg, mp_spdz, tmp_path / "w")
-    with cluster.launch(client_job(cfg, work), program, "", timeout=60) as started:
+    with cluster.launch(client_job(cfg, work), program, timeout=60) as started:
         assert not started
         assert _party_processes(cluster) == {}

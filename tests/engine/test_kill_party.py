@@ -48,7 +48,7 @@ def test_killed_party_stops_all(tmp_path, mp_spdz, program_cache):
 
     def target():
         try:
-            cluster.run(run.program, run.schedule, timeout=120)
+            cluster.run(run.program, timeout=120)
         except PartyError as exc:
             outcome["error"] = exc
 

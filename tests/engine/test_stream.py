@@ -184,6 +184,41 @@ def _moved(counts: np.ndarray) -> np.ndarray:
     return moved
 
 
+def test_two_clients_with_equal_values_get_unrelated_seeded_shares():
+    # Equal values, no noise: only the clients' own seeds tell their shares apart, and
+    # the seeds come from os.urandom, so a second sharing of the same values differs.
+    n, d, m, s, k, parties = 300, 4, 5, 1, 1, 3
+    plan = StreamPlan(n, d, m, s, parties, ADDITIVE.name, workers=1, chunk=61,
+                      sharing="seeded")
+    start, stop = plan.span(k)
+    acc = SketchGroups(Sketch.sparse(n, m, s, seed=9), plan).chunk(k)
+    order, _ = slot_order(acc, m)
+    values = np.full(d * order.size, 0x4000, dtype=np.uint64)
+
+    def sections():
+        buffers = [ChannelBuffer(plan.slot_bytes) for _ in range(parties)]
+        sharer = SeededShares(plan)
+        sharer.group(acc, stop - start)
+        words = sharer.share(k, values, buffers, slot=1)
+        return [_slot_sections(plan, k, i, buffers[i].slot(1, words[i]))
+                for i in range(parties)]
+
+    first = sections()
+    for i in range(parties):
+        (seeded, seeds, full), = first[i].values()
+        assert len({seed.tobytes() for seed in seeds}) == seeded.size  # one seed per client
+        masks = expand(seeds[:2], s * d)
+        assert len(set((masks[0] - masks[1]).tolist())) == s * d  # not a shift of each other
+        # the leads' full words: equal values, unrelated words
+        assert len(set((full[:, 0] - full[:, 1]).tolist())) == d
+    again = sections()
+    for i in range(parties):
+        (_, seeds, full), = first[i].values()
+        (_, seeds_again, full_again), = again[i].values()
+        assert not np.array_equal(seeds, seeds_again)
+        assert not np.array_equal(full, full_again)
+
+
 @pytest.mark.parametrize(("messages", "said"), [
     ([("chunk", 0, 0, 97 * 2, _counts(0)), ("end", 1)],
      "got a stream from client worker 0 that ended early: 1 of 3 chunks arrived, 1 announced"),

@@ -153,9 +153,9 @@ class Recording:
     def share_file(self, i):
         return self.inner.share_file(i)
 
-    def launch(self, job, program, public_input, *, timeout, port=None):
+    def launch(self, job, program, *, timeout, port=None):
         self.calls.append("launch")
-        return self.inner.launch(job, program, public_input, timeout=timeout, port=port)
+        return self.inner.launch(job, program, timeout=timeout, port=port)
 
     def prepare(self, job):
         self.calls.append("prepare")
@@ -173,9 +173,9 @@ class Recording:
         self.calls.append("aggregate")
         return self.inner.aggregate(job, as_input=as_input)
 
-    def run(self, program, public_input, *, timeout, port=None):
+    def run(self, program, *, timeout, port=None):
         self.calls.append("run")
-        return self.inner.run(program, public_input, timeout=timeout, port=port)
+        return self.inner.run(program, timeout=timeout, port=port)
 
     def upload_bytes(self, prepared):
         self.calls.append("upload_bytes")

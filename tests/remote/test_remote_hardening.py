@@ -88,9 +88,9 @@ def test_a_workdir_not_private_to_the_user_is_refused_before_use(tmp_path, farm,
                                       p1={"workdir": str(shared)})
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=2)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     with pytest.raises(HostGroupError) as info:
-        cluster.run(program, schedule, timeout=60)
+        cluster.run(program, timeout=60)
     message = str(info.value)
     assert "\n" not in message
     where = f"p1 (root@127.0.0.1:{fakes[1].port}): workdir {shared}"
@@ -110,7 +110,7 @@ def test_a_host_lost_before_its_upload_is_named_first_on_one_line(tmp_path, farm
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=2)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     check_space = RemoteParty.check_space
 
     def sshd_goes_down(party: RemoteParty, need: int) -> None:
@@ -120,7 +120,7 @@ def test_a_host_lost_before_its_upload_is_named_first_on_one_line(tmp_path, farm
 
     monkeypatch.setattr(RemoteParty, "check_space", sshd_goes_down)
     with pytest.raises(HostGroupError) as info:
-        cluster.run(program, schedule, timeout=60)
+        cluster.run(program, timeout=60)
     message = str(info.value)
     assert "\n" not in message, message
     assert message.startswith(f"p1 (root@127.0.0.1:{fakes[1].port}): "), message

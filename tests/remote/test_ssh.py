@@ -112,7 +112,7 @@ def staged(mp_spdz, cfg: RunConfig, inventory: Path, workdir: Path, **kw):
                          **kw)
     assert isinstance(cluster, Cluster) and not cluster.reuses_inputs
     prepared = cluster.prepare(client_job(cfg, work))
-    return cluster, program, "", prepared
+    return cluster, program, prepared
 
 
 # --- full runs -------------------------------------------------------------------------------
@@ -167,9 +167,9 @@ def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_ca
     inventory, _ = make_inventory(tmp_path, farm, mp_spdz.root, 3)
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=3)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     for i in range(3):
-        names = {u.remote: u for u in cluster.uploads(i, program, schedule, 15000)}
+        names = {u.remote: u for u in cluster.uploads(i, program, 15000)}
         assert f"Persistence/Transactions-P{i}.data" in names
         assert not any(n.startswith("Persistence/") and n != f"Persistence/Transactions-P{i}.data"
                        for n in names)
@@ -303,9 +303,9 @@ def test_unknown_or_wrong_host_key_is_refused_and_nothing_starts(tmp_path, farm,
 
     # p1 is not pinned at all
     write_pinned(known, [(f"[127.0.0.1]:{fakes[0].port}", _server_key(fakes[0]))], replace=False)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work2")
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work2")
     with pytest.raises(HostGroupError) as info:
-        cluster.run(program, schedule, timeout=60)
+        cluster.run(program, timeout=60)
     message = str(info.value)
     assert f"p1 (root@127.0.0.1:{fakes[1].port})" in message
     assert f"ltm hosts trust {inventory}" in message and "no party was started" in message
@@ -317,7 +317,7 @@ def test_unknown_or_wrong_host_key_is_refused_and_nothing_starts(tmp_path, farm,
     # p1 pinned with another machine's key: a changed key, never accepted
     write_pinned(known, [(f"[127.0.0.1]:{fakes[1].port}", _server_key(fakes[0]))], replace=False)
     with pytest.raises(HostGroupError, match=r"p1 \(.*\): its SSH host key CHANGED") as info:
-        cluster.run(program, schedule, timeout=60)
+        cluster.run(program, timeout=60)
     assert "--replace" in str(info.value)
     assert not (cluster.workdir / "logs").exists()
     assert remote_dirs(fakes) == []
@@ -385,17 +385,17 @@ def long_run(tmp_path, farm, mp_spdz, program_cache, parties, **kw):
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=parties, program="reference",
                        clients=300_000)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work", **kw)
-    return fakes, cluster, program, schedule
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work", **kw)
+    return fakes, cluster, program
 
 
-def run_in_background(cluster, program, schedule):
+def run_in_background(cluster, program):
     """Start a run in a thread; its HostGroupError lands in ``outcome["error"]``."""
     outcome: dict = {}
 
     def target() -> None:
         try:
-            cluster.run(program, schedule, timeout=120)
+            cluster.run(program, timeout=120)
         except HostGroupError as exc:
             outcome["error"] = exc
 
@@ -406,9 +406,9 @@ def run_in_background(cluster, program, schedule):
 
 @pytest.mark.mpspdz
 def test_a_host_whose_party_dies_stops_the_group(tmp_path, farm, mp_spdz, program_cache):
-    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+    fakes, cluster, program = long_run(tmp_path, farm, mp_spdz, program_cache,
                                                 3)
-    thread, outcome = run_in_background(cluster, program, schedule)
+    thread, outcome = run_in_background(cluster, program)
     victim, seen_files = None, set()
     deadline = time.monotonic() + 30
     while victim is None and time.monotonic() < deadline:
@@ -436,9 +436,9 @@ def test_a_host_whose_party_dies_stops_the_group(tmp_path, farm, mp_spdz, progra
 
 @pytest.mark.mpspdz
 def test_a_host_that_vanishes_mid_run_is_named(tmp_path, farm, mp_spdz, program_cache):
-    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+    fakes, cluster, program = long_run(tmp_path, farm, mp_spdz, program_cache,
                                                 3, connect_options=FAST)
-    thread, outcome = run_in_background(cluster, program, schedule)
+    thread, outcome = run_in_background(cluster, program)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not any(
             name == "semi2k-party.x" for _, name in processes_under(fakes[1].workdir)):
@@ -472,12 +472,12 @@ def test_a_host_that_vanishes_mid_run_is_named(tmp_path, farm, mp_spdz, program_
 
 @pytest.mark.mpspdz
 def test_timeout_stops_every_host(tmp_path, farm, mp_spdz, program_cache):
-    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+    fakes, cluster, program = long_run(tmp_path, farm, mp_spdz, program_cache,
                                                 2)
     started = time.monotonic()
     with pytest.raises(HostGroupError, match=r"timed out after 0.2 s waiting for p0 \(root@"
                                              r".*p1 \(root@.*stopped all parties") as info:
-        cluster.run(program, schedule, timeout=0.2)
+        cluster.run(program, timeout=0.2)
     assert time.monotonic() - started < 20
     assert all(r.stopped for r in info.value.results) and info.value.failed == []
     assert wait_no_processes(farm.root) == []
@@ -486,7 +486,7 @@ def test_timeout_stops_every_host(tmp_path, farm, mp_spdz, program_cache):
 
 @pytest.mark.mpspdz
 def test_ctrl_c_leaves_nothing_running(tmp_path, farm, mp_spdz, program_cache):
-    fakes, cluster, program, schedule = long_run(tmp_path, farm, mp_spdz, program_cache,
+    fakes, cluster, program = long_run(tmp_path, farm, mp_spdz, program_cache,
                                                 2)
 
     def interrupt_once_running() -> None:
@@ -502,7 +502,7 @@ def test_ctrl_c_leaves_nothing_running(tmp_path, farm, mp_spdz, program_cache):
     try:
         watcher.start()
         with pytest.raises(KeyboardInterrupt):
-            cluster.run(program, schedule, timeout=120)
+            cluster.run(program, timeout=120)
     finally:
         watcher.join()
         signal.signal(signal.SIGINT, previous)
@@ -516,9 +516,9 @@ def test_missing_remote_mp_spdz_is_named_with_the_fix(tmp_path, farm, mp_spdz, p
                                       p1={"mp_spdz": str(tmp_path / "nowhere")})
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=2)
-    cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+    cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     with pytest.raises(HostGroupError) as info:
-        cluster.run(program, schedule, timeout=60)
+        cluster.run(program, timeout=60)
     message = str(info.value)
     assert f"p1 (root@127.0.0.1:{fakes[1].port})" in message
     assert f"{tmp_path / 'nowhere'}/semi2k-party.x is missing" in message
@@ -557,9 +557,9 @@ def test_a_host_without_room_for_its_shares_is_refused_before_any_upload(tmp_pat
     try:
         # 40000 clients x d = 4 x 8 bytes: about 1.3 MB of shares for each server
         cfg = small_config(tmp_path, program_cache, parties=2, clients=40_000)
-        cluster, program, schedule, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
+        cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
         with pytest.raises(HostGroupError) as info:
-            cluster.run(program, schedule, timeout=60)
+            cluster.run(program, timeout=60)
         message = str(info.value)
         assert f"p1 (root@127.0.0.1:{fakes[1].port}): only 1.0 MiB free under {small}" in message
         assert "'workdir'" in message and "(no party was started)" in message
