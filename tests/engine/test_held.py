@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _sshd import processes_under
 
 from harness.engine import parse_output, party_input_file
 from harness.errors import PartyError
@@ -34,19 +35,11 @@ def _setup(mp, tmp_path: Path, program_cache, **kw):
 
 def _party_processes(cluster) -> dict[int, int]:
     """Party i's live process (its working directory is the party's), by party."""
-    dirs = {str(cluster.party_dir(i)): i for i in range(cluster.parties)}
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if cwd in dirs and state != "Z":
-            found[dirs[cwd]] = int(entry)
+    for i in range(cluster.parties):
+        live = processes_under(cluster.party_dir(i))
+        if live:
+            found[i] = live[0][0]
     return found
 
 
