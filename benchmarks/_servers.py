@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import BlockShape
 from harness.engine import CompiledProgram, LocalCluster, MpSpdz, compile_program, parse_output
 from harness.errors import VerificationError
 from harness.experiments import RunConfig, Workload, client_job
+from harness.stream import BlockShape
 
 __all__ = ["engine_read_program", "local_round", "timed_run"]
 

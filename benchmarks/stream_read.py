@@ -1,6 +1,6 @@
 """Reading one field of a streamed run's wire: linear in its size, not quadratic.
 
-A server reads each field of a frame (:mod:`harness.engine.stream_wire`) into one
+A server reads each field of a frame (:mod:`harness.stream.wire`) into one
 buffer of the announced size, with ``recv_into``. Appending each received piece
 to a ``bytes`` instead copies everything read so far at every piece, a TLS record
 (16 KiB) at a time: quadratic. Both read the same array field through real TLS
@@ -29,8 +29,8 @@ import numpy as np
 
 from benchmarks._cli import parse_arguments
 from harness.engine import make_certificates
-from harness.engine.stream_wire import DeadlineReader, pack_fields, read_fields
-from harness.engine.tls_stream import tls_context
+from harness.stream.tls import tls_context
+from harness.stream.wire import DeadlineReader, pack_fields, read_fields
 
 # The smallest size (--smoke): small fields, in seconds.
 SMOKE = {"mib": [1, 2], "repeat": 1}

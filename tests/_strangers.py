@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from harness.engine import make_certificates
-from harness.engine.stream_wire import HELLO, MAGIC
-from harness.engine.tls_stream import enter_namespace
+from harness.stream.tls import enter_namespace
+from harness.stream.wire import HELLO, MAGIC
 
 __all__ = ["PROMPTLY", "Strangers", "reach"]
 

@@ -1,14 +1,13 @@
-"""The clients' side: from a data row to the share files each server receives.
+"""The clients' side: from a data row to the values each client shares.
 
 Owns the public sketch (:mod:`.sketch`), the noise each client adds
 (:mod:`.noise`) and the privacy it buys (:mod:`.privacy`), fixed-point
 encoding into Z_2^64 (:mod:`.encoding`),
 secret sharing (:mod:`.sharing`), the public file layout the programs read
-(:mod:`.layout`; per chunk of clients, :mod:`.blocks` and :mod:`.slots`), share files and
-input text (:mod:`.prepare`), the preparation of all parties' inputs by chunk
-(:mod:`.stream`),
-seeded shares (:mod:`.seeded`, streamed by :mod:`.stream_seeded`) and their AES-256-CTR
-generator (:mod:`.keystream`), and the one loader for data matrices (:mod:`.matrices`).
+(:mod:`.layout`), share files and input text (:mod:`.prepare`), seeded shares
+(:mod:`.seeded`) and their AES-256-CTR generator (:mod:`.keystream`), and the one
+loader for data matrices (:mod:`.matrices`). How the shares travel to the servers
+chunk by chunk is :mod:`harness.stream`.
 
 May import: ``harness.errors``, ``harness.fileio``, ``harness._version``. Nothing
 here knows about MP-SPDZ processes, hosts, sweeps or the command line.
@@ -21,18 +20,10 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
-    from harness.clients.blocks import (
-        BlockShape,
-        BlockWriter,
-        ChunkFile,
-        FileShape,
-        RunBlocks,
-        ScheduleWriter,
-    )
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
-    from harness.clients.keystream import libcrypto
-    from harness.clients.layout import Layout
+    from harness.clients.keystream import SEED_BYTES, expand, libcrypto
+    from harness.clients.layout import CHUNK_SHARES, Layout, choose_block_rows
     from harness.clients.matrices import (
         ArrayRows,
         NpyRows,
@@ -84,7 +75,7 @@ if TYPE_CHECKING:
         skellam_mu,
         smallest_n,
     )
-    from harness.clients.seeded import components
+    from harness.clients.seeded import Components, components
     from harness.clients.sharing import (
         ADDITIVE,
         FORMATS,
@@ -95,49 +86,21 @@ if TYPE_CHECKING:
         share_format,
     )
     from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
-    from harness.clients.slots import SlotShape, write_owner_text
-    from harness.clients.stream import (
-        ChannelBuffer,
-        NoisyChunks,
-        ProducerTotals,
-        SketchGroups,
-        StreamBroken,
-        chunk_groups,
-        produce,
-        run_starts,
-    )
-    from harness.clients.stream_plan import StreamPlan
-    from harness.clients.stream_seeded import SeededReader
-    from harness.clients.stream_spec import OffsetRows, StreamSpec, write_rows
 
 __all__ = [
-    "OffsetRows",
-    "ProducerTotals",
-    "StreamSpec",
-    "write_rows",
+    "CHUNK_SHARES",
+    "Components",
+    "SEED_BYTES",
+    "choose_block_rows",
+    "expand",
     "ADDITIVE",
-    "BlockShape",
-    "BlockWriter",
-    "ChunkFile",
-    "FileShape",
-    "SlotShape",
-    "RunBlocks",
-    "ScheduleWriter",
     "ArrayRows",
-    "ChannelBuffer",
-    "SketchGroups",
     "EXPORT_LIMIT",
-    "NoisyChunks",
     "NpyRows",
     "Rows",
-    "StreamBroken",
-    "StreamPlan",
     "SyntheticRows",
     "all_rows",
-    "chunk_groups",
     "open_rows",
-    "produce",
-    "run_starts",
     "CALIBRATIONS",
     "FORMATS",
     "FixedPoint",
@@ -157,7 +120,6 @@ __all__ = [
     "NoiseSpec",
     "Prepared",
     "REPLICATED",
-    "SeededReader",
     "Sensitivity",
     "ShareFormat",
     "Sketch",
@@ -187,7 +149,6 @@ __all__ = [
     "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
-    "write_owner_text",
     "write_share_file",
 ]
 

@@ -3,7 +3,7 @@
 A server's share file is its protocol's header then its 8-byte words
 (:func:`write_share_file`, :func:`read_share_file`); an input text file is
 whitespace-separated decimal integers (:func:`format_integers`). The streamed
-preparation (:mod:`.stream`) returns a :class:`Prepared`: the plaintext result
+preparation (:mod:`harness.stream`) returns a :class:`Prepared`: the plaintext result
 sum_i S_i enc(X_i) mod 2^64 the revealed sketch is checked against, its bound,
 and the upload each server received.
 """

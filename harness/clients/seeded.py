@@ -30,7 +30,7 @@ generator, a component's words under its seed, is AES-256-CTR
 (:mod:`harness.clients.keystream`, which says why).
 
 The clients send these components a chunk of clients at a time
-(:mod:`harness.clients.stream_seeded`, which lays out each chunk's seeds and full
+(:mod:`harness.stream.seeded`, which lays out each chunk's seeds and full
 words); this module holds who leads with which component and what each server
 receives.
 """

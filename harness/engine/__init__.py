@@ -9,13 +9,11 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`), parsing
 what parties print (:mod:`.parse`), the servers' local aggregation
-(:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
-(:mod:`.stream`, carried by a :mod:`.transport`: shared memory, or TLS through the
-emulated network, :mod:`.tls_stream`, with its wire format :mod:`.stream_wire` and
-its port :mod:`.stream_accept`).
+(:mod:`.aggregate`) and the parties held at their inputs until the stream is done
+(:mod:`.held`). The shares reach the servers through :mod:`harness.stream`.
 
-May import: the top-level shared modules and :mod:`harness.clients` (for the
-share-file format and layout the programs read).
+May import: the top-level shared modules, :mod:`harness.clients` (for the
+share-file format and layout the programs read) and :mod:`harness.stream`.
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
         make_certificates,
     )
     from harness.engine.checkup import doctor
-    from harness.engine.chunks import Lost as StreamLost
-    from harness.engine.chunks import Violation as StreamViolation
     from harness.engine.cluster import (
         PROTOCOL,
         LocalCluster,
@@ -82,18 +78,6 @@ if TYPE_CHECKING:
     from harness.engine.staging import (
         PartyStaging,
     )
-    from harness.engine.stream import (
-        Streamed,
-        StreamError,
-        assemble_stream,
-        stream_clients,
-        stream_inputs,
-        worker_count,
-    )
-    from harness.engine.stream_file import write_owner
-    from harness.engine.stream_serve import serve_party
-    from harness.engine.tls_stream import TlsRoute, TlsTransport
-    from harness.engine.transport import sweep_stale_buffers
 
 __all__ = [
     "ClientJob",
@@ -119,17 +103,6 @@ __all__ = [
     "REQUIRED_BINARIES",
     "SUPPORTED_VERSION",
     "ServerProgram",
-    "StreamError",
-    "StreamLost",
-    "StreamViolation",
-    "Streamed",
-    "TlsRoute",
-    "TlsTransport",
-    "assemble_stream",
-    "serve_party",
-    "stream_clients",
-    "sweep_stale_buffers",
-    "write_owner",
     "URL_ENV_VAR",
     "build_refusal",
     "check_call",
@@ -143,8 +116,6 @@ __all__ = [
     "install",
     "make_certificates",
     "parse_output",
-    "stream_inputs",
-    "worker_count",
     "parse_stats",
     "find_free_ports",
     "party_input_file",

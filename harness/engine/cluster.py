@@ -9,7 +9,7 @@ With a network profile (``--network``) each party also runs in its own network
 namespace behind an emulated, shaped link (:mod:`harness.engine.netns`); the parties
 then find each other through an ip file instead of ``localhost``. The clients write
 no files: the servers run in their namespaces and take each chunk over TLS as it is
-made (:mod:`harness.engine.tls_stream`), expanding its seeds if seeded, and sum it
+made (:mod:`harness.stream.tls`), expanding its seeds if seeded, and sum it
 (``local``) or write it into the party's share file (``fast``, ``reference``; server
 0 the public schedule beside the parties' directories). The network stays up from
 the stream to the end of the MPC, so a profile's credits spent on the upload stay
@@ -37,15 +37,13 @@ from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging
-from harness.engine.stream import stream_inputs, warm_up
-from harness.engine.stream_file import write_owner
-from harness.engine.transport import ShmTransport, TransportFactory
 from harness.errors import InputError
 from harness.fileio import private_dir
+from harness.stream import ShmTransport, TransportFactory, stream_inputs, warm_up, write_owner
 
 if TYPE_CHECKING:
     from harness.engine.netns import NetworkEmulation, Profile
-    from harness.engine.tls_stream import TlsRoute
+    from harness.stream import TlsRoute
 
 __all__ = ["LocalCluster", "PROTOCOL", "find_free_ports", "check_ports_free", "PartyRun",
            "party_input_file"]
@@ -228,7 +226,7 @@ class LocalCluster(PartyStaging):
 
     def _tls_route(self, net: NetworkEmulation, timeout: float) -> TlsRoute:
         """Where each server takes its stream: its namespace, address and certificate."""
-        from harness.engine.tls_stream import TlsRoute
+        from harness.stream import TlsRoute
 
         client_dir = private_dir(self.workdir / "client")
         [(key, cert, _)] = make_certificates(1, client_dir / "cert")

@@ -28,18 +28,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
 
-    from harness.clients import (
-        FileShape,
-        FixedPoint,
-        NoiseSpec,
-        Prepared,
-        Rows,
-        ShareFormat,
-        Sketch,
-        StreamPlan,
-    )
+    from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, ShareFormat, Sketch
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
+    from harness.stream import FileShape, StreamPlan
 
 __all__ = ["Cluster", "ClientJob", "Delivery", "PartyRun"]
 
@@ -67,12 +59,12 @@ class ClientJob:
     ``sharing`` is ``"full"`` or ``"seeded"`` (all but one component as PRG seeds).
 
     Every job streams: the ``local`` program's servers sum the shares as they
-    arrive, grouped per chunk (:mod:`harness.clients.stream`), and ``as_input``
+    arrive, grouped per chunk (:mod:`harness.stream.produce`), and ``as_input``
     says whether they hand their aggregates to the MPC as input text. A job with
     ``blocks`` is the ``fast`` or ``reference`` program's: its
     servers write the shares into share files of that shape as they arrive (blocked
-    per chunk of clients, :mod:`harness.clients.blocks`, or one row per slot,
-    :mod:`harness.clients.slots`), and the program's public input beside them. With
+    per chunk of clients, :mod:`harness.stream.blocks`, or one row per slot,
+    :mod:`harness.stream.slots`), and the program's public input beside them. With
     ``input_mode == "party"`` no server takes a stream: the data owner writes its
     input text in the program's shape (``blocks``) and the public input a chunk of
     clients at a time.
@@ -97,8 +89,7 @@ class ClientJob:
     def stream_plan(self, parties: int, hosts: tuple[int, ...] = ()) -> StreamPlan:
         """The public plan of this job's stream to ``parties`` servers: one client worker
         per core here, or ``hosts[h]`` on each client host h."""
-        from harness.clients import StreamPlan
-        from harness.engine.stream import worker_count
+        from harness.stream import StreamPlan, worker_count
 
         return StreamPlan(self.n, self.d, self.sketch.m, self.sketch.s, parties,
                           self.share_format.name, workers=sum(hosts) or worker_count(),

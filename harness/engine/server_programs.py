@@ -5,7 +5,7 @@ they compute on and how: the ``.mpc`` template it compiles and which of the
 run's values it takes, its default input mode, whether
 the clients' share files are in the blocked layout, whether each server first
 sums its own shares into the m x d accumulators (``local``); the public schedule a
-program reads is written as the shares stream (:mod:`.stream_file`). Everything that
+program reads is written as the shares stream (:mod:`harness.stream.files`). Everything that
 would ask for a program by name asks here instead.
 """
 

@@ -108,7 +108,7 @@ class RunConfig:
     def streams(self) -> bool:
         """Whether the run streams: every run the table of modes lets through does
         (:mod:`harness.experiments.modes`). Its clients and servers then hold nothing
-        proportional to n (:mod:`harness.engine.stream`): ``local``'s servers write no
+        proportional to n (:mod:`harness.stream.launch`): ``local``'s servers write no
         share file, ``fast``'s and ``reference``'s write theirs as the shares arrive,
         laid out per chunk of clients, or the data owner its input text; through a
         network, preparation, upload, expansion of the seeds and aggregation (or

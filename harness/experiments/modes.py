@@ -19,8 +19,8 @@ memory. A route names what the stream makes (its *sink*) and *where*:
   takes a stream.
 
 A file's *shape* is the program's: ``blocked`` per chunk of clients (``fast``,
-:mod:`harness.clients.blocks`) or one row per slot (``reference``,
-:mod:`harness.clients.slots`).
+:mod:`harness.stream.blocks`) or one row per slot (``reference``,
+:mod:`harness.stream.slots`).
 
 ``servers``: each server takes its stream where it runs (this machine's
 processes, in their namespaces under ``--network``, or its host's agent);

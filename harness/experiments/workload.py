@@ -18,14 +18,12 @@ import numpy as np
 
 from harness.clients import (
     CALIBRATIONS,
-    BlockShape,
     FixedPoint,
     NoiseSpec,
     Prepared,
     Rows,
     ServerNoise,
     Sketch,
-    SlotShape,
     SyntheticRows,
     all_rows,
     certificate,
@@ -46,6 +44,7 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
+from harness.stream import BlockShape, SlotShape
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
            "check_noise", "check_ring", "check_workload_size", "check_zero_output",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
-from harness.clients import ProducerTotals, Rows, StreamSpec, write_rows
+from harness.clients import Rows
 from harness.errors import InputError, LtmError
 from harness.remote._connect import ConnectOptions, connect, describe
 from harness.remote._shell import (
@@ -43,6 +43,7 @@ from harness.remote._shell import (
 from harness.remote.agent import LOST
 from harness.remote.hosts import Host
 from harness.remote.streaming import decode_totals
+from harness.stream import ProducerTotals, StreamSpec, write_rows
 
 if TYPE_CHECKING:
     pass

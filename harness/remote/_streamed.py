@@ -25,20 +25,22 @@ from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadP
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.clients import ProducerTotals, StreamPlan, StreamSpec
-from harness.engine import (
-    Streamed,
-    TlsRoute,
-    assemble_stream,
-    make_certificates,
-    stream_clients,
-)
+from harness.engine import make_certificates
 from harness.errors import LtmError
 from harness.remote._client import ClientHost, StreamCut
 from harness.remote._group import HOST_ERRORS, PartyGroup
 from harness.remote._party import Upload
 from harness.remote._results import HostGroupError, labelled
 from harness.remote._steps import CERT_NAME, share_file_there
+from harness.stream import (
+    ProducerTotals,
+    Streamed,
+    StreamPlan,
+    StreamSpec,
+    TlsRoute,
+    assemble_stream,
+    stream_clients,
+)
 
 if TYPE_CHECKING:
     from harness.engine import ClientJob

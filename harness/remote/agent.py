@@ -88,8 +88,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     os.umask(0o077)  # shares, seeds and aggregates are secret from creation
-    from harness.engine import StreamError, StreamLost, StreamViolation
     from harness.errors import Interrupted, LtmError, stop_on_signals
+    from harness.stream import StreamError, StreamLost, StreamViolation
 
     stop_on_signals()
     try:

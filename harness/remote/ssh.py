@@ -35,12 +35,9 @@ from harness.engine import (
     MpSpdz,
     PartyRun,
     PartyStaging,
-    Streamed,
     make_certificates,
     parse_stats,
     protocol_for,
-    stream_inputs,
-    write_owner,
 )
 from harness.errors import InputError
 from harness.remote._client import ClientHost
@@ -58,6 +55,7 @@ from harness.remote._steps import CERT_NAME, share_file_there
 from harness.remote._streamed import SCHEDULE_FILE, stream_to_hosts
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
+from harness.stream import Streamed, stream_inputs, write_owner
 
 __all__ = [
     "ConnectOptions",

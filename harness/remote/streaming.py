@@ -2,7 +2,7 @@
 
 These run through the host agent (:mod:`harness.remote.agent`), in the host's
 private working directory, from a public stream description
-(:class:`harness.clients.StreamSpec`, ``stream.json``) that the runner
+(:class:`harness.stream.StreamSpec`, ``stream.json``) that the runner
 uploaded:
 
 * :func:`serve`, on each server: binds its port on the address its inventory
@@ -14,7 +14,7 @@ uploaded:
   aggregate (or that share file) is left, where MP-SPDZ then reads it.
 * :func:`produce`, on a client host: runs that host's client workers over its
   own contiguous range of clients, each connecting to every server
-  (:func:`harness.engine.stream_clients`), and reports what verification needs:
+  (:func:`harness.stream.stream_clients`), and reports what verification needs:
   the plaintext sums of its clients, never a share.
 
 Each returns the JSON-ready figures the agent prints.
@@ -28,15 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import ProducerTotals, StreamSpec
-from harness.engine import (
+from harness.errors import LtmError
+from harness.stream import (
+    ProducerTotals,
+    StreamSpec,
     TlsRoute,
     TlsTransport,
     serve_party,
     stream_clients,
     sweep_stale_buffers,
 )
-from harness.errors import LtmError
 
 __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.clients import (
-    NpyRows,
-    Sketch,
-    SyntheticRows,
-    chunk_groups,
-    open_rows,
-)
+from harness.clients import NpyRows, Sketch, SyntheticRows, open_rows
 from harness.errors import InputError
+from harness.stream import chunk_groups
 
 
 @pytest.mark.parametrize("s", [1, 3, 7])
@@ -94,7 +89,7 @@ def test_an_npy_file_is_read_in_chunks_and_each_chunk_checked(tmp_path):
 
 @pytest.mark.parametrize("s", [1, 4])
 def test_groups_of_chunks_give_each_chunk_its_own_accumulators(s):
-    from harness.clients import SketchGroups, StreamPlan
+    from harness.stream import SketchGroups, StreamPlan
 
     sk = Sketch.sparse(40_000, 12, s, seed=8)
     plan = StreamPlan(40_000, 3, 12, s, 3, "additive", workers=2, chunk=97)

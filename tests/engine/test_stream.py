@@ -26,22 +26,25 @@ from _buffers import buffers_held, shm_entries
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
-    ChannelBuffer,
     FixedPoint,
     NoiseSpec,
-    SeededReader,
     Sketch,
-    SketchGroups,
-    StreamPlan,
     SyntheticRows,
     components,
     read_share_file,
 )
 from harness.clients.keystream import SEED_BYTES, expand
-from harness.clients.stream_seeded import SeededShares, slot_order
-from harness.engine import StreamError, stream_inputs
-from harness.engine.chunks import Refused as _Refused
-from harness.engine.stream_serve import _serve
+from harness.stream import (
+    ChannelBuffer,
+    SeededReader,
+    SketchGroups,
+    StreamError,
+    StreamPlan,
+    stream_inputs,
+)
+from harness.stream.chunks import Refused as _Refused
+from harness.stream.seeded import SeededShares, slot_order
+from harness.stream.serve import _serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,7 +165,7 @@ class _FakeWorker:
     """One end of a real pipe, speaking for a client worker, and its channel buffer."""
 
     def __init__(self, tmp_path: Path, plan: StreamPlan) -> None:
-        from harness.clients import ChannelBuffer
+        from harness.stream import ChannelBuffer
 
         self.mine, self.theirs = multiprocessing.Pipe()
         self.buffer = ChannelBuffer(plan.slot_bytes)
@@ -461,9 +464,10 @@ _STREAM_HERE = """
 import os, sys
 from pathlib import Path
 import numpy as np
-from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, StreamPlan, SyntheticRows
+from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, SyntheticRows
+from harness.stream import StreamPlan
 from harness.clients import read_share_file
-from harness.engine import stream_inputs
+from harness.stream import stream_inputs
 
 if __name__ == "__main__":
     n, d, m, parties = 100_000, 4, 10, 3

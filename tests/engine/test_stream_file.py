@@ -20,20 +20,23 @@ import pytest
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
-    BlockShape,
-    BlockWriter,
     FixedPoint,
     NoiseSpec,
-    RunBlocks,
-    ScheduleWriter,
     Sketch,
-    SketchGroups,
-    StreamPlan,
     SyntheticRows,
     read_share_file,
 )
-from harness.clients.stream import group_slots
-from harness.engine import StreamError, stream_inputs
+from harness.stream import (
+    BlockShape,
+    BlockWriter,
+    RunBlocks,
+    ScheduleWriter,
+    SketchGroups,
+    StreamError,
+    StreamPlan,
+    stream_inputs,
+)
+from harness.stream.produce import group_slots
 
 
 def _schedule(path: Path) -> tuple[int, np.ndarray]:
@@ -201,9 +204,9 @@ def _counts(k: int) -> np.ndarray:
 ])
 def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, messages,
                                                                       said):
-    from harness.clients import ChannelBuffer
-    from harness.engine.chunks import FullReader, Refused
-    from harness.engine.stream_file import serve_file
+    from harness.stream import ChannelBuffer
+    from harness.stream.chunks import FullReader, Refused
+    from harness.stream.files import serve_file
 
     plan = StreamPlan(250, 2, 4, 1, 2, ADDITIVE.name, workers=1, chunk=97)
     mine, theirs = multiprocessing.Pipe()

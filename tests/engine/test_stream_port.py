@@ -23,22 +23,14 @@ import numpy as np
 import pytest
 from _strangers import PROMPTLY, Strangers, reach
 
-from harness.clients import (
-    ADDITIVE,
-    FixedPoint,
-    NoiseSpec,
-    Sketch,
-    SketchGroups,
-    StreamPlan,
-    SyntheticRows,
-    read_share_file,
-)
+from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, SyntheticRows, read_share_file
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
-from harness.engine.stream import _server_main, _worker_main
-from harness.engine.stream_procs import Processes
-from harness.engine.stream_wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
-from harness.engine.tls_stream import TlsRoute, tls_context
+from harness.stream import SketchGroups, StreamPlan
+from harness.stream.launch import _server_main, _worker_main
+from harness.stream.procs import Processes
+from harness.stream.tls import TlsRoute, tls_context
+from harness.stream.wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it

@@ -23,15 +23,13 @@ from harness.clients import (
     FixedPoint,
     NoiseSpec,
     Sketch,
-    SlotShape,
-    StreamPlan,
     SyntheticRows,
     open_rows,
     read_share_file,
 )
-from harness.engine import StreamError, stream_inputs
-from harness.engine.stream_file import write_owner
 from harness.errors import InputError
+from harness.stream import SlotShape, StreamError, StreamPlan, stream_inputs
+from harness.stream.files import write_owner
 
 
 def _summed(values: np.ndarray, schedule: Path, m: int) -> np.ndarray:

@@ -31,24 +31,28 @@ from _strangers import Strangers
 from harness.clients import (
     ADDITIVE,
     REPLICATED,
-    BlockShape,
-    ChannelBuffer,
     FixedPoint,
     NoiseSpec,
     Sketch,
-    StreamPlan,
     SyntheticRows,
-    produce,
     read_share_file,
 )
-from harness.engine import StreamError, make_certificates, stream_inputs
+from harness.engine import make_certificates
 from harness.engine.netns import NetworkEmulation
-from harness.engine.stream import _server_main, _worker_main
-from harness.engine.stream_procs import Processes
-from harness.engine.stream_wire import FRAME as _FRAME
-from harness.engine.tls_stream import TlsRoute
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
+from harness.stream import (
+    BlockShape,
+    ChannelBuffer,
+    StreamError,
+    StreamPlan,
+    produce,
+    stream_inputs,
+)
+from harness.stream.launch import _server_main, _worker_main
+from harness.stream.procs import Processes
+from harness.stream.tls import TlsRoute
+from harness.stream.wire import FRAME as _FRAME
 
 IS_ROOT = os.geteuid() == 0
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,7 +389,7 @@ def test_bad_input_found_while_streaming_is_one_line_and_removes_the_network(tmp
 
 
 def test_message_fields_cross_as_numbers_and_nothing_else():
-    from harness.engine.stream_wire import DeadlineReader, Malformed, pack_fields, read_fields
+    from harness.stream.wire import DeadlineReader, Malformed, pack_fields, read_fields
 
     counts = np.arange(8, dtype=np.int64).reshape(2, 4)
     a, b = socket.socketpair()

@@ -16,7 +16,6 @@ import pytest
 
 import harness.experiments.workload as workload
 from harness.cli import main
-from harness.clients import BlockShape, SlotShape
 from harness.engine import LocalCluster
 from harness.errors import InputError
 from harness.experiments import RunConfig, build_workload, client_job
@@ -29,6 +28,7 @@ from harness.experiments.modes import (
     route_for,
 )
 from harness.remote import SshCluster, load_inventory
+from harness.stream import BlockShape, SlotShape
 
 _PARTY = ('\n[[party]]\nname = "{0}"\nssh_host = "{0}"\nuser = "u"\nmpc_host = "{0}"\n'
           'mp_spdz = "/d"\n')

@@ -19,10 +19,11 @@ from _buffers import buffers_held, left_in_shm, shm_entries
 from _sshd import descendants
 
 import harness
-from harness.clients import ADDITIVE, NoiseSpec, Sketch, StreamPlan, StreamSpec
+from harness.clients import ADDITIVE, NoiseSpec, Sketch
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
 from harness.remote.agent import LOST
+from harness.stream import StreamPlan, StreamSpec
 
 TREE = Path(harness.__file__).resolve().parent.parent
 N, D, M = 20_000_000, 3, 10

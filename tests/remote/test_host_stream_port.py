@@ -19,12 +19,12 @@ from _strangers import PROMPTLY, Strangers, reach
 from test_host_streams import left_behind
 
 from harness.cli import main
-from harness.engine.stream_wire import HELLO, MAGIC, chunk_frame
-from harness.engine.tls_stream import tls_context
 from harness.experiments import RunConfig, run
 from harness.remote import _streamed
 from harness.remote.hosts import load_inventory
 from harness.remote.ssh import trust_hosts
+from harness.stream.tls import tls_context
+from harness.stream.wire import HELLO, MAGIC, chunk_frame
 
 pytestmark = [
     pytest.mark.root, pytest.mark.mpspdz,

@@ -25,12 +25,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from harness.clients.blocks import BlockShape, FileShape
-from harness.clients.encoding import FixedPoint
-from harness.clients.matrices import NpyRows, Rows, SyntheticRows
-from harness.clients.noise import NoiseSpec
-from harness.clients.sketch import Sketch
-from harness.clients.stream_plan import StreamPlan
+from harness.clients import FixedPoint, NoiseSpec, NpyRows, Rows, Sketch, SyntheticRows
+from harness.stream.blocks import BlockShape, FileShape
+from harness.stream.plan import StreamPlan
 
 __all__ = ["OffsetRows", "StreamSpec", "write_rows"]
 
@@ -145,7 +142,7 @@ def write_rows(rows: Rows, start: int, stop: int, out: IO[bytes], chunk: int = 1
 
 def _shape(raw: dict) -> FileShape:
     """A share file's shape from its public description."""
-    from harness.clients.slots import SlotShape
+    from harness.stream.slots import SlotShape
 
     if raw.get("kind") == "blocked-per-chunk":
         return BlockShape(_int(raw["block_rows"]), _int(raw["chunk_blocks"]))

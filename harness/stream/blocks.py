@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 import numpy as np
 
-from harness.clients.layout import CHUNK_SHARES, choose_block_rows
-from harness.clients.prepare import format_integers
+from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
 
 if TYPE_CHECKING:
-    from harness.clients.stream import StreamPlan
+    from harness.stream.produce import StreamPlan
 
 __all__ = ["BlockShape", "BlockWriter", "BlockedFile", "ChunkFile", "FileShape", "RunBlocks",
            "ScheduleWriter"]
@@ -54,7 +53,7 @@ class ChunkFile(Protocol):
 class FileShape(Protocol):
     """How the servers of a streamed run lay out their share files: blocked per chunk of
     clients (:class:`BlockShape`, ``fast``) or one row per slot
-    (:class:`~harness.clients.slots.SlotShape`, ``reference``)."""
+    (:class:`~harness.stream.slots.SlotShape`, ``reference``)."""
 
     def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
              text: bool = False) -> ChunkFile:
@@ -97,7 +96,7 @@ class RunBlocks:
     """Grouped rows in, whole blocks of one accumulator each out; the rest carried.
 
     ``add`` takes a chunk's rows grouped by accumulator (``counts`` per
-    accumulator, as :func:`~harness.clients.stream.group_slots` gives them) and
+    accumulator, as :func:`~harness.stream.produce.group_slots` gives them) and
     returns the blocks they complete, each after the carried rows of its
     accumulator; ``finish`` pads what is carried to one last block per accumulator.
     """

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.clients.seeded import components
-from harness.clients.sharing import FORMATS, ShareFormat
-from harness.clients.stream_seeded import chunk_words, slot_words
+from harness.clients import FORMATS, SEED_BYTES, Components, ShareFormat, components
 
 __all__ = ["CHUNK_VALUES", "SKETCH_GROUP_CLIENTS", "SLACK", "StreamPlan"]
 
@@ -24,6 +22,29 @@ CHUNK_VALUES = 1 << 19
 # distinct buckets costs per step, so a few thousand clients per step amortise it.
 SKETCH_GROUP_CLIENTS = 1 << 14
 SLACK = 16  # AES-CTR's update_into wants room for one block past the data
+_SEED_WORDS = SEED_BYTES // 8
+
+
+def _leaders(comps: Components, start: int, clients: int, comp: int) -> int:
+    """How many of the clients ``start`` to ``start + clients`` lead with ``comp``."""
+    return len(range((comp - start) % comps.count, clients, comps.count))
+
+
+def chunk_words(comps: Components, party: int, start: int, stop: int, s: int, d: int) -> int:
+    """8-byte words server ``party`` receives for the clients ``start`` to ``stop``."""
+    clients = stop - start
+    total = 0
+    for c in comps.held[party]:
+        full = _leaders(comps, start, clients, c)
+        total += _SEED_WORDS * (clients - full) + d * s * full
+    return total
+
+
+def slot_words(comps: Components, clients: int, s: int, d: int) -> int:
+    """A bound on :func:`chunk_words` for any chunk of ``clients`` clients and any server."""
+    most = -(-clients // comps.count)
+    return max(len(h) for h in comps.held) * (_SEED_WORDS * clients + d * s * most)
+
 
 
 @dataclass(frozen=True)
@@ -38,7 +59,7 @@ class StreamPlan:
     format: str  # a key of sharing.FORMATS
     workers: int  # client worker processes, on all client hosts together
     chunk: int = 0  # clients per chunk (0: from CHUNK_VALUES)
-    sharing: str = "full"  # or "seeded" (:mod:`harness.clients.stream_seeded`)
+    sharing: str = "full"  # or "seeded" (:mod:`harness.stream.seeded`)
     # Workers on each client host, in host order (empty: one host runs them all). Host
     # h runs the next hosts[h] workers and the clients of one contiguous run of chunks.
     hosts: tuple[int, ...] = ()

@@ -6,7 +6,7 @@ server per group, in turn) counts that differ from the public sketch's. A
 :class:`ChunkReader` then gives the server's shares of the chunk, grouped by
 accumulator: as they lie in the slot (full sharing), or with the seeds it holds
 expanded and its full words placed among them (seeded sharing). The summing
-servers (:mod:`.stream`) and the file-writing ones (:mod:`.stream_file`) both
+servers (:mod:`.serve`) and the file-writing ones (:mod:`.files`) both
 take chunks this way.
 """
 
@@ -17,8 +17,10 @@ from typing import Protocol
 
 import numpy as np
 
-from harness.clients import ChannelBuffer, SeededReader, SketchGroups, StreamPlan
 from harness.errors import LtmError
+from harness.stream.plan import StreamPlan
+from harness.stream.produce import ChannelBuffer, SketchGroups
+from harness.stream.seeded import SeededReader
 
 __all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "Violation", "check_counts",
            "reader_for", "receive"]

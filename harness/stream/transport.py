@@ -2,16 +2,16 @@
 
 A transport is made in the parent for one run. It hands each client worker and
 each server process an *end* (picklable, passed at the process's start), which
-that process opens: the end gives it one :class:`~harness.clients.ChannelBuffer`
+that process opens: the end gives it one :class:`~harness.stream.ChannelBuffer`
 (two slots) and one link per peer. The link carries the stream's few small
 messages, ``("chunk", k, slot, words)``, ``("end", count)`` and ``("free", slot)``;
-the buffers hold the chunks' words. :func:`harness.clients.produce` and the
+the buffers hold the chunks' words. :func:`harness.stream.produce` and the
 servers' summing see only that, whichever transport carries the chunks:
 
 * :class:`ShmTransport`: the buffers are shared memory mapped by one worker and
   one server, the links are pipes. Nothing is copied; this machine's loopback.
   No buffer has a name in any file system (:func:`harness.fileio.private_memory`).
-* :class:`harness.engine.tls_stream.TlsTransport`: each process's buffers are its
+* :class:`harness.stream.tls.TlsTransport`: each process's buffers are its
   own, the links are TLS connections through the emulated network
   (``--network``): a chunk's words cross the wire as they are sent.
 
@@ -28,8 +28,9 @@ from multiprocessing import reduction
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.clients import ChannelBuffer, StreamPlan
 from harness.fileio import private_memory
+from harness.stream.plan import StreamPlan
+from harness.stream.produce import ChannelBuffer
 
 __all__ = ["ClientEnd", "Link", "ServerEnd", "ShmTransport", "StreamTransport",
            "TransportFactory", "sweep_stale_buffers"]

@@ -1,6 +1,6 @@
 """A streamed run through the emulated network: each chunk crosses a TLS link as it is made.
 
-The transport of :mod:`harness.engine.transport` for ``--network``. Each server
+The transport of :mod:`harness.stream.transport` for ``--network``. Each server
 process enters its party's network namespace, listens on the party's address
 and accepts one TLS connection per client worker; each client worker enters the
 clients' namespace and connects to every server. So a worker's shares cross
@@ -10,10 +10,10 @@ upload and aggregation overlap. Both sides pin the other's per-run certificate,
 the only trust anchor either accepts (:func:`tls_context`): the servers' are
 MP-SPDZ's ``P<i>.pem``, the clients' is made for the run.
 
-On the wire (:mod:`.stream_wire`) a connection carries a hello (the worker's
+On the wire (:mod:`.wire`) a connection carries a hello (the worker's
 index), then one frame per chunk and one for the stream's end, which the server
 acknowledges once it has read it. The server takes its client workers'
-connections at once, dropping any stranger's (:mod:`.stream_accept`). Behind each
+connections at once, dropping any stranger's (:mod:`.accept`). Behind each
 socket a thread turns the frames back into the stream's usual messages over a pipe
 in its own process, with a two-slot buffer on each side, so the worker and the
 server's summing see what they see over shared memory, checks included: a chunk
@@ -37,9 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.clients import ChannelBuffer, StreamPlan
-from harness.engine.stream_accept import accept_workers
-from harness.engine.stream_wire import (
+from harness.retry import retry
+from harness.stream.accept import accept_workers
+from harness.stream.plan import StreamPlan
+from harness.stream.produce import ChannelBuffer
+from harness.stream.transport import ClientEnd, Link, ServerEnd
+from harness.stream.wire import (
     ACK,
     HELLO,
     MAGIC,
@@ -49,8 +52,6 @@ from harness.engine.stream_wire import (
     end_frame,
     read_message,
 )
-from harness.engine.transport import ClientEnd, Link, ServerEnd
-from harness.retry import retry
 
 __all__ = ["TlsRoute", "TlsTransport", "enter_namespace", "tls_context"]
 

@@ -22,13 +22,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from harness.clients.blocks import ChunkFile, FileShape
-from harness.clients.encoding import FixedPoint
-from harness.clients.matrices import Rows
-from harness.clients.noise import NoiseSpec
-from harness.clients.prepare import Prepared, format_integers
-from harness.clients.sketch import Sketch
-from harness.clients.stream import NoisyChunks, StreamPlan, group_slots
+from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, format_integers
+from harness.stream.blocks import ChunkFile, FileShape
+from harness.stream.produce import NoisyChunks, StreamPlan, group_slots
 
 __all__ = ["SlotFile", "SlotSchedule", "SlotShape", "write_owner_text"]
 

@@ -19,7 +19,7 @@ system names, mapped by the client worker and that one server only), and
 the server is told which slot holds which chunk. Masks come from AES-256-CTR
 keyed from ``os.urandom`` per worker; the last share is the value minus them.
 With seeded sharing the slot holds the chunk's seeds and full words instead
-(:mod:`harness.clients.stream_seeded`); both fill :class:`ChunkSharer`.
+(:mod:`harness.stream.seeded`); both fill :class:`ChunkSharer`.
 
 The plaintext sum every revealed sketch is checked against is accumulated here
 per chunk, from the same encoded values the shares split.
@@ -37,16 +37,12 @@ from typing import Any, Protocol
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from harness.clients.encoding import FixedPoint
-from harness.clients.matrices import Rows
-from harness.clients.noise import NoiseSpec, noise_rng
-from harness.clients.sharing import ShareFormat
-from harness.clients.sketch import Sketch
-from harness.clients.stream_plan import SLACK as _SLACK
-from harness.clients.stream_plan import StreamPlan
-from harness.clients.stream_seeded import SeededShares
+from harness.clients import FixedPoint, NoiseSpec, Rows, ShareFormat, Sketch, noise_rng
 from harness.errors import InputError
 from harness.fileio import private_memory
+from harness.stream.plan import SLACK as _SLACK
+from harness.stream.plan import StreamPlan
+from harness.stream.seeded import SeededShares
 
 __all__ = ["ChannelBuffer", "NoisyChunks", "ProducerTotals", "SketchGroups", "StreamBroken",
            "chunk_groups", "group_slots", "produce", "run_starts"]
@@ -215,7 +211,7 @@ class NoisyChunks:
     encoded in the ring, column by column, ``(d, slots)``; the buffers are reused,
     so a result is valid until the next call. The noise comes from a fresh CSPRNG
     per instance. Shared by the clients that split the values among the servers
-    (:func:`produce`) and the data owner who types them in (:mod:`.owner`).
+    (:func:`produce`) and the data owner who types them in (:func:`~harness.stream.files.write_owner`).
     """
 
     def __init__(self, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.clients import StreamPlan
+from harness.stream.plan import StreamPlan
 
 __all__ = ["ACK", "FRAME", "HELLO", "MAGIC", "DeadlineReader", "Malformed", "chunk_frame",
            "counts_limit", "end_frame", "pack_fields", "read_fields", "read_message"]

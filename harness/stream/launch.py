@@ -1,12 +1,12 @@
 """A streamed ``local`` run on this machine: servers aggregate while the shares arrive.
 
-Client workers (:func:`harness.clients.produce`, one process per core) and one
+Client workers (:func:`harness.stream.produce`, one process per core) and one
 process per server run side by side. Each server takes its chunks as they come,
 adds each into its 2m x d accumulators (one ``reduceat``, the grouping
 recomputed from the public sketch's seed), and hands the slot back; when every
 worker's stream has ended it writes its m x d aggregate share, the only file the
 MPC then reads. With seeded sharing a server expands the seeds of each chunk
-as it comes (:class:`harness.clients.SeededReader`) before summing it. No share
+as it comes (:class:`harness.stream.SeededReader`) before summing it. No share
 file of the clients' rows is written, and memory is a few chunks per process
 whatever n is.
 
@@ -32,33 +32,24 @@ from typing import Any
 
 import numpy as np
 
-from harness.clients import (
-    FileShape,
-    FixedPoint,
-    NoiseSpec,
-    Prepared,
-    ProducerTotals,
-    Rows,
-    Sketch,
-    StreamBroken,
-    StreamPlan,
-    components,
-    produce,
-)
-from harness.engine.chunks import Lost as _Lost
-from harness.engine.chunks import Refused as _Refused
-from harness.engine.chunks import Violation as _Violation
-from harness.engine.stream_file import partial
-from harness.engine.stream_procs import Processes, StreamError
-from harness.engine.stream_serve import serve_party
-from harness.engine.transport import (
+from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, components
+from harness.errors import InputError
+from harness.stream.blocks import FileShape
+from harness.stream.chunks import Lost as _Lost
+from harness.stream.chunks import Refused as _Refused
+from harness.stream.chunks import Violation as _Violation
+from harness.stream.files import partial
+from harness.stream.plan import StreamPlan
+from harness.stream.procs import Processes, StreamError
+from harness.stream.produce import ProducerTotals, StreamBroken, produce
+from harness.stream.serve import serve_party
+from harness.stream.transport import (
     ClientEnd,
     ServerEnd,
     ShmTransport,
     TransportFactory,
     sweep_stale_buffers,
 )
-from harness.errors import InputError
 
 __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
            "warm_up", "worker_count"]
@@ -100,7 +91,7 @@ def _context() -> Any:
     """
     sweep_stale_buffers()
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "harness.engine.tls_stream"])
+    ctx.set_forkserver_preload([__name__, "harness.stream.tls"])
     return ctx
 
 
@@ -119,12 +110,12 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
     else as share files in the protocol's format. ``transport`` carries the chunks
-    (:mod:`harness.engine.transport`): shared memory here, or TLS through an
+    (:mod:`harness.stream.transport`): shared memory here, or TLS through an
     emulated network.
 
     ``blocks``: the servers do not sum, they write the clients' shares into share
     files of this shape (``fast``'s blocked or ``reference``'s one row per slot,
-    :mod:`.stream_file`), and
+    :mod:`.files`), and
     server 0 the public ``schedule`` the program reads beside them.
 
     The processes start through :mod:`multiprocessing`, so a Python script that

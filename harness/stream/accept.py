@@ -19,8 +19,8 @@ import sys
 import threading
 import time
 
-from harness.engine.chunks import Lost
-from harness.engine.stream_wire import HELLO, MAGIC, DeadlineReader
+from harness.stream.chunks import Lost
+from harness.stream.wire import HELLO, MAGIC, DeadlineReader
 
 __all__ = ["accept_workers"]
 

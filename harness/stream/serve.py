@@ -1,16 +1,16 @@
 """One server's side of a streamed run: its stream, summed or written as it arrives.
 
 :func:`serve_party` is all a server does with its stream, wherever it runs: in
-a process beside the clients (:mod:`harness.engine.stream`), or on its own host,
+a process beside the clients (:mod:`harness.stream.launch`), or on its own host,
 where the host agent calls it (``python -m harness.remote.agent serve``). It
 opens the server's end of the transport, takes each client worker's chunks in
 that worker's order, checks them against the plan (and, in turn, the slot
 counts against the public sketch), and either sums them into its 2m x d
 accumulators and writes the m x d aggregate (the ``local`` program), or writes
 them into its blocked share file (``blocks``, the ``fast`` program,
-:func:`harness.engine.stream_file.serve_file`). A stream out of order, short or
-long is :class:`~harness.engine.chunks.Refused`; a cut one is
-:class:`~harness.engine.chunks.Lost`.
+:func:`harness.stream.files.serve_file`). A stream out of order, short or
+long is :class:`~harness.stream.chunks.Refused`; a cut one is
+:class:`~harness.stream.chunks.Lost`.
 """
 
 from __future__ import annotations
@@ -21,17 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import (
-    ChannelBuffer,
-    FileShape,
-    Sketch,
-    SketchGroups,
-    StreamPlan,
-    format_integers,
-    run_starts,
-    write_share_file,
-)
-from harness.engine.chunks import (
+from harness.clients import Sketch, format_integers, write_share_file
+from harness.fileio import open_private
+from harness.stream.blocks import FileShape
+from harness.stream.chunks import (
     ChunkReader,
     Lost,
     Refused,
@@ -39,9 +32,10 @@ from harness.engine.chunks import (
     reader_for,
     receive,
 )
-from harness.engine.stream_file import serve_file
-from harness.engine.transport import ServerEnd
-from harness.fileio import open_private
+from harness.stream.files import serve_file
+from harness.stream.plan import StreamPlan
+from harness.stream.produce import ChannelBuffer, SketchGroups, run_starts
+from harness.stream.transport import ServerEnd
 
 __all__ = ["serve_party"]
 

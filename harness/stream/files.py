@@ -2,10 +2,10 @@
 
 MP-SPDZ reads these programs' shares from each party's
 ``Persistence/Transactions-P<i>.data``, so there a server does not sum its
-stream: it hands each chunk to its file's writer (:class:`harness.clients.FileShape`):
-``fast``'s lays it out in blocks (:mod:`harness.clients.blocks`; an
+stream: it hands each chunk to its file's writer (:class:`harness.stream.FileShape`):
+``fast``'s lays it out in blocks (:mod:`harness.stream.blocks`; an
 accumulator's rows short of a block wait for the next chunk), ``reference``'s
-appends one row per slot (:mod:`harness.clients.slots`).
+appends one row per slot (:mod:`harness.stream.slots`).
 Every party's file must hold the same slots in the same rows,
 so chunks are taken in the plan's order, not as they come: chunk k from its
 worker's stream, then k + 1. Each worker sends its chunks in increasing order
@@ -28,20 +28,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.clients import (
-    ChannelBuffer,
-    FileShape,
-    FixedPoint,
-    NoiseSpec,
-    Prepared,
-    Rows,
-    Sketch,
-    SketchGroups,
-    StreamPlan,
-    write_owner_text,
-)
-from harness.engine.chunks import ChunkReader, Lost, Refused, check_counts, receive
+from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import open_private
+from harness.stream.blocks import FileShape
+from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
+from harness.stream.plan import StreamPlan
+from harness.stream.produce import ChannelBuffer, SketchGroups
+from harness.stream.slots import write_owner_text
 
 __all__ = ["partial", "serve_file", "write_owner", "written"]
 

@@ -20,7 +20,7 @@ the words) holds, for each component c the server holds, in the order of
 2. **full words**: component c of the grouped slots whose client leads with c,
    as uint64 ``(d, those slots)``, column by column, in grouped order.
 
-Its size follows from the plan alone (:func:`chunk_words`), so a server checks
+Its size follows from the plan alone (:meth:`StreamPlan.chunk_words`), so a server checks
 it before reading a word. Additive sharing (C = S) gives a server one such pair
 of sections, replicated sharing (C = 3, server i holds components i and i - 1)
 two.
@@ -35,41 +35,22 @@ from typing import Protocol
 
 import numpy as np
 
-from harness.clients.keystream import SEED_BYTES, expand
-from harness.clients.seeded import Components, components
-from harness.clients.sharing import ShareFormat
+from harness.clients import SEED_BYTES, Components, components, expand
+from harness.stream.plan import StreamPlan
 
-__all__ = ["SeededReader", "SeededShares", "chunk_words", "slot_order", "slot_words"]
+__all__ = ["SeededReader", "SeededShares", "slot_order"]
 
 _SEED_WORDS = SEED_BYTES // 8
 
 
-class _Plan(Protocol):
-    """What this module reads of :class:`harness.clients.StreamPlan` (which imports it)."""
-
-    @property
-    def m(self) -> int: ...
-    @property
-    def s(self) -> int: ...
-    @property
-    def d(self) -> int: ...
-    @property
-    def parties(self) -> int: ...
-    @property
-    def fmt(self) -> ShareFormat: ...
-    @property
-    def clients_per_chunk(self) -> int: ...
-    def span(self, k: int) -> tuple[int, int]: ...
-
-
 class _Slots(Protocol):
-    """What this module uses of :class:`harness.clients.ChannelBuffer`."""
+    """What this module uses of :class:`~harness.stream.ChannelBuffer`."""
 
     def slot(self, b: int, words: int) -> np.ndarray: ...
 
 
 class _Columns(Protocol):
-    """What this module uses of :class:`harness.clients.SketchGroups`."""
+    """What this module uses of :class:`~harness.stream.SketchGroups`."""
 
     def chunk(self, k: int) -> np.ndarray: ...
 
@@ -78,32 +59,11 @@ def slot_order(acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """A chunk's slots grouped by accumulator: each grouped slot's index in slot order
     (copy i of client j is ``i * clients + j``), and the counts per accumulator.
 
-    The same stable radix sort as :func:`~harness.clients.stream.group_slots`, without
+    The same stable radix sort as :func:`~harness.stream.produce.group_slots`, without
     folding copies onto clients: a seeded component's words depend on the copy.
     """
     small = acc.astype(np.int16) if 2 * m < 2**15 else acc
     return np.argsort(small, kind="stable"), np.bincount(small, minlength=2 * m)
-
-
-def _leaders(comps: Components, start: int, clients: int, comp: int) -> int:
-    """How many of the clients ``start`` to ``start + clients`` lead with ``comp``."""
-    return len(range((comp - start) % comps.count, clients, comps.count))
-
-
-def chunk_words(comps: Components, party: int, start: int, stop: int, s: int, d: int) -> int:
-    """8-byte words server ``party`` receives for the clients ``start`` to ``stop``."""
-    clients = stop - start
-    total = 0
-    for c in comps.held[party]:
-        full = _leaders(comps, start, clients, c)
-        total += _SEED_WORDS * (clients - full) + d * s * full
-    return total
-
-
-def slot_words(comps: Components, clients: int, s: int, d: int) -> int:
-    """A bound on :func:`chunk_words` for any chunk of ``clients`` clients and any server."""
-    most = -(-clients // comps.count)
-    return max(len(h) for h in comps.held) * (_SEED_WORDS * clients + d * s * most)
 
 
 class _Chunk:
@@ -123,7 +83,7 @@ class _Chunk:
 class SeededShares:
     """The client worker's side: draws, expands and sends a chunk's seeded shares."""
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: StreamPlan) -> None:
         self.plan = plan
         self.comps = components(plan.fmt, plan.parties)
         count, words = self.comps.count, plan.s * plan.d
@@ -182,7 +142,7 @@ class SeededShares:
 class SeededReader:
     """A server's side: a chunk's slot turned back into its shares, ``(d, slots, words)``."""
 
-    def __init__(self, plan: _Plan, party: int) -> None:
+    def __init__(self, plan: StreamPlan, party: int) -> None:
         self.plan = plan
         self.comps = components(plan.fmt, plan.parties)
         self.held = self.comps.held[party]
