@@ -58,8 +58,8 @@ def local_round(cluster: LocalCluster, cfg: RunConfig, work: Workload,
     job = client_job(cfg, work)
 
     def run() -> list[float]:
-        expected = cluster.prepare(job).expected
-        busy = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
+        prepared = cluster.prepare(job)
+        expected, busy = prepared.expected, prepared.servers_s or []
         opened = timed_run(cluster, program, expected, label)
         return [a + t for a, t in zip(busy, opened, strict=True)]
 

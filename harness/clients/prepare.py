@@ -97,3 +97,9 @@ class Prepared:
     stages: dict = field(default_factory=dict)
     # A streamed run's share-file shape, when its servers wrote blocked files.
     layout: dict = field(default_factory=dict)
+    # Each server's own time on its stream (``local``: summing its shares as they
+    # arrived), when timed here; None when no server streams here or its host reports it.
+    servers_s: list[float] | None = None
+    # Per server {"upload_s", "upload_bytes_sent"} when the stream crossed a network and
+    # was timed here (else None: written in place, or the hosts report it in their stats).
+    upload: dict[int, dict] | None = None

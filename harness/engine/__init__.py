@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         party_input_file,
     )
     from harness.engine.installer import ensure_mpspdz, install
-    from harness.engine.interface import ClientJob, Cluster, Delivery
+    from harness.engine.interface import ClientJob, Cluster
     from harness.engine.mpspdz import (
         ENV_VAR,
         NO_INSTALL_ENV_VAR,
@@ -82,7 +82,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ClientJob",
     "Cluster",
-    "Delivery",
     "Command",
     "CompiledProgram",
     "Completed",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from harness.clients import Prepared
 from harness.engine.certs import make_certificates
 from harness.engine.held import HeldParties, holdable
-from harness.engine.interface import ClientJob, Delivery, PartyRun, completed_runs
+from harness.engine.interface import ClientJob, PartyRun, completed_runs
 from harness.engine.mpspdz import MpSpdz
 from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
@@ -113,8 +113,6 @@ class LocalCluster(PartyStaging):
         self._count_args = spec.party_count_args(parties)
         self._net: NetworkEmulation | None = None
         self._held: ExitStack | None = None  # a network opened before its session
-        self._streamed_s: list[float] = []
-        self._streamed_upload: dict[int, dict] | None = None
         self._schedule: Path | None = None  # a streamed fast run's public input
         self._waiting: tuple[str, HeldParties] | None = None  # launched, held at inputs
         super().__init__(parties, workdir)
@@ -131,7 +129,7 @@ class LocalCluster(PartyStaging):
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
                                    self.input_file(), public, job.blocks)
             job.fp.check_bucket_bound(prepared.abs_sums)
-            self._streamed_s, self._streamed_upload, self._schedule = [], None, public
+            self._schedule = public
             return prepared
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
@@ -148,24 +146,11 @@ class LocalCluster(PartyStaging):
         except BaseException:  # no session will follow to close the network
             self._release_network()
             raise
-        self._streamed_s = streamed.aggregate_s
-        self._streamed_upload = streamed.upload
         self._schedule = schedule
-        streamed.prepared.stages.update(streamed.stages)
-        streamed.prepared.layout.update(streamed.layout)
-        return streamed.prepared
+        return streamed.outcome()
 
     def session(self) -> AbstractContextManager[None]:
         return self.network_session()
-
-    def deliver(self, job: ClientJob) -> Delivery:
-        """Nothing left to carry: the servers took their shares as they were made (and,
-        through a network, timed it)."""
-        return Delivery(upload=self._streamed_upload)
-
-    def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float]:
-        # Summed while the shares arrived, inside the clients' wall time.
-        return list(self._streamed_s)
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:
         # Without a network the servers' streams cross no link: what the clients sent.

@@ -10,10 +10,8 @@ the clients' inputs and the parties; the cluster decides *where* and *how*.
 The phases, in the order a run calls them::
 
     with cluster.launch(job, program, timeout=..., port=...):  # where it can
-        prepared = cluster.prepare(job)      # the clients make every server's inputs
+        prepared = cluster.prepare(job)      # the stream: clients and servers side by side
         with cluster.session():              # e.g. an emulated network kept up
-            delivery = cluster.deliver(job)  # inputs reach the servers; seeds expanded
-            seconds = cluster.aggregate(job, as_input=...)   # `local` program only
             runs = cluster.run(program, timeout=..., port=...)
     cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
 """
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
     from harness.engine.programs import CompiledProgram
     from harness.stream import FileShape, StreamPlan
 
-__all__ = ["Cluster", "ClientJob", "Delivery", "PartyRun"]
+__all__ = ["Cluster", "ClientJob", "PartyRun"]
 
 
 @dataclass
@@ -104,18 +102,6 @@ class ClientJob:
         return self.rows.d
 
 
-@dataclass
-class Delivery:
-    """The clients' inputs at the servers.
-
-    ``upload`` maps each party to ``{"upload_s", "upload_bytes_sent"}`` when the
-    upload crossed a network and was timed here (else None: the files were
-    written in place, or the hosts timed it and report it in their stats).
-    """
-
-    upload: dict[int, dict] | None = None
-
-
 @runtime_checkable
 class Cluster(Protocol):
     """The servers of one run and the path of the clients' inputs to them."""
@@ -141,23 +127,16 @@ class Cluster(Protocol):
         ...
 
     def prepare(self, job: ClientJob) -> Prepared:
-        """The clients make every server's inputs (here, or on a client host), and the
-        plaintext result every revealed sketch is checked against."""
+        """The stream: the clients make every server's inputs (here, or on a client
+        host) while each server takes its own as they come, summing them (``local``) or
+        writing its file. Returns the plaintext result every revealed sketch is checked
+        against, with what the stream measured (:class:`~harness.clients.Prepared`'s
+        ``servers_s`` and ``upload`` where they were timed here)."""
         ...
 
     def session(self) -> AbstractContextManager[None]:
         """Whatever must stay up from the upload to the end of the MPC (an emulated
         network); a no-op where nothing must."""
-        ...
-
-    def deliver(self, job: ClientJob) -> Delivery:
-        """Bring the prepared inputs to the servers and expand any seeds there."""
-        ...
-
-    def aggregate(self, job: ClientJob, *, as_input: bool) -> list[float] | None:
-        """The ``local`` program: each server sums its own shares into its m x d
-        accumulators (``as_input``: as its private input to the protocol). Returns
-        the seconds per server when timed here, None when the hosts report them."""
         ...
 
     def run(self, program: CompiledProgram, *, timeout: float,

@@ -1,8 +1,8 @@
 """One run on a cluster: the clients' inputs, the parties, verification, the result.
 
 :func:`execute` talks to wherever the parties live only through
-:class:`harness.engine.Cluster` (prepare, session, deliver, aggregate, run,
-upload_bytes, reuses_inputs); :func:`harness.experiments.placement.make_cluster`
+:class:`harness.engine.Cluster` (launch, prepare, session, run, upload_bytes,
+reuses_inputs); :func:`harness.experiments.placement.make_cluster`
 chose the kind. It returns a :class:`RunOutcome`: the typed result that is
 written, and apart from it what is never written into it (the revealed ring
 elements, and the servers' inputs for a caller that reruns on them).
@@ -37,7 +37,6 @@ from harness.engine import (
     ClientJob,
     Cluster,
     CompiledProgram,
-    Delivery,
     MpSpdz,
     PartyRun,
     Protocol,
@@ -64,13 +63,12 @@ __all__ = ["RunOutcome", "ServerInputs", "execute"]
 
 @dataclass
 class ServerInputs:
-    """The servers' inputs once the clients are done: their files in ``cluster``, and
-    the clients' measurements of making and delivering them."""
+    """The servers' inputs once the stream is done: their files in ``cluster``, and
+    what the stream measured making and delivering them."""
 
     cluster: Cluster
     job: ClientJob
     prepared: Prepared
-    delivery: Delivery
 
 
 @dataclass
@@ -110,19 +108,12 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
             held.enter_context(cluster.launch(job, program, timeout=cfg.timeout,
                                               port=cfg.port))
             prepared = cluster.prepare(job)
-            delivery: Delivery | None = None
         else:
-            cluster, job, prepared, delivery = (inputs.cluster, inputs.job, inputs.prepared,
-                                                inputs.delivery)
+            cluster, job, prepared = inputs.cluster, inputs.job, inputs.prepared
         timings["prepare_s"] = prepared.seconds
         timings.update(prepared.stages)
-        aggregate_s = None
         # One session (an emulated network) carries the upload and then the MPC.
         with cluster.session():
-            if delivery is None:
-                delivery = cluster.deliver(job)
-            if cfg.server_program.aggregates:
-                aggregate_s = cluster.aggregate(job, as_input=cfg.inputs_aggregates)
             if work.servers_noise is not None and work.servers_noise.kind == "dng":
                 input_servers_noise(work.servers_noise, cluster, cfg.party_count,
                                     (work.sketch.m, work.d),
@@ -141,7 +132,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["mpc_wall_s"] = time.perf_counter() - launched
     revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
                                                 cfg.reveal_noise)
-    parties = _party_results(cfg, runs, delivery, aggregate_s)
+    parties = _party_results(cfg, runs, prepared)
     expand = [p.expand_s for p in parties if p.expand_s is not None]
     if expand:
         timings["expand_s"] = max(expand)
@@ -193,7 +184,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     # dng's servers append fresh noise after their inputs: a rerun would read stale noise.
     fresh_noise = work.servers_noise is not None and work.servers_noise.kind == "dng"
     if keep_inputs and cluster.reuses_inputs and cfg.tamper is None and not fresh_noise:
-        kept = ServerInputs(cluster, job, prepared, delivery)
+        kept = ServerInputs(cluster, job, prepared)
     return RunOutcome(result, revealed, kept)
 
 
@@ -244,8 +235,7 @@ def input_servers_noise(noise: ServerNoise, cluster: Cluster, parties: int,
         del drawn  # nothing of a server's noise is kept here
 
 
-def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
-                   aggregate_s: list[float] | None) -> list[PartyResult]:
+def _party_results(cfg: RunConfig, runs: list[PartyRun], prepared: Prepared) -> list[PartyResult]:
     """Each server's figures: MP-SPDZ's, and the upload, expansion and aggregation where
     they were timed here (else as the server's host reported them in its stats)."""
     parties = []
@@ -256,12 +246,12 @@ def _party_results(cfg: RunConfig, runs: list[PartyRun], delivery: Delivery,
                           global_data_sent_mb=stats["global_data_sent_mb"],
                           wall_s=r.completed.wall_seconds, upload_s=stats.get("upload_s"),
                           expand_s=stats.get("expand_s"), aggregate_s=stats.get("aggregate_s"))
-        if delivery.upload is not None:
-            row.upload_s = delivery.upload[r.party]["upload_s"]
-            row.upload_bytes_sent = delivery.upload[r.party]["upload_bytes_sent"]
+        if prepared.upload is not None:
+            row.upload_s = prepared.upload[r.party]["upload_s"]
+            row.upload_bytes_sent = prepared.upload[r.party]["upload_bytes_sent"]
         if cfg.server_program.aggregates:
             row.mpc_time_s = row.time_s
-            row.aggregate_s = (aggregate_s[r.party] if aggregate_s is not None
+            row.aggregate_s = (prepared.servers_s[r.party] if prepared.servers_s is not None
                                else stats["aggregate_s"])
             row.time_s = row.mpc_time_s + row.aggregate_s
         parties.append(row)

@@ -1,17 +1,14 @@
 """Running each MPC party on its own host over SSH (paramiko).
 
-:class:`SshCluster` is a :class:`harness.engine.Cluster`: the clients prepare
-their inputs into local staging directories (``party_dir(i)``), or, when the
-inventory has a ``[client]`` machine, on that machine (with several
-``[[client]]`` machines, each prepares its own range of clients, and each
-server joins their files; :mod:`harness.clients.ranges`); ``run`` copies to each
-host only what that party may see: the compiled program, the public input,
-its own TLS key with everyone's certificates, and its own share file (with
-seeded sharing: per component it holds, its seeds and the full words of the
-clients that send that one in full, which it expands on its host before the
-run). :meth:`~SshCluster.deliver` and :meth:`~SshCluster.aggregate` only
-schedule what the servers then do on their own hosts, where it is timed (their
-figures come back in each party's statistics). The parties start together and
+:class:`SshCluster` is a :class:`harness.engine.Cluster`. Its :meth:`~SshCluster.prepare`
+is the stream: each server's host agent takes its own shares as the clients make
+them (here, or on the inventory's ``[[client]]`` machines, each a contiguous range of
+chunks), summing them or writing its share file, and times it there (the figures come
+back in each party's statistics). Where the table of run modes routes a combination
+``here`` (hosts with only MP-SPDZ), the stream runs on this machine into each
+server's file, and ``run`` sends each host only what that party may see: the
+compiled program, the public input, its own TLS key with everyone's certificates,
+and its own share file. The parties start together and
 are one unit (:mod:`harness.remote._group`): if one fails, all are stopped and
 one :class:`HostGroupError` names the failing host(s).
 
@@ -31,7 +28,6 @@ from harness.engine import (
     PROTOCOL,
     ClientJob,
     CompiledProgram,
-    Delivery,
     MpSpdz,
     PartyRun,
     PartyStaging,
@@ -141,9 +137,7 @@ class SshCluster(PartyStaging):
             raise
         self._open_group = group
         self._streamed = streamed
-        streamed.prepared.stages.update(streamed.stages)
-        streamed.prepared.layout.update(streamed.layout)
-        return streamed.prepared
+        return streamed.outcome()
 
     def _stream_here(self, job: ClientJob) -> Prepared:
         """The stream runs here (bounded memory) into each server's share file (or party
@@ -164,9 +158,7 @@ class SshCluster(PartyStaging):
         job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         streamed.upload = None  # the files go by SFTP, timed as any upload is
         self._streamed = streamed
-        streamed.prepared.stages.update(streamed.stages)
-        streamed.prepared.layout.update(streamed.layout)
-        return streamed.prepared
+        return streamed.outcome()
 
     def _remove_clients(self) -> None:
         # Each its own connection; one that is gone must not keep the others' files.
@@ -185,16 +177,6 @@ class SshCluster(PartyStaging):
             if group is not None:
                 group.close()
                 self._remove_clients()
-
-    def deliver(self, job: ClientJob) -> Delivery:
-        """Nothing left to schedule: the servers took their shares as they were made (and
-        timed it), or :meth:`run` sends the files the stream wrote here."""
-        return Delivery(upload=self._streamed.upload if self._streamed else None)
-
-    def aggregate(self, job: ClientJob, *, as_input: bool = False) -> list[float] | None:
-        """The ``local`` program: each server summed its stream on its host as the shares
-        arrived, timed there."""
-        return list(self._streamed.aggregate_s) if self._streamed else None
 
     def upload_bytes(self, prepared: Prepared) -> list[int]:
         """What each server received of the clients' data, once :meth:`run` has run."""

@@ -70,6 +70,15 @@ class Streamed:
     # The share files' shape when the servers wrote the clients' shares (``blocks``).
     layout: dict = field(default_factory=dict)
 
+    def outcome(self) -> Prepared:
+        """The clients' :class:`~harness.clients.Prepared`, carrying what the stream
+        measured: its stages, the files' shape, each server's time and the upload."""
+        prepared = self.prepared
+        prepared.stages.update(self.stages)
+        prepared.layout.update(self.layout)
+        prepared.servers_s, prepared.upload = list(self.aggregate_s), self.upload
+        return prepared
+
 
 def worker_count() -> int:
     """Client worker processes: one per core this process may run on, up to 100 (a

@@ -211,7 +211,8 @@ class NoisyChunks:
     encoded in the ring, column by column, ``(d, slots)``; the buffers are reused,
     so a result is valid until the next call. The noise comes from a fresh CSPRNG
     per instance. Shared by the clients that split the values among the servers
-    (:func:`produce`) and the data owner who types them in (:func:`~harness.stream.files.write_owner`).
+    (:func:`produce`) and the data owner who types them in
+    (:func:`~harness.stream.files.write_owner`).
     """
 
     def __init__(self, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,

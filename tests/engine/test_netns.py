@@ -268,9 +268,8 @@ def test_mpspdz_parties_verify_over_t3_large(tmp_path, mp_spdz, program_cache, p
     cluster = s.cluster
     before = set(_namespaces())
     with cluster.session():  # one network for the upload and the MPC
-        delivery = cluster.deliver(s.job)
         runs = cluster.run(s.program, timeout=cfg.timeout)
-    assert delivery.upload is not None and sorted(delivery.upload) == list(range(parties))
+    assert s.prepared.upload is not None and sorted(s.prepared.upload) == list(range(parties))
     assert not cluster.reuses_inputs  # each run through the network sends anew
     m, d = s.work.sketch.m, s.work.d
     revealed = parse_output("P0", runs[0].completed.stdout, m * d).reshape(m, d)
