@@ -191,7 +191,6 @@ def test_spdz2k_local_inputs_aggregates_or_names_the_build_problem(tmp_path, mp_
     (["--protocol", "bogus"], "unknown --protocol 'bogus'; choose one of semi2k"),
     (["--parties", "3", "--tamper", "3"], "--tamper 3 is not a party; choose one of 0..2"),
     (["--tamper", "-1"], "--tamper -1 is not a party"),
-    (["--tamper", "0", "--hosts", "inventory.toml"], "cannot be used with --hosts"),
     (["--tamper", "0", "--input", "party"], "with --input party the servers hold none"),
     (["--protocol", "spdz2k", "--program", "fast"],
      "spdz2k cannot run --program fast on client share files"),
