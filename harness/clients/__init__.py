@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.keystream import libcrypto
-    from harness.clients.layout import Layout
     from harness.clients.matrices import (
         ArrayRows,
         NpyRows,
@@ -141,7 +140,6 @@ __all__ = [
     "CALIBRATIONS",
     "FORMATS",
     "FixedPoint",
-    "Layout",
     "COIN_TARGET",
     "MAX_COINS",
     "MECHANISMS",

@@ -8,8 +8,8 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`), parsing
-what parties print (:mod:`.parse`), the servers' local aggregation
-(:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
+what parties print (:mod:`.parse`), the disk's limit for a program reading a share
+file (:mod:`.aggregate`) and the streamed runs that aggregate while the shares arrive
 (:mod:`.stream`, carried by a :mod:`.transport`: shared memory, or TLS through the
 emulated network, :mod:`.tls_stream`, with its wire format :mod:`.stream_wire` and
 its port :mod:`.stream_accept`).
