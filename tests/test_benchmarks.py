@@ -29,6 +29,7 @@ REPORTS = {
                 "ratios"},
     "hosts": {"base", "big", "layouts"},
     "mechanisms": {"parameters", "metadata", "protocols"},
+    "modes_memory": {"target", "sizes", "combinations", "ran", "within", "worst_ratio"},
     "noise_rng": {"generator", "draws", "repeat", "normal", "poisson"},
     "peak_memory": {"command", "exit", "wall_s", "peak_pss_bytes"},
     "prg": {"clients", "repeat", "us_per_client"},

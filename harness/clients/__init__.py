@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.keystream import SEED_BYTES, expand, libcrypto
-    from harness.clients.layout import CHUNK_SHARES, Layout, choose_block_rows
+    from harness.clients.layout import CHUNK_SHARES, choose_block_rows
     from harness.clients.matrices import (
         ArrayRows,
         NpyRows,
@@ -104,7 +104,6 @@ __all__ = [
     "CALIBRATIONS",
     "FORMATS",
     "FixedPoint",
-    "Layout",
     "COIN_TARGET",
     "MAX_COINS",
     "MECHANISMS",

@@ -8,9 +8,9 @@ protocols it runs and their binaries (:mod:`.protocols`), the server programs
 (:mod:`.process`), per-run certificates and party directories (:mod:`.certs`,
 :mod:`.staging`), the local cluster (:mod:`.cluster`), its emulated network
 (:mod:`.netns`), parsing
-what parties print (:mod:`.parse`), the servers' local aggregation
-(:mod:`.aggregate`) and the parties held at their inputs until the stream is done
-(:mod:`.held`). The shares reach the servers through :mod:`harness.stream`.
+what parties print (:mod:`.parse`), the disk's limit for a program reading a share
+file (:mod:`.aggregate`) and the parties held at their inputs until the stream is
+done (:mod:`.held`). The shares reach the servers through :mod:`harness.stream`.
 
 May import: the top-level shared modules, :mod:`harness.clients` (for the
 share-file format and layout the programs read) and :mod:`harness.stream`.

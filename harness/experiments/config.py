@@ -91,10 +91,11 @@ class RunConfig:
     def mode(self) -> Mode:
         """This run's combination of program, input, sharing and placement
         (:mod:`harness.experiments.modes`)."""
-        if self.hosts is not None and self.network is not None:
-            raise InputError("--network emulates a network between parties on this machine; "
-                             "with --hosts the real network is used: drop one of them")
-        placement = ("network" if self.network is not None else "loopback" if self.hosts is None
+        # --network beside --hosts is refused on any hosts (a limit of the table), so
+        # without reading the inventory first.
+        placement = ("loopback" if self.hosts is None and self.network is None
+                     else "network" if self.hosts is None
+                     else "hosts" if self.network is not None
                      else "client-hosts" if load_inventory(self.hosts).clients else "hosts")
         return Mode(self.program, self.input_mode or default_input_mode(self.program),
                     self.sharing, placement)
@@ -162,16 +163,11 @@ class RunConfig:
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"unknown --calibration {self.calibration!r}; choose "
                              f"{' or '.join(CALIBRATIONS)}")
-        if self.tamper is not None and self.hosts is not None:
-            raise InputError("--tamper is a local test aid; it cannot be used with --hosts")
         resolved = dataclasses.replace(self, input_mode=input_mode)
         mode, route = resolved.mode, resolved.route
         if route.refused:
             raise InputError(route.refused)
-        if program.reads_client_shares(input_mode) and spec.share_format is None:
-            raise InputError(f"--protocol {spec.name} cannot run --program {self.program} on "
-                             f"client share files ({spec.no_client_shares}); use --program "
-                             "local (the servers input their aggregates) or --input party")
+        check_limits(mode, route, vars(resolved))
         parties = self.parties
         if parties is None:
             parties = (len(load_inventory(self.hosts).hosts) if self.hosts
@@ -179,19 +175,14 @@ class RunConfig:
         if parties < 2:
             raise InputError(f"--parties must be at least 2 ({spec.name}), got {parties}")
         spec.check_parties(parties)
-        if self.tamper is not None:
-            if not 0 <= self.tamper < parties:
-                raise InputError(f"--tamper {self.tamper} is not a party; choose one of "
-                                 f"0..{parties - 1}")
-            if input_mode == "party":
-                raise InputError("--tamper changes a server's shares, and with --input party "
-                                 "the servers hold none; use --input shares")
+        if self.tamper is not None and not 0 <= self.tamper < parties:
+            raise InputError(f"--tamper {self.tamper} is not a party; choose one of "
+                             f"0..{parties - 1}")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
         if self.mechanism not in MECHANISMS:
             raise InputError(f"unknown --mechanism {self.mechanism!r}; choose "
                              f"{', '.join(MECHANISMS)}")
-        check_limits(mode, route, {"mechanism": self.mechanism, "dense": self.dense})
         check_mechanism(self)
         if self.network is not None:
             from harness.engine import profile_for

@@ -27,16 +27,19 @@ processes, in their namespaces under ``--network``, or its host's agent);
 ``here``: this machine's processes write every file, which then go to the hosts
 by SFTP, so hosts without the harness (only MP-SPDZ) can run it.
 
-Options beside the four axes that rule out a route (``--dense``, ``--mechanism``)
-are :data:`LIMITS`, checked against the route the axes chose.
+Options beside the four axes that rule out a route (``--network`` with
+``--hosts``, a ``--protocol`` whose shares no client can write, ``--mechanism``,
+``--dense``, ``--tamper``) are :data:`LIMITS`, checked against the route the axes
+chose.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 
-from harness.engine import INPUT_MODES, PROGRAMS
+from harness.engine import INPUT_MODES, PROGRAMS, PROTOCOLS
 from harness.errors import InputError
 
 __all__ = ["INPUTS", "LIMITS", "PLACEMENTS", "PLACEMENT_NAMES", "PROGRAM_NAMES", "ROUTES",
@@ -151,25 +154,39 @@ class Limit:
     (formatted with the option's value and the mode's axes) where it applies."""
 
     option: str  # the RunConfig field
-    values: tuple[object, ...]  # the option's values it applies to
+    values: tuple[object, ...] | None  # the option's values it applies to (None: any given)
     message: str
     programs: tuple[str, ...] = PROGRAM_NAMES
+    inputs: tuple[str, ...] = INPUTS
     placements: tuple[str, ...] = PLACEMENTS
     where: str | None = None  # only routes that stream there
 
     def applies(self, value: object, mode: Mode, route: Route) -> bool:
-        return (value in self.values and mode.program in self.programs
+        given = value is not None if self.values is None else value in self.values
+        return (given and mode.program in self.programs and mode.input in self.inputs
                 and mode.placement in self.placements
                 and (self.where is None or route.where == self.where))
 
 
 LIMITS: tuple[Limit, ...] = (
+    Limit("network", None,
+          "--network emulates a network between parties on this machine; with --hosts the "
+          "real network is used: drop one of them", placements=_HOSTS),
+    # A protocol whose shares carry a MAC under the servers' key: no client can write
+    # them, so only the programs that read the clients' share files as they are refuse it.
+    *(Limit("protocol", (spec.name,),
+            f"--protocol {spec.name} cannot run --program {{program}} on client share files "
+            f"({spec.no_client_shares}); use --program local (the servers input their "
+            "aggregates) or --input party",
+            programs=tuple(name for name, program in PROGRAMS.items()
+                           if program.reads_client_shares("shares")), inputs=("shares",))
+      for spec in PROTOCOLS.values() if spec.share_format is None),
     Limit("mechanism", ("dng", "central"),
           "--mechanism {value} adds the servers' noise in the local program, not --program "
           "{program}; use --program local", programs=("fast", "reference")),
     Limit("mechanism", ("dng",),
           "--mechanism dng has each server draw its noise here, not on its host; run it "
-          "without --hosts, or use --mechanism central", placements=("hosts", "client-hosts")),
+          "without --hosts, or use --mechanism central", placements=_HOSTS),
     # A host computes each client's buckets from the sketch's seed; the dense sketch is
     # drawn here and held whole.
     Limit("dense", (True,),
@@ -177,7 +194,14 @@ LIMITS: tuple[Limit, ...] = (
           "sketch from its seed, which only a sparse sketch has; drop --dense, or use "
           "--program fast or reference with --sharing full and no [[client]] host (the "
           "stream then runs here)",
-          placements=("hosts", "client-hosts"), where="servers"),
+          placements=_HOSTS, where="servers"),
+    # Test aids: they change a server's input file on this machine after preparation.
+    Limit("tamper", None,
+          "--tamper changes a party's input on this machine, and with --hosts the parties "
+          "run on their hosts; drop --tamper or --hosts", placements=_HOSTS),
+    Limit("tamper", None,
+          "--tamper changes a server's shares, and with --input party the servers hold "
+          "none; use --input shares", inputs=("party",)),
 )
 
 
@@ -191,7 +215,7 @@ def route_for(mode: Mode) -> Route:
     return next(rule.route for rule in ROUTES if rule.matches(mode))
 
 
-def check_limits(mode: Mode, route: Route, options: dict[str, object]) -> None:
+def check_limits(mode: Mode, route: Route, options: Mapping[str, object]) -> None:
     """Refuse the first of :data:`LIMITS` that ``options`` (field: value) hit on ``route``."""
     for limit in LIMITS:
         value = options.get(limit.option)
@@ -224,5 +248,6 @@ def markdown() -> str:
     lines.append("")
     for limit in LIMITS:
         lines.append("- " + limit.message.format(
-            value=" or ".join(map(str, limit.values)), program=" or ".join(limit.programs)))
+            value=" or ".join(map(str, limit.values or ())),
+            program=" or ".join(limit.programs)))
     return "\n".join(lines) + "\n"

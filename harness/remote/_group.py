@@ -31,7 +31,7 @@ from harness.remote._results import Abandoned, HostGroupError, HostResult, label
 __all__ = ["HOST_ERRORS", "PartyGroup", "upload_size"]
 
 _DIRECTORIES = ["Programs", "Programs/Bytecode", "Programs/Schedules", "Programs/Public-Input",
-               "Player-Data", "Persistence", "Upload"]
+               "Player-Data", "Persistence"]
 _GRACE_SECONDS = 5.0  # for workers to see their killed party's channel close
 _SETTLE_SECONDS = 0.5  # after a first failure, for the others' failures to arrive
 _COLLATERAL = "another party encountered a problem"  # MP-SPDZ, when a peer went away

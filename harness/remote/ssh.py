@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 # What the clients send a server (as opposed to the program, keys and certificates).
-_CLIENT_DATA = ("Persistence/", "Upload/", "Player-Data/Input-P")
+_CLIENT_DATA = ("Persistence/", "Player-Data/Input-P")
 
 
 class SshCluster(PartyStaging):

@@ -1,6 +1,6 @@
 """The blocked share file made a chunk of clients at a time, for streamed ``fast`` runs.
 
-:class:`~harness.clients.layout.Layout` groups all n * s slots at once, which
+Grouping all n * s slots at once, in one layout of the whole file,
 holds an O(n) array. Here the same file shape (chunks of R row-slabs of K
 blocks x d shares, what ``fast.mpc.j2`` reads) is made per chunk of clients:
 within a chunk the slots are grouped by accumulator (the grouping the stream

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from harness.clients.encoding import FixedPoint
-from harness.clients.layout import Layout, accumulator_index
 from harness.clients.noise import NoiseSpec
 from harness.clients.prepare import SHARE_HEADER, read_share_file, write_share_file
 from harness.clients.sharing import share
@@ -193,31 +192,6 @@ def test_share_file_format(tmp_path):
     assert raw[:8] == (9).to_bytes(8, "little") and raw[8:13] == b"Z2^64"
     assert raw[13:17] == (64).to_bytes(4, "little") and len(raw) == len(SHARE_HEADER) + 16
     assert read_share_file(path).tolist() == [1, 2**64 - 1]
-
-
-# --- layout -------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("n", "m", "s", "d"), [(1000, 10, 3, 4), (777, 7, 1, 2),
-                                                 (100_000, 50, 2, 10)])
-def test_blocked_layout_puts_every_slot_once_in_a_block_of_its_accumulator(n, m, s, d):
-    sk = Sketch.sparse(n, m, s, seed=4)
-    lay = Layout.blocked(sk, d)
-    acc = accumulator_index(sk).ravel()
-    stored = lay.file_slot[lay.file_slot >= 0]
-    assert np.array_equal(np.sort(stored), np.arange(s * n))
-    chunks = lay.file_slot.reshape(lay.n_chunks, lay.block_rows, lay.chunk_blocks)
-    block_of_row = np.broadcast_to(
-        (np.arange(lay.n_chunks)[:, None, None] * lay.chunk_blocks
-         + np.arange(lay.chunk_blocks)[None, None, :]), chunks.shape)
-    real = chunks >= 0
-    assert np.array_equal(lay.block_acc[block_of_row[real]], acc[chunks[real]])
-    assert lay.total_rows % lay.chunk_rows == 0
-    assert lay.total_rows - s * n < 0.1 * s * n + lay.chunk_rows  # padding stays small
-
-
-def test_layout_does_not_depend_on_data():
-    sk = Sketch.sparse(500, 5, 2, seed=9)
-    assert np.array_equal(Layout.blocked(sk, 3).file_slot, Layout.blocked(sk, 3).file_slot)
 
 
 def test_io_limit_reads_and_sums_the_whole_file(tmp_path):

@@ -13,11 +13,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.clients.layout import Layout
-from harness.clients.prepare import read_share_file, write_share_file
+from harness.clients.prepare import read_share_file
 from harness.clients.sharing import ADDITIVE, MALICIOUS_REPLICATED, REPLICATED, replicate
-from harness.clients.sketch import Sketch
-from harness.engine.aggregate import aggregate_shares
 from harness.engine.protocols import PROTOCOLS, unusable_reason
 from harness.errors import InputError, MpSpdzError, TamperDetectedError, VerificationError
 from harness.experiments.run import RunConfig, run
@@ -52,32 +49,6 @@ def test_replicated_shares_pair_up_and_sum_to_the_value():
     assert np.array_equal(total, values)
     # fresh CSPRNG masks: two sharings of the same values differ
     assert not np.array_equal(replicate(values)[0], shares[0])
-
-
-def test_local_aggregate_of_replicated_files_is_replicated_sharing_of_the_sum(tmp_path):
-    sketch = Sketch.generate(300, 4, 2, seed=1)
-    layout = Layout.blocked(sketch, 2)
-    rng = np.random.default_rng(0)
-    encoded = np.zeros((layout.total_rows, 2), dtype=np.uint64)
-    real = layout.file_slot >= 0
-    encoded[real] = rng.integers(0, 2**63, size=(int(real.sum()), 2), dtype=np.uint64)
-    per_party = replicate(encoded)
-    for i in range(3):
-        write_share_file(tmp_path / f"P{i}", per_party[i], REPLICATED)
-        assert read_share_file(tmp_path / f"P{i}", REPLICATED).size == encoded.size * 2
-    sums = [aggregate_shares(tmp_path / f"P{i}", layout, REPLICATED) for i in range(3)]
-    assert sums[0].shape == (4, 2, 2)
-    for i in range(3):
-        assert np.array_equal(sums[i][..., 0], sums[(i + 1) % 3][..., 1])
-    # the plaintext T of the encoded values
-    acc = np.zeros((9, 2), dtype=np.uint64)
-    rows_acc = layout.row_accumulators(
-        (sketch.rows + 4 * (sketch.signs < 0)).ravel(), 0, layout.total_rows)
-    np.add.at(acc, rows_acc, encoded)
-    expected = acc[:4] - acc[4:8]
-    assert np.array_equal(sums[0][..., 0] + sums[1][..., 0] + sums[2][..., 0], expected)
-    with pytest.raises(ValueError, match="is not a Z2\\^64 share file"):
-        aggregate_shares(tmp_path / "P0", layout, ADDITIVE)
 
 
 # ------------------------------------------------------------------- real runs
@@ -191,7 +162,6 @@ def test_spdz2k_local_inputs_aggregates_or_names_the_build_problem(tmp_path, mp_
     (["--protocol", "bogus"], "unknown --protocol 'bogus'; choose one of semi2k"),
     (["--parties", "3", "--tamper", "3"], "--tamper 3 is not a party; choose one of 0..2"),
     (["--tamper", "-1"], "--tamper -1 is not a party"),
-    (["--tamper", "0", "--hosts", "inventory.toml"], "cannot be used with --hosts"),
     (["--tamper", "0", "--input", "party"], "with --input party the servers hold none"),
     (["--protocol", "spdz2k", "--program", "fast"],
      "spdz2k cannot run --program fast on client share files"),

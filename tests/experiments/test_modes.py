@@ -22,6 +22,7 @@ from harness.experiments import RunConfig, build_workload, client_job
 from harness.experiments.modes import (
     LIMITS,
     PLACEMENTS,
+    Limit,
     Mode,
     combinations,
     markdown,
@@ -193,14 +194,64 @@ def test_the_dense_sketch_goes_where_the_stream_runs_on_this_machine(tmp_path, m
     assert cfg.streams and not client_job(cfg, build_workload(cfg)).sketch.counter_based
 
 
-def test_dense_to_the_hosts_servers_is_one_line_from_ltm_run(tmp_path, capsys):
-    where = _placement(tmp_path, "hosts")
-    code = main(["run", "--program", "local", "--dense", "--hosts", str(where["hosts"]),
-                 "--clients", "200", "--rows", "10", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 1 and err.count("\n") == 1
-    assert err.startswith("ltm: error: --dense draws the sketch here and holds it whole")
+# A value of each option that a limit refuses where it applies, and its `ltm run` words.
+_GIVEN = {"network": "t3.large", "tamper": 0}
+
+
+def _flags(option: str, value: object) -> list[str]:
+    flag = "--" + option
+    return [flag] if value is True else [flag, str(value)]
+
+
+def _first_refusal(limit: Limit) -> tuple[Mode, object]:
+    """A combination that runs, with a value of the limit's option that it refuses first."""
+    value = _GIVEN[limit.option] if limit.values is None else limit.values[0]
+    for mode in combinations():
+        route = route_for(mode)
+        hit = [x for x in LIMITS
+               if x.option == limit.option and x.applies(value, mode, route)]
+        if route.runs and hit[:1] == [limit]:
+            return mode, value
+    raise AssertionError(f"no combination hits {limit}")
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda x: f"{x.option}-{LIMITS.index(x)}")
+def test_every_limit_is_refused_by_ltm_run_in_one_line_writing_nothing(
+        tmp_path, capsys, limit):
+    mode, value = _first_refusal(limit)
+    message = limit.message.format(value=value, **vars(mode))
+    assert "\n" not in message and "; " in message  # the problem, then the way out
+    code = main(_argv(tmp_path, mode) + _flags(limit.option, value))
+    assert code == 1
+    assert capsys.readouterr().err == f"ltm: error: {message}\n"
     assert not (tmp_path / "out").exists()
+    with pytest.raises(InputError) as info:  # the plain function says the same
+        _config(tmp_path, mode, **{limit.option: value}).validate()
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("option", "value", "mode"), [
+    ("network", "t3.large", Mode("local", "shares", "seeded", "client-hosts")),
+    ("protocol", "spdz2k", Mode("reference", "shares", "full", "network")),
+    ("tamper", 1, Mode("fast", "party", "full", "loopback")),
+    ("tamper", 0, Mode("local", "shares", "full", "hosts"))])
+def test_the_limits_refuse_the_options_that_were_checked_beside_the_table(
+        tmp_path, option, value, mode):
+    [limit, *_] = [x for x in LIMITS
+                   if x.option == option and x.applies(value, mode, route_for(mode))]
+    with pytest.raises(InputError) as info:
+        _config(tmp_path, mode, **{option: value}).validate()
+    assert str(info.value) == limit.message.format(value=value, **vars(mode))
+
+
+@pytest.mark.parametrize(("option", "value", "mode"), [
+    ("protocol", "spdz2k", Mode("local", "shares", "full", "loopback")),
+    ("protocol", "spdz2k", Mode("reference", "party", "full", "loopback")),
+    ("tamper", 1, Mode("fast", "shares", "seeded", "network")),
+    ("tamper", 0, Mode("reference", "shares", "full", "loopback"))])
+def test_where_no_limit_applies_the_option_is_taken(tmp_path, option, value, mode):
+    cfg = _config(tmp_path, mode, **{option: value}).validate()
+    assert getattr(cfg, option) == value and cfg.streams
 
 
 def test_the_docs_table_of_modes_is_the_tables():

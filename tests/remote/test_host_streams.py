@@ -77,7 +77,7 @@ def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
     assert ("stream_expand_s" in timings) == (sharing == "seeded")
     # The shares crossed the TLS streams only: no share, seed or input file went by SFTP.
     assert not [name for name in uploaded
-                if name.startswith(("Persistence/", "Upload/", "Player-Data/Input-P"))]
+                if name.startswith(("Persistence/", "Player-Data/Input-P"))]
     for row in result["parties"]:
         assert row["upload_bytes_sent"] > 0
         if program == "local":
