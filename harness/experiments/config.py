@@ -91,11 +91,11 @@ class RunConfig:
     def mode(self) -> Mode:
         """This run's combination of program, input, sharing and placement
         (:mod:`harness.experiments.modes`)."""
-        # --network beside --hosts is refused on any hosts (a limit of the table), so
-        # without reading the inventory first.
+        # --network or --tamper beside --hosts is refused on any hosts (limits of the
+        # table), so without reading the inventory first.
         placement = ("loopback" if self.hosts is None and self.network is None
                      else "network" if self.hosts is None
-                     else "hosts" if self.network is not None
+                     else "hosts" if self.network is not None or self.tamper is not None
                      else "client-hosts" if load_inventory(self.hosts).clients else "hosts")
         return Mode(self.program, self.input_mode or default_input_mode(self.program),
                     self.sharing, placement)

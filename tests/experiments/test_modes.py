@@ -254,6 +254,17 @@ def test_where_no_limit_applies_the_option_is_taken(tmp_path, option, value, mod
     assert getattr(cfg, option) == value and cfg.streams
 
 
+@pytest.mark.parametrize("flags", [["--network", "t3.large"], ["--tamper", "1"]])
+def test_limits_on_any_hosts_are_refused_before_the_inventory_is_read(tmp_path, capsys, flags):
+    # The inventory does not exist: the refusal names the option, not the missing file.
+    code = main(["run", "--out", str(tmp_path / "out"), "--hosts",
+                 str(tmp_path / "missing.toml"), *flags])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert f"drop {flags[0]}" in err or "drop one of them" in err
+    assert "missing.toml" not in err and not (tmp_path / "out").exists()
+
+
 def test_the_docs_table_of_modes_is_the_tables():
     page = (Path(__file__).parents[2] / "docs" / "concepts" / "modes.md").read_text()
     start = page.index("<!-- modes table -->\n") + len("<!-- modes table -->\n")
