@@ -17,12 +17,22 @@ verification, and writing the results. Each run writes into a scratch directory,
 removed after; the first of each kind is a warm-up (the compile cache and the
 accountant's certificate are then the warm ones a user's second run sees).
 
-    python -m benchmarks.cli_startup [--clients N] [--repeat K] [--json FILE] [--smoke]
+Python's bytecode cache of the harness's modules is written first, as pip writes
+it when it installs a package: without it (``PYTHONDONTWRITEBYTECODE`` set, say,
+where every run would compile the harness's modules again) the figures would be
+those of no installed ``ltm``. ``--baseline DIR`` also runs, in the same loop and
+order, the ``ltm run`` of the checkout in ``DIR`` (the code before a change), each
+pair's wall times as a ratio.
+
+    python -m benchmarks.cli_startup [--clients N] [--repeat K] [--baseline DIR]
+                                     [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import json
 import os
 import shutil
@@ -95,6 +105,19 @@ harness.cli.console()  # and its exit, as `ltm` exits
 """
 
 
+def compile_bytecode(env: dict[str, str]) -> None:
+    """Write the bytecode cache of the harness the runs under ``env`` import (its
+    ``PYTHONPATH`` first, else this process's), as ``pip install`` does."""
+    roots = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    found = [root / "harness" for root in roots if (root / "harness" / "__init__.py").is_file()]
+    if not found:
+        spec = importlib.util.find_spec("harness")
+        assert spec is not None and spec.submodule_search_locations
+        found = [Path(next(iter(spec.submodule_search_locations)))]
+    if not compileall.compile_dir(found[0], quiet=1):
+        raise RuntimeError(f"could not compile {found[0]}")
+
+
 def _wall(argv: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
     subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -160,23 +183,38 @@ def breakdown(wall: float, t_e2e: float, spent: dict) -> dict[str, float]:
     return parts
 
 
-def measure_run(clients: int, repeat: int, scratch: Path, env: dict[str, str]) -> dict:
+def measure_run(clients: int, repeat: int, scratch: Path, env: dict[str, str],
+                baseline: dict[str, str] | None = None) -> dict:
+    """The paired runs (and, with ``baseline``, an environment running other code, its
+    runs in the same loop)."""
     args = ["--clients", str(clients), "--parties", "3", "--program", "local"]
+    envs = {"plain": env, "instrumented": env, **({"baseline": baseline} if baseline else {})}
     _run_once(scratch, -1, args, env, False)  # warm-up: compile cache, certificate
-    ratios, walls, e2es, parts = [], [], [], []
+    if baseline:
+        _run_once(scratch, -1, args, baseline, False)
+    kinds = list(envs)
+    runs: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
+    parts = []
     for k in range(repeat):
-        for instrumented in ((False, True) if k % 2 == 0 else (True, False)):
-            wall, t_e2e, spent = _run_once(scratch, k, args, env, instrumented)
-            if instrumented:
+        for kind in (kinds if k % 2 == 0 else kinds[::-1]):
+            wall, t_e2e, spent = _run_once(scratch, k, args, envs[kind],
+                                           kind == "instrumented")
+            runs[kind].append((wall, t_e2e))
+            if kind == "instrumented":
                 parts.append(breakdown(wall, t_e2e, spent))
-            else:
-                ratios.append(wall / t_e2e)
-                walls.append(wall)
-                e2es.append(t_e2e)
     names = list(parts[0])
-    return {"clients": clients, "wall_s": _spread(walls), "t_end_to_end_s": _spread(e2es),
-            "ratio": _spread(ratios),
-            "breakdown_median_s": {n: statistics.median(p[n] for p in parts) for n in names}}
+    result = {"clients": clients, **_runs(runs["plain"]),
+              "breakdown_median_s": {n: statistics.median(p[n] for p in parts) for n in names}}
+    if baseline:
+        result["baseline"] = {**_runs(runs["baseline"]), "wall_over_baseline": _spread(
+            [a[0] / b[0] for a, b in zip(runs["plain"], runs["baseline"], strict=True)])}
+    return result
+
+
+def _runs(pairs: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    return {"wall_s": _spread([w for w, _ in pairs]),
+            "t_end_to_end_s": _spread([t for _, t in pairs]),
+            "ratio": _spread([w / t for w, t in pairs])}
 
 
 def report(result: dict) -> str:
@@ -194,6 +232,16 @@ def report(result: dict) -> str:
     ]
     lines += [f"  {name:<62} {value:7.3f}" for name, value in
               r["breakdown_median_s"].items()]
+    if "baseline" in r:
+        b = r["baseline"]
+        lines += [
+            f"the baseline's ltm run, in the same loop: wall {b['wall_s']['median']:.3f} s, "
+            f"T_end_to_end {b['t_end_to_end_s']['median']:.3f} s: ratio median "
+            f"{b['ratio']['median']:.2f} (min {b['ratio']['min']:.2f}, max "
+            f"{b['ratio']['max']:.2f})",
+            f"wall / the baseline's wall, pair by pair: median "
+            f"{b['wall_over_baseline']['median']:.2f} (min {b['wall_over_baseline']['min']:.2f},"
+            f" max {b['wall_over_baseline']['max']:.2f})"]
     return "\n".join(lines)
 
 
@@ -202,14 +250,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--help-repeat", type=int, default=15)
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="also run the ltm of this checkout (the directory holding its "
+                             "harness/), alternating with this one's")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parse_arguments(parser, argv, SMOKE)
     env = {**os.environ, "LTM_NO_INSTALL": os.environ.get("LTM_NO_INSTALL", "1")}
+    baseline = None
+    if args.baseline is not None:
+        if not (args.baseline / "harness" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline} holds no harness/ package")
+        baseline = {**env, "PYTHONPATH": str(args.baseline.resolve())}
 
     def measure(scratch: Path) -> dict:
+        for where in (env, *([baseline] if baseline else [])):
+            compile_bytecode(where)
         return {"load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+                "bytecode_compiled": True,
                 "help": measure_help(args.help_repeat, env),
-                "run": measure_run(args.clients, args.repeat, scratch, env)}
+                "run": measure_run(args.clients, args.repeat, scratch, env, baseline)}
 
     return run_benchmark("cli_startup", args.json, measure, report)
 
