@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, ShareFormat
 from harness.engine import (
@@ -29,11 +30,22 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_number
 from harness.experiments.modes import SHARINGS, Mode, Route, check_limits, route_for
-from harness.remote import load_inventory
+
+if TYPE_CHECKING:
+    from harness.remote import Inventory
 
 __all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "MAX_REPEAT", "MAX_SCALE",
            "PROGRAMS", "PROTOCOLS", "SHARINGS", "ReproduceConfig", "RunConfig", "check_numbers",
            "default_input_mode"]
+
+
+def load_inventory(path: Path) -> Inventory:
+    """The hosts inventory at ``path``: the remote package loads only for a run with
+    ``--hosts`` (its modules and TOML parser are no part of a local run's start)."""
+    from harness.remote import load_inventory as load
+
+    return load(path)
+
 
 # Far beyond any run this harness can do, yet small enough to fail cleanly.
 MAX_CLIENTS = 1 << 40

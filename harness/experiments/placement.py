@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.engine import Cluster, LocalCluster, MpSpdz, protocol_for
 from harness.errors import InputError, MpSpdzError
 from harness.experiments.config import RunConfig
-from harness.remote import Inventory, check_distinct, load_inventory
+
+if TYPE_CHECKING:
+    from harness.remote import Inventory
 
 __all__ = ["check_placement", "check_protocol_usable", "inventory_for", "make_cluster"]
 
@@ -33,6 +36,8 @@ def inventory_for(cfg: RunConfig) -> Inventory:
     """The inventory's first ``cfg.parties`` hosts (party i runs on the i-th)."""
     if cfg.hosts is None:
         raise ValueError("inventory_for needs a config with hosts")
+    from harness.remote import check_distinct, load_inventory  # only for --hosts
+
     inv = load_inventory(cfg.hosts)
     check_distinct(inv, cfg.hosts)
     parties = cfg.party_count
