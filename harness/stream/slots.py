@@ -16,15 +16,17 @@ data owner of ``--input party`` its noisy rows as MP-SPDZ input text
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, format_integers
 from harness.stream.blocks import ChunkFile, FileShape
 from harness.stream.produce import NoisyChunks, StreamPlan, group_slots
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["SlotFile", "SlotSchedule", "SlotShape", "write_owner_text"]
 
@@ -114,6 +116,10 @@ def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseS
 
     def group(acc: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
         return group_slots(acc, m, clients)
+
+    # Only the data owner's writer uses a thread pool (and its logging): not loaded
+    # by every run that imports this module.
+    from concurrent.futures import ThreadPoolExecutor
 
     noisy = NoisyChunks(plan, sketch, rows, noise, fp, group)
     out = (shape or SlotShape()).open(fh, schedule, plan, text=True)
