@@ -25,7 +25,7 @@ order, the ``ltm run`` of the checkout in ``DIR`` (the code before a change), ea
 pair's wall times as a ratio.
 
     python -m benchmarks.cli_startup [--clients N] [--repeat K] [--baseline DIR]
-                                     [--json FILE] [--smoke]
+                                     [--no-compile] [--json FILE] [--smoke]
 """
 
 from __future__ import annotations
@@ -220,7 +220,8 @@ def _runs(pairs: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
 def report(result: dict) -> str:
     h, r = result["help"], result["run"]
     lines = [
-        f"load average at start {result['load']}, {os.cpu_count()} cores",
+        f"load average at start {result['load']}, {os.cpu_count()} cores"
+        + ("" if result.get("bytecode_compiled", True) else ", bytecode cache as found"),
         f"ltm --help {h['ltm_help_s']['median']:.3f} s, python3 -c 'import numpy' "
         f"{h['import_numpy_s']['median']:.3f} s: ratio median {h['ratio']['median']:.2f} "
         f"(min {h['ratio']['min']:.2f}, max {h['ratio']['max']:.2f}; target <= {HELP_TARGET})",
@@ -253,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="also run the ltm of this checkout (the directory holding its "
                              "harness/), alternating with this one's")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="leave the bytecode cache as it is (by default the harness's "
+                             "modules are compiled first, as pip does when it installs them)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parse_arguments(parser, argv, SMOKE)
     env = {**os.environ, "LTM_NO_INSTALL": os.environ.get("LTM_NO_INSTALL", "1")}
@@ -263,10 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         baseline = {**env, "PYTHONPATH": str(args.baseline.resolve())}
 
     def measure(scratch: Path) -> dict:
-        for where in (env, *([baseline] if baseline else [])):
-            compile_bytecode(where)
+        if not args.no_compile:
+            for where in (env, *([baseline] if baseline else [])):
+                compile_bytecode(where)
         return {"load": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
-                "bytecode_compiled": True,
+                "bytecode_compiled": not args.no_compile,
                 "help": measure_help(args.help_repeat, env),
                 "run": measure_run(args.clients, args.repeat, scratch, env, baseline)}
 
