@@ -38,11 +38,9 @@ print(json.dumps(real), file=sys.stderr)
 # Libraries that take a second or more between them, which no help text needs.
 _HEAVY = ("scipy", "pandas", "matplotlib", "dp_accounting", "boto3", "paramiko")
 # What a local run's start has no use for, milliseconds to tens of them before its clients
-# start: X.509 (the parties' certificates are encoded by the harness), the hosts
-# inventory's package and TOML parser (only --hosts reads one), and a thread pool with
-# its logging (only --input party's writer uses one).
-_NOT_ON_THE_RUN_PATH = ("cryptography.x509", "harness.remote", "tomllib", "concurrent",
-                        "logging")
+# start: the hosts inventory's package and TOML parser (only --hosts reads one), and a
+# thread pool with its logging (only --input party's writer uses one).
+_NOT_ON_THE_RUN_PATH = ("harness.remote", "tomllib", "concurrent", "logging")
 
 
 def imported_by(*argv: str, env: dict[str, str] | None = None) -> set[str]:
