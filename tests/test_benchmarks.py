@@ -24,6 +24,7 @@ BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
 
 # What each benchmark's --json holds, at least.
 REPORTS = {
+    "cell": {"parameters", "runs", "medians", "tree_ratios", "program_ratios"},
     "cli_startup": {"load", "help", "run"},
     "clients": {"metadata", "workload", "samples", "medians", "upload_bytes", "end_to_end",
                 "ratios"},

@@ -28,10 +28,8 @@ if TYPE_CHECKING:
     from harness.stream.blocks import (
         BlockedFile,
         BlockShape,
-        BlockWriter,
         ChunkFile,
         FileShape,
-        RunBlocks,
         ScheduleWriter,
     )
     from harness.stream.chunks import (
@@ -112,7 +110,6 @@ __all__ = [
     "assemble_stream",
     "BlockedFile",
     "BlockShape",
-    "BlockWriter",
     "ChannelBuffer",
     "check_counts",
     "chunk_frame",
@@ -147,7 +144,6 @@ __all__ = [
     "receive",
     "Refused",
     "run_starts",
-    "RunBlocks",
     "ScheduleWriter",
     "SeededReader",
     "SeededShares",

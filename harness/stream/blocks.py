@@ -5,12 +5,12 @@ holds an O(n) array. Here the same file shape (chunks of R row-slabs of K
 blocks x d shares, what ``fast.mpc.j2`` reads) is made per chunk of clients:
 within a chunk the slots are grouped by accumulator (the grouping the stream
 already uses) and cut into blocks of R rows. An accumulator's rows that do not
-fill a block are carried to the next chunk (:class:`RunBlocks`, at most R - 1
-rows per accumulator), so blocks are padded only once, at the end: padding is
-what the global layout pays (R/2 rows per accumulator on average), not that
-per chunk. Every K blocks make an engine chunk, written transposed as
-(R, K, d); the last is completed with padding blocks (accumulator 2m). Memory
-is the carry, one engine chunk and one client chunk's blocks, whatever n is.
+fill a block are carried to the next chunk (at most R - 1 rows per
+accumulator), so blocks are padded only once, at the end: padding is what the
+global layout pays (R/2 rows per accumulator on average), not that per chunk.
+Every K blocks make an engine chunk, (R, K, d), into which each block is copied
+in its place (:class:`BlockedFile`); the last is completed with padding blocks
+(accumulator 2m). Memory is the carry and one engine chunk, whatever n is.
 
 R follows the global rule (:func:`~harness.clients.layout.choose_block_rows`,
 from n, m and s alone), capped so the carry stays small. The public schedule
@@ -29,8 +29,7 @@ from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
 if TYPE_CHECKING:
     from harness.stream.produce import StreamPlan
 
-__all__ = ["BlockShape", "BlockWriter", "BlockedFile", "ChunkFile", "FileShape", "RunBlocks",
-           "ScheduleWriter"]
+__all__ = ["BlockShape", "BlockedFile", "ChunkFile", "FileShape", "ScheduleWriter"]
 
 # The schedule's first line, the number of engine chunks, is known only at the end:
 # it is written as this many spaces first and filled in (C++ streams skip the blanks).
@@ -92,103 +91,6 @@ class BlockShape:
         return cls(R, K)
 
 
-class RunBlocks:
-    """Grouped rows in, whole blocks of one accumulator each out; the rest carried.
-
-    ``add`` takes a chunk's rows grouped by accumulator (``counts`` per
-    accumulator, as :func:`~harness.stream.produce.group_slots` gives them) and
-    returns the blocks they complete, each after the carried rows of its
-    accumulator; ``finish`` pads what is carried to one last block per accumulator.
-    """
-
-    def __init__(self, accumulators: int, block_rows: int, row: tuple[int, ...]) -> None:
-        self.R = block_rows
-        self.carry = np.zeros((accumulators, block_rows, *row), dtype=np.uint64)
-        self.held = np.zeros(accumulators, dtype=np.int64)
-
-    def add(self, counts: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each block's accumulator, and the blocks, ``(count, R, *row)``, completed by ``rows``.
-
-        ``rows`` may be a strided view (a transpose): each accumulator's run is
-        copied as one slice, no row is gathered one by one.
-        """
-        R, held, carry = self.R, self.held, self.carry
-        total = held + counts
-        full = total // R
-        block_acc = np.repeat(np.arange(counts.size, dtype=np.int64), full)
-        # Every row of a full block is written below: carried rows, then new ones.
-        out = np.empty((block_acc.size * R, *carry.shape[2:]), dtype=np.uint64)
-        starts = (np.cumsum(counts) - counts).tolist()
-        out_starts = ((np.cumsum(full) - full) * R).tolist()
-        h_all, c_all, f_all = held.tolist(), counts.tolist(), full.tolist()
-        for a in np.flatnonzero(counts).tolist():  # at most 2m short slices
-            h, c, f, first = h_all[a], c_all[a], f_all[a], starts[a]
-            if not f:
-                carry[a, h:h + c] = rows[first:first + c]
-                continue
-            o = out_starts[a]
-            out[o:o + h] = carry[a, :h]
-            take = f * R - h
-            out[o + h:o + f * R] = rows[first:first + take]
-            carry[a, :c - take] = rows[first + take:first + c]
-        self.held = total % R
-        return block_acc, out.reshape(block_acc.size, R, *carry.shape[2:])
-
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """The carried rows as one block per accumulator, padded with zero rows."""
-        live = np.flatnonzero(self.held)
-        blocks = self.carry[live]
-        for k, h in enumerate(self.held[live].tolist()):
-            blocks[k, h:] = 0
-        self.held[:] = 0
-        return live.astype(np.int64), blocks
-
-
-class BlockWriter:
-    """Blocks of (R, d * words) words in, engine chunks of (R, K, d * words) out to ``fh``
-    (as binary words, or with ``text`` as signed decimals: the data owner's input)."""
-
-    def __init__(self, fh: BinaryIO, shape: BlockShape, width: int, text: bool = False) -> None:
-        self.fh, self.text = fh, text
-        self.R, self.K, self.width = shape.block_rows, shape.chunk_blocks, width
-        self._pending = np.zeros((self.K, self.R, width), dtype=np.uint64)
-        self._out = np.empty((self.R, self.K, width), dtype=np.uint64)
-        self._held = 0
-        self.chunks = 0  # engine chunks written
-
-    def add(self, blocks: np.ndarray) -> None:
-        """Append blocks (count, R, width); written whenever K are held."""
-        taken, count = 0, blocks.shape[0]
-        while taken < count:
-            if not self._held and count - taken >= self.K:  # a whole chunk: no staging
-                self._write(blocks[taken: taken + self.K])
-                taken += self.K
-                continue
-            step = min(self.K - self._held, count - taken)
-            self._pending[self._held: self._held + step] = blocks[taken: taken + step]
-            self._held += step
-            taken += step
-            if self._held == self.K:
-                self._write(self._pending)
-                self._held = 0
-
-    def _write(self, group: np.ndarray) -> None:
-        np.copyto(self._out, group.transpose(1, 0, 2))
-        if self.text:
-            self.fh.write(format_integers(self._out.view(np.int64).ravel()))
-        else:
-            self.fh.write(self._out.data.cast("B"))
-        self.chunks += 1
-
-    def finish(self) -> int:
-        """Write the last engine chunk, padded with zero blocks; the number of chunks."""
-        if self._held or not self.chunks:
-            self._pending[self._held:] = 0
-            self._write(self._pending)
-            self._held = 0
-        return self.chunks
-
-
 class ScheduleWriter:
     """The program's public input as a stream: engine chunks, then each block's accumulator."""
 
@@ -216,32 +118,108 @@ class ScheduleWriter:
 
 
 class BlockedFile:
-    """The ``fast`` program's share file: rows carried until their blocks fill, blocks
-    gathered into engine chunks, and each block's accumulator in the schedule."""
+    """The ``fast`` program's share file, made with one copy of each share.
+
+    A chunk's rows are grouped by accumulator and arrive column-major,
+    ``(d, slots, words)``; a file row is one slot's d shares. Each accumulator's run
+    is copied, transposed, straight into its blocks' places in the engine chunk
+    being built, ``(R, K, d)``: whole blocks from the run itself (several at once
+    where they are neighbours there), the first after the rows carried from earlier
+    chunks, and what is short of a block into the carry (at most R - 1 rows per
+    accumulator). A share is moved as one opaque element of ``8 * words`` bytes,
+    so a transposing copy moves whole shares, and an engine chunk is written as
+    soon as its K blocks are in place. Blocks are padded only once, at the end.
+    """
 
     def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, shape: BlockShape,
                  plan: StreamPlan, text: bool = False) -> None:
-        self.shape, self.slots = shape, plan.n * plan.s
+        self.fh, self.text = fh, text
+        self.shape, self.slots, self.m = shape, plan.n * plan.s, plan.m
+        self.R, self.K = shape.block_rows, shape.chunk_blocks
         words = 1 if text else plan.fmt.words  # a text row: one value per column
-        self.runs = RunBlocks(2 * plan.m, shape.block_rows, (plan.d, words))
-        self.blocks = BlockWriter(fh, shape, plan.d * words, text)
+        self.share = np.dtype((np.void, 8 * words))
+        self.zero = np.zeros((), dtype=self.share)
+        self.carry = np.zeros((2 * plan.m, self.R, plan.d), dtype=self.share)
+        self.held = [0] * (2 * plan.m)
+        self.building = np.empty((self.R, self.K, plan.d), dtype=self.share)
+        self.filled = 0  # blocks of ``building`` in place
+        self.chunks = 0  # engine chunks written
         self.schedule = ScheduleWriter(schedule, shape, plan.m) if schedule else None
 
     def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
-        # A file row is one slot's d shares of words each.
-        self._emit(self.runs.add(counts, shares.transpose(1, 0, 2)))
-
-    def _emit(self, made: tuple[np.ndarray, np.ndarray]) -> None:
-        block_acc, blocks = made
-        self.blocks.add(blocks.reshape(*blocks.shape[:2], int(np.prod(blocks.shape[2:]))))
+        R, K, carry, held = self.R, self.K, self.carry, self.held
+        d = shares.shape[0]
+        src = np.ascontiguousarray(shares).view(self.share).reshape(d, -1)
+        made: list[int] = []  # each completed block's accumulator, in file order
+        first = 0
+        for a, c in enumerate(counts.tolist()):
+            if not c:
+                continue
+            run = src[:, first:first + c]  # (d, c): this accumulator's rows, by column
+            first += c
+            h = held[a]
+            if h + c < R:
+                carry[a, h:h + c] = run.T
+                held[a] = h + c
+                continue
+            p = 0
+            if h:  # the carried rows, then the run's first, make one block
+                p = R - h
+                block = self.building[:, self.filled]
+                block[:h] = carry[a, :h]
+                block[h:] = run[:, :p].T
+                made.append(a)
+                self._placed(1)
+            full = (c - p) // R
+            while full:
+                j = min(full, K - self.filled)
+                # (d, j * R) -> (R, j, d): blocks j side by side in the engine chunk.
+                self.building[:, self.filled:self.filled + j] = \
+                    run[:, p:p + j * R].reshape(d, j, R).transpose(2, 1, 0)
+                made.extend([a] * j)
+                self._placed(j)
+                p += j * R
+                full -= j
+            rest = c - p
+            carry[a, :rest] = run[:, p:].T
+            held[a] = rest
         if self.schedule is not None:
-            self.schedule.add(block_acc)
+            self.schedule.add(np.array(made, dtype=np.int64))
+
+    def _placed(self, blocks: int) -> None:
+        self.filled += blocks
+        if self.filled == self.K:
+            self._write()
+
+    def _write(self) -> None:
+        words = self.building.view(np.uint64)
+        if self.text:
+            self.fh.write(format_integers(words.view(np.int64).ravel()))
+        else:
+            self.fh.write(words.data.cast("B"))
+        self.chunks += 1
+        self.filled = 0
 
     def finish(self) -> dict:
-        self._emit(self.runs.finish())
-        chunks = self.blocks.finish()
+        """The carried rows as one last block per accumulator, padded with zero rows;
+        the last engine chunk completed with zero blocks (accumulator 2m)."""
+        made = []
+        for a, h in enumerate(self.held):
+            if h:
+                block = self.building[:, self.filled]
+                block[:h] = self.carry[a, :h]
+                block[h:] = self.zero
+                made.append(a)
+                self._placed(1)
+                self.held[a] = 0
+        if self.schedule is not None:
+            self.schedule.add(np.array(made, dtype=np.int64))
+        if self.filled or not self.chunks:
+            self.building[:, self.filled:] = self.zero
+            self._write()
+        chunks = self.chunks
         if self.schedule is not None and self.schedule.finish() != chunks:
             raise RuntimeError("layout bug: the schedule and the share file disagree")
-        file_rows = chunks * self.shape.block_rows * self.shape.chunk_blocks
+        file_rows = chunks * self.R * self.K
         return {"engine_chunks": chunks, "file_rows": file_rows,
                 "padding_rows": file_rows - self.slots}

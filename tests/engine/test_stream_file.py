@@ -27,10 +27,8 @@ from harness.clients import (
     read_share_file,
 )
 from harness.stream import (
+    BlockedFile,
     BlockShape,
-    BlockWriter,
-    RunBlocks,
-    ScheduleWriter,
     SketchGroups,
     StreamError,
     StreamPlan,
@@ -60,8 +58,7 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
     plan = StreamPlan(n, 1, m, s, 2, ADDITIVE.name, workers=1, chunk=chunk)
     columns = SketchGroups(sketch, plan)
     out, text = io.BytesIO(), io.BytesIO()
-    blocks, schedule = BlockWriter(out, shape, 1), ScheduleWriter(text, shape, m)
-    runs = RunBlocks(2 * m, shape.block_rows, (1,))
+    blocked = BlockedFile(out, text, shape, plan)
     for k in range(plan.chunks):
         start, stop = plan.span(k)
         acc = columns.chunk(k)
@@ -69,14 +66,8 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
         # Each slot's value is its global id + 1 (slot i*n + j), so padding (0) shows.
         component = np.argsort(acc.astype(np.int16), kind="stable") // (stop - start)
         ids = component * n + start + clients + 1
-        block_acc, made = runs.add(counts, ids.astype(np.uint64)[:, None])
-        blocks.add(made)
-        schedule.add(block_acc)
-    block_acc, made = runs.finish()
-    blocks.add(made)
-    schedule.add(block_acc)
-    chunks = blocks.finish()
-    assert schedule.finish() == chunks
+        blocked.add(counts, ids.astype(np.uint64)[None, :, None])
+    chunks = blocked.finish()["engine_chunks"]
     numbers = np.array(text.getvalue().split(), dtype=np.int64)  # as the program reads it
     assert numbers[0] == chunks
     block_acc = numbers[1:]
@@ -98,6 +89,78 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
     assert np.count_nonzero(~real[live]) <= 2 * m * (R - 1)
     assert np.count_nonzero(~live) < K
     assert np.all(real[live][:, 0])  # a block's first row is always a real one
+
+
+def _blocked_by_rows(chunks: list[tuple[np.ndarray, np.ndarray]], shape: BlockShape,
+                     m: int) -> tuple[bytes, list[int]]:
+    """The blocked file and its blocks' accumulators, built one row at a time as the
+    layout is defined: each accumulator's rows in arrival order, R to a block, blocks
+    in the order they fill, the short ones padded at the end, K blocks per engine
+    chunk stored as (R, K, row)."""
+    R, K = shape.block_rows, shape.chunk_blocks
+    pending: list[list[np.ndarray]] = [[] for _ in range(2 * m)]
+    blocks: list[np.ndarray] = []
+    owners: list[int] = []
+    for counts, shares in chunks:
+        rows = shares.transpose(1, 0, 2)  # (slots, d, words): a file row per slot
+        first = 0
+        for a, c in enumerate(counts.tolist()):
+            for row in rows[first:first + c]:
+                pending[a].append(row)
+                if len(pending[a]) == R:
+                    blocks.append(np.array(pending[a]))
+                    owners.append(a)
+                    pending[a] = []
+            first += c
+    zero = np.zeros(chunks[0][1].shape[::2], dtype=np.uint64)  # one row: (d, words)
+    for a, held in enumerate(pending):
+        if held:
+            blocks.append(np.array(held + [zero] * (R - len(held))))
+            owners.append(a)
+    while not blocks or len(blocks) % K:
+        blocks.append(np.zeros((R, *zero.shape), dtype=np.uint64))
+        owners.append(2 * m)
+    stored = np.array(blocks).reshape(-1, K, R, zero.size).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(stored).tobytes(), owners
+
+
+# Runs of many blocks (several side by side in an engine chunk, some crossing into the
+# next), runs shorter than a block, empty accumulators, chunks that complete nothing.
+@pytest.mark.parametrize("fmt", [ADDITIVE, REPLICATED])
+@pytest.mark.parametrize("shape", [BlockShape(4, 3), BlockShape(2, 5), BlockShape(8, 1),
+                                   BlockShape(16, 4)])
+def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape):
+    m, d = 3, 3
+    rng = np.random.default_rng(shape.block_rows * 10 + shape.chunk_blocks)
+    sizes = [0, 1, 5, 40, 3, 90, 17]
+    chunks = []
+    for size in sizes:
+        counts = np.bincount(rng.integers(0, 2 * m, size), minlength=2 * m)
+        counts[rng.integers(0, 2 * m)] = 0  # an accumulator with no rows in this chunk
+        shares = rng.integers(1, 2**64, (d, int(counts.sum()), fmt.words), dtype=np.uint64,
+                              endpoint=False)
+        chunks.append((counts, shares))
+    slots = sum(int(c.sum()) for c, _ in chunks)
+    plan = StreamPlan(slots, d, m, 1, 3, fmt.name, workers=1, chunk=max(sizes))
+    out, text = io.BytesIO(), io.BytesIO()
+    blocked = BlockedFile(out, text, shape, plan)
+    for counts, shares in chunks:
+        blocked.add(counts, shares)
+    shaped = blocked.finish()
+    stored, owners = _blocked_by_rows(chunks, shape, m)
+    assert out.getvalue() == stored
+    numbers = [int(x) for x in text.getvalue().split()]
+    assert numbers == [len(owners) // shape.chunk_blocks, *owners]
+    assert shaped["file_rows"] == len(stored) // (8 * d * fmt.words)
+    assert shaped["padding_rows"] == shaped["file_rows"] - slots
+    if fmt.words == 1:  # the data owner's text: the same layout, as signed decimals
+        words = io.BytesIO()
+        as_text = BlockedFile(words, None, shape, plan, text=True)
+        for counts, shares in chunks:
+            as_text.add(counts, shares)
+        as_text.finish()
+        values = np.array(words.getvalue().split(), dtype=np.int64)
+        assert np.array_equal(values, np.frombuffer(stored, dtype=np.int64))
 
 
 def test_the_block_shape_is_the_global_rule_and_its_carry_stays_small():
