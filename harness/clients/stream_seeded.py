@@ -138,6 +138,10 @@ class SeededShares:
         self._order, counts = slot_order(acc, self.plan.m)
         return (self._order % clients if acc.size > clients else self._order), counts
 
+    def sink(self, buffers: Sequence[_Slots], slot: int) -> None:
+        """None: a chunk's seeds and full words are made from the whole chunk (:meth:`share`)."""
+        return None
+
     def share(self, k: int, ring: np.ndarray, buffers: Sequence[_Slots],
               slot: int) -> list[int]:
         """Chunk k's values (flat uint64, ``(d, slots)`` grouped as :meth:`group` last
