@@ -199,8 +199,7 @@ class NoisyChunks:
             # the cores are busy.
             self.noise_sum += float(steps.sum()) / scale
             self.noise_sq += float(np.einsum("i,i->", steps, steps)) / scale**2
-            values += steps
-            np.copyto(out, values, casting="unsafe")
+            np.add(values, steps, out=out, casting="unsafe")  # summed and cast in one pass
             return 0.0
         np.copyto(out, values, casting="unsafe")
         if not self.lattice:
