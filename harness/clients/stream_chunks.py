@@ -158,8 +158,9 @@ class NoisyChunks:
         enc = self.encoded[: slots * d].reshape(d, slots)
         sums = np.empty((live.size, d), dtype=np.uint64)
         worst = worst_noise = 0.0
+        blocks = _blocks(offsets, slots, self.block)  # the same runs in every column
         for c in range(d):
-            for r0, r1, a, b in _blocks(offsets, slots, self.block):
+            for r0, r1, a, b in blocks:
                 worst_noise = max(worst_noise, self._block(data[c], clients[a:b], enc[c, a:b]))
                 values = enc[c, a:b]
                 worst = max(worst, float(values.max()), -float(values.min()))
