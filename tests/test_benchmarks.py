@@ -37,6 +37,7 @@ REPORTS = {
     "programs": {"parameters", "metadata", "times"},
     "protocols": {"parameters", "metadata", "times"},
     "scale": {"kernel_floor", "runs", "floor_ratio", "peak_ratio", "peak_big_gib"},
+    "stream_local": {"workload", "repeat", "samples", "medians", "ratio"},
     "stream_read": {"mib", "repeat", "seconds"},
 }
 # clients' end-to-end runs cross an emulated network: namespaces need root.

@@ -2,8 +2,9 @@
 
 The one path every run's shares take. The plan (:mod:`.plan`) fixes the chunks
 and the words each server receives per chunk; the client workers
-(:mod:`.produce`) draw each chunk's noise, encode it and split it into shares,
-full or seeded (:mod:`.seeded`), straight into a transport's buffers: shared
+(:mod:`.produce`) draw each chunk's noise and encode it a block at a time
+(:mod:`.noisy`) and split it into shares, full or seeded (:mod:`.seeded`), straight
+into each server's channel buffer (:mod:`.buffer`), which a transport carries: shared
 memory on this machine (:mod:`.transport`) or TLS to a server elsewhere
 (:mod:`.tls`, its wire format :mod:`.wire` and its port :mod:`.accept`). Each
 server reads its chunks (:mod:`.chunks`) into a sink (:mod:`.serve`): the sum
@@ -25,13 +26,8 @@ from harness.optional import lazy_package
 
 if TYPE_CHECKING:
     from harness.stream.accept import accept_workers
-    from harness.stream.blocks import (
-        BlockedFile,
-        BlockShape,
-        ChunkFile,
-        FileShape,
-        ScheduleWriter,
-    )
+    from harness.stream.blocks import BlockedFile, BlockShape, ChunkFile, FileShape, ScheduleWriter
+    from harness.stream.buffer import ChannelBuffer
     from harness.stream.chunks import (
         ChunkReader,
         FullReader,
@@ -58,24 +54,19 @@ if TYPE_CHECKING:
         warm_up,
         worker_count,
     )
-    from harness.stream.plan import CHUNK_VALUES, SKETCH_GROUP_CLIENTS, SLACK, StreamPlan
-    from harness.stream.procs import Processes
-    from harness.stream.produce import (
-        ChannelBuffer,
+    from harness.stream.noisy import (
+        BLOCK_VALUES,
+        BlockSink,
         NoisyChunks,
-        ProducerTotals,
         SketchGroups,
-        StreamBroken,
         chunk_groups,
         group_slots,
-        produce,
         run_starts,
     )
-    from harness.stream.seeded import (
-        SeededReader,
-        SeededShares,
-        slot_order,
-    )
+    from harness.stream.plan import CHUNK_VALUES, SKETCH_GROUP_CLIENTS, SLACK, StreamPlan
+    from harness.stream.procs import Processes
+    from harness.stream.produce import ChunkSharer, ProducerTotals, StreamBroken, produce
+    from harness.stream.seeded import SeededReader, SeededShares, slot_order
     from harness.stream.serve import serve_party
     from harness.stream.slots import SlotFile, SlotSchedule, SlotShape, write_owner_text
     from harness.stream.spec import OffsetRows, StreamSpec, write_rows
@@ -108,8 +99,10 @@ __all__ = [
     "accept_workers",
     "ACK",
     "assemble_stream",
+    "BLOCK_VALUES",
     "BlockedFile",
     "BlockShape",
+    "BlockSink",
     "ChannelBuffer",
     "check_counts",
     "chunk_frame",
@@ -117,6 +110,7 @@ __all__ = [
     "CHUNK_VALUES",
     "ChunkFile",
     "ChunkReader",
+    "ChunkSharer",
     "ClientEnd",
     "counts_limit",
     "DeadlineReader",

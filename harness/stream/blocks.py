@@ -27,7 +27,7 @@ import numpy as np
 from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
 
 if TYPE_CHECKING:
-    from harness.stream.produce import StreamPlan
+    from harness.stream.plan import StreamPlan
 
 __all__ = ["BlockShape", "BlockedFile", "ChunkFile", "FileShape", "ScheduleWriter"]
 

@@ -18,8 +18,9 @@ from typing import Protocol
 import numpy as np
 
 from harness.errors import LtmError
+from harness.stream.buffer import ChannelBuffer
+from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import ChannelBuffer, SketchGroups
 from harness.stream.seeded import SeededReader
 
 __all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "Violation", "check_counts",

@@ -31,9 +31,10 @@ from typing import BinaryIO
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import open_private
 from harness.stream.blocks import FileShape
+from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
+from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import ChannelBuffer, SketchGroups
 from harness.stream.slots import write_owner_text
 
 __all__ = ["partial", "serve_file", "write_owner", "written"]

@@ -31,28 +31,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
 from harness.clients import SEED_BYTES, Components, components, expand
+from harness.stream.buffer import ChannelBuffer
+from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
 
 __all__ = ["SeededReader", "SeededShares", "slot_order"]
 
 _SEED_WORDS = SEED_BYTES // 8
-
-
-class _Slots(Protocol):
-    """What this module uses of :class:`~harness.stream.ChannelBuffer`."""
-
-    def slot(self, b: int, words: int) -> np.ndarray: ...
-
-
-class _Columns(Protocol):
-    """What this module uses of :class:`~harness.stream.SketchGroups`."""
-
-    def chunk(self, k: int) -> np.ndarray: ...
 
 
 def slot_order(acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +87,11 @@ class SeededShares:
         self._order, counts = slot_order(acc, self.plan.m)
         return (self._order % clients if acc.size > clients else self._order), counts
 
-    def share(self, k: int, ring: np.ndarray, buffers: Sequence[_Slots],
+    def sink(self, buffers: Sequence[ChannelBuffer], slot: int) -> None:
+        """None: a chunk's seeds and full words are made from the whole chunk (:meth:`share`)."""
+        return None
+
+    def share(self, k: int, ring: np.ndarray, buffers: Sequence[ChannelBuffer],
               slot: int) -> list[int]:
         """Chunk k's values (flat uint64, ``(d, slots)`` grouped as :meth:`group` last
         sorted them) into every server's slot; the words each server got."""
@@ -151,7 +144,7 @@ class SeededReader:
         self._shares = np.empty((plan.d, most * plan.s, len(self.held)), dtype=np.uint64)
         self.expand_s = 0.0  # time spent expanding the seeds received
 
-    def read(self, k: int, counts: np.ndarray, columns: _Columns, buffer: _Slots,
+    def read(self, k: int, counts: np.ndarray, columns: SketchGroups, buffer: ChannelBuffer,
              slot: int, words: int) -> tuple[np.ndarray, np.ndarray]:
         """The counts per accumulator and the chunk's shares, grouped as the clients
         grouped them. Placing each client's expanded seeds needs the whole grouping,

@@ -24,6 +24,7 @@ import numpy as np
 from harness.clients import Sketch, format_integers, write_share_file
 from harness.fileio import open_private
 from harness.stream.blocks import FileShape
+from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import (
     ChunkReader,
     Lost,
@@ -33,8 +34,8 @@ from harness.stream.chunks import (
     receive,
 )
 from harness.stream.files import serve_file
+from harness.stream.noisy import SketchGroups, run_starts
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import ChannelBuffer, SketchGroups, run_starts
 from harness.stream.transport import ServerEnd
 
 __all__ = ["serve_party"]

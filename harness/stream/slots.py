@@ -23,7 +23,8 @@ import numpy as np
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, format_integers
 from harness.stream.blocks import ChunkFile, FileShape
-from harness.stream.produce import NoisyChunks, StreamPlan, group_slots
+from harness.stream.noisy import NoisyChunks, group_slots
+from harness.stream.plan import StreamPlan
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -39,8 +39,8 @@ from typing import Any
 
 from harness.retry import retry
 from harness.stream.accept import accept_workers
+from harness.stream.buffer import ChannelBuffer
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import ChannelBuffer
 from harness.stream.transport import ClientEnd, Link, ServerEnd
 from harness.stream.wire import (
     ACK,

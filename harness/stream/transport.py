@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.fileio import private_memory
+from harness.stream.buffer import ChannelBuffer
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import ChannelBuffer
 
 __all__ = ["ClientEnd", "Link", "ServerEnd", "ShmTransport", "StreamTransport",
            "TransportFactory", "sweep_stale_buffers"]

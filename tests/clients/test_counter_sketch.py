@@ -24,6 +24,16 @@ def test_any_range_of_columns_equals_the_same_slice_of_the_whole(s):
     sk.validate()  # s distinct buckets per column, signs +-1
 
 
+def test_a_draw_in_several_passes_of_floyds_table_equals_its_pieces_drawn_alone():
+    # m = 100: a pass of Floyd's algorithm takes 2,621 clients, so 8,000 take four.
+    sk = Sketch.sparse(8000, 100, 50, seed=4)
+    whole = sk.accumulators(0, 8000).reshape(50, 8000)
+    for start, stop in [(0, 1000), (2600, 2700), (5000, 8000)]:
+        piece = sk.accumulators(start, stop).reshape(50, stop - start)
+        assert np.array_equal(whole[:, start:stop], piece)
+    rows, _ = sk.columns(0, 8000)
+    assert np.array_equal(rows, whole % 100)
+
 def test_a_sketch_without_a_seed_draws_and_keeps_one():
     a, b = Sketch.sparse(100, 10, 2), Sketch.sparse(100, 10, 2)
     assert a.seed is not None and a.seed != b.seed

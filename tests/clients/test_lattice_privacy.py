@@ -20,8 +20,8 @@ from harness.clients.matrices import ArrayRows
 from harness.clients.noise import NoiseSpec, noise_rng
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
+from harness.stream.noisy import NoisyChunks, group_slots
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import NoisyChunks, group_slots
 
 # The issue's setting: n = 1e6, d = 1, m = 100, s = 1, analytic, epsilon 1, delta 1e-6.
 ISSUE = {"n": 1_000_000, "m": 100, "d": 1, "s": 1, "epsilon": 1.0, "delta": 1e-6,

@@ -18,8 +18,8 @@ from harness.clients.noise import NOISE_GENERATOR, NoiseSpec, noise_rng
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.stream.noisy import NoisyChunks, group_slots
 from harness.stream.plan import StreamPlan
-from harness.stream.produce import NoisyChunks, group_slots
 
 PAPER: dict[str, Any] = {"m": 100, "d": 10, "s": 1, "epsilon": 1.0, "delta": 1e-6}
 

@@ -34,7 +34,7 @@ from harness.stream import (
     StreamPlan,
     stream_inputs,
 )
-from harness.stream.produce import group_slots
+from harness.stream.noisy import group_slots
 
 
 def _schedule(path: Path) -> tuple[int, np.ndarray]:
