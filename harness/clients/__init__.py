@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         ServerNoise,
         binomial_epsilon,
         grid_sensitivity,
+        input_server_noise,
         least_coins,
         server_noise,
     )
@@ -135,6 +136,7 @@ __all__ = [
     "libcrypto",
     "gaussian_epsilon",
     "honest_contributors",
+    "input_server_noise",
     "load_matrix",
     "npy_error",
     "noise_rng",

@@ -36,12 +36,17 @@ central model's analytic Gaussian mechanism.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from harness.clients.noise import noise_rng
+from harness.clients.prepare import format_integers
 from harness.clients.privacy import (
     analytic_gaussian_sigma,
     release_sensitivity,
@@ -49,10 +54,11 @@ from harness.clients.privacy import (
     skellam_mu,
 )
 from harness.errors import InputError
+from harness.fileio import open_private, private_dir
 
 __all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise",
-           "binomial_epsilon", "central_noise", "dng_noise", "grid_sensitivity", "least_coins",
-           "server_noise"]
+           "binomial_epsilon", "central_noise", "dng_noise", "grid_sensitivity",
+           "input_server_noise", "least_coins", "server_noise"]
 
 MECHANISMS = ("ltm", "dng", "central")
 # The most coins per cell a central run draws: about two minutes of the MPC per
@@ -202,6 +208,16 @@ class ServerNoise:
         half = self.server_mu / 2
         return rng.poisson(half, size=shape) - rng.poisson(half, size=shape)
 
+    def to_json(self) -> str:
+        """Its parameters as JSON: all public (what a server is told to draw its noise)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerNoise:
+        fields = json.loads(text)
+        layout = fields.pop("layout", None)
+        return cls(**fields, layout=None if layout is None else CoinLayout(**layout))
+
     def template_params(self) -> dict[str, object]:
         """What the program's noise section is rendered with."""
         params: dict[str, object] = {"mechanism": self.kind}
@@ -298,6 +314,21 @@ def central_noise(*, eta: float, s: int, d: int, epsilon: float, delta: float,
     return ServerNoise("central", epsilon, delta, certified, std,
                        _central_sigma(eta, s, d, epsilon, delta), frac_bits,
                        coins=coins, grid_bits=grid, steps=steps, layout=layout)
+
+
+def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
+                       path: str | os.PathLike[str], *, append: bool) -> int:
+    """One server's own dng noise for every cell, drawn where this runs from a fresh
+    CSPRNG (:func:`~harness.clients.noise_rng`) and written as its private input to the
+    MPC: appended to ``path`` after its aggregate (``append``), else the whole file,
+    0600 in a 0700 directory. Returns the number of cells drawn, nothing of the noise."""
+    drawn = noise.sample(noise_rng(), shape)
+    private_dir(os.path.dirname(os.path.abspath(path)))
+    with open_private(path, "ab" if append else "wb") as fh:
+        fh.write(format_integers(drawn.ravel()))
+    cells = int(drawn.size)
+    del drawn  # nothing of a server's noise is kept
+    return cells
 
 
 def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: int, d: int,

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
         LocalCluster,
         PartyRun,
         find_free_ports,
-        party_input_file,
     )
     from harness.engine.installer import ensure_mpspdz, install
     from harness.engine.interface import ClientJob, Cluster
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
     )
     from harness.engine.staging import (
         PartyStaging,
+        party_input_file,
     )
 
 __all__ = [

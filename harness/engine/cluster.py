@@ -36,7 +36,7 @@ from harness.engine.mpspdz import MpSpdz
 from harness.engine.process import Command, run_group
 from harness.engine.programs import CompiledProgram, link_program
 from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
-from harness.engine.staging import PartyStaging
+from harness.engine.staging import PartyStaging, party_input_file
 from harness.errors import InputError
 from harness.fileio import private_dir
 from harness.stream import ShmTransport, TransportFactory, stream_inputs, warm_up, write_owner
@@ -76,11 +76,6 @@ def check_ports_free(base: int, count: int) -> None:
     if busy:
         raise InputError(f"port {busy[0]} is in use (the parties need ports {base}.."
                          f"{base + count - 1}); pick another --port or leave it out")
-
-
-def party_input_file(party_dir: Path, party: int) -> Path:
-    """Party ``party``'s private input to the MPC (MP-SPDZ's ``Input-P<i>-0``)."""
-    return party_dir / "Player-Data" / f"Input-P{party}-0"
 
 
 def find_free_ports(count: int, attempts: int = 100) -> int:

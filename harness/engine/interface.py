@@ -12,6 +12,7 @@ The phases, in the order a run calls them::
     with cluster.launch(job, program, timeout=..., port=...):  # where it can
         prepared = cluster.prepare(job)      # the stream: clients and servers side by side
         with cluster.session():              # e.g. an emulated network kept up
+            cluster.input_servers_noise(...) # dng only: each server's own, where it runs
             runs = cluster.run(program, timeout=..., port=...)
     cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
 """
@@ -26,7 +27,15 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
 
-    from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, ShareFormat, Sketch
+    from harness.clients import (
+        FixedPoint,
+        NoiseSpec,
+        Prepared,
+        Rows,
+        ServerNoise,
+        ShareFormat,
+        Sketch,
+    )
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
     from harness.stream import FileShape, StreamPlan
@@ -132,6 +141,15 @@ class Cluster(Protocol):
         writing its file. Returns the plaintext result every revealed sketch is checked
         against, with what the stream measured (:class:`~harness.clients.Prepared`'s
         ``servers_s`` and ``upload`` where they were timed here)."""
+        ...
+
+    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
+                            after_aggregate: bool) -> None:
+        """dng, after :meth:`prepare` and inside :meth:`session`: each server draws its
+        own noise for every cell (``shape``) where it runs and inputs it to the MPC,
+        appended to its input file after its aggregate when it inputs that too
+        (``after_aggregate``). Only the noise's public parameters leave this machine;
+        nothing of any server's noise comes back."""
         ...
 
     def session(self) -> AbstractContextManager[None]:

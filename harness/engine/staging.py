@@ -16,10 +16,16 @@ from harness.engine.certs import install_certificates, make_certificates
 from harness.fileio import private_dir
 
 if TYPE_CHECKING:
+    from harness.clients import ServerNoise
     from harness.engine.interface import ClientJob
     from harness.engine.programs import CompiledProgram
 
-__all__ = ["PartyStaging"]
+__all__ = ["PartyStaging", "party_input_file"]
+
+
+def party_input_file(party_dir: Path, party: int) -> Path:
+    """Party ``party``'s private input to the MPC (MP-SPDZ's ``Input-P<i>-0``)."""
+    return party_dir / "Player-Data" / f"Input-P{party}-0"
 
 
 class PartyStaging:
@@ -42,6 +48,17 @@ class PartyStaging:
         """Start the parties before the clients' inputs exist, where they can wait for
         them: here they cannot (:meth:`run` starts them)."""
         return nullcontext(False)
+
+    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
+                            after_aggregate: bool) -> None:
+        """dng: each server draws its own noise for every cell as its private input to
+        the MPC (after its aggregate, when it inputs that too). Every party runs on this
+        machine, each in its own directory, so each draws here."""
+        from harness.clients import input_server_noise
+
+        for i in range(self.parties):
+            input_server_noise(noise, shape, party_input_file(self.party_dir(i), i),
+                               append=after_aggregate)
 
     def share_file(self, i: int) -> Path:
         return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"

@@ -1,8 +1,8 @@
 """One run on a cluster: the clients' inputs, the parties, verification, the result.
 
 :func:`execute` talks to wherever the parties live only through
-:class:`harness.engine.Cluster` (launch, prepare, session, run, upload_bytes,
-reuses_inputs); :func:`harness.experiments.placement.make_cluster`
+:class:`harness.engine.Cluster` (launch, prepare, session, input_servers_noise,
+run, upload_bytes, reuses_inputs); :func:`harness.experiments.placement.make_cluster`
 chose the kind. It returns a :class:`RunOutcome`: the typed result that is
 written, and apart from it what is never written into it (the revealed ring
 elements, and the servers' inputs for a caller that reruns on them).
@@ -26,8 +26,6 @@ from harness.clients import (
     accountant,
     central_sigma,
     certificate,
-    format_integers,
-    noise_rng,
     release_sensitivity,
     tamper_share_file,
     tamper_text_file,
@@ -56,7 +54,6 @@ from harness.experiments.results import (
     metadata,
 )
 from harness.experiments.workload import Workload, client_job, upload_model_mb
-from harness.fileio import open_private, private_dir
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
 
@@ -115,9 +112,9 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         # One session (an emulated network) carries the upload and then the MPC.
         with cluster.session():
             if work.servers_noise is not None and work.servers_noise.kind == "dng":
-                input_servers_noise(work.servers_noise, cluster, cfg.party_count,
-                                    (work.sketch.m, work.d),
-                                    after_aggregate=cfg.inputs_aggregates)
+                # Each server draws its own where it runs (on a host, its agent there).
+                cluster.input_servers_noise(work.servers_noise, (work.sketch.m, work.d),
+                                            after_aggregate=cfg.inputs_aggregates)
             if cfg.tamper is not None:  # after the upload: a server changes what it received
                 tamper_input(cfg, work, cluster)
             launched = time.perf_counter()
@@ -220,19 +217,6 @@ def _verification(mismatches: int, entries: int, noise: ServerNoise | None,
     return Verification(ok=mismatches == 0 and noise_check["ok"], mismatches=mismatches,
                         entries=entries, method=method(noise, noise_check["exact"]),
                         noise_check=noise_check)
-
-
-def input_servers_noise(noise: ServerNoise, cluster: Cluster, parties: int,
-                        shape: tuple[int, int], *, after_aggregate: bool) -> None:
-    """dng: each server draws its own noise for every cell as its private input to the
-    MPC (after its aggregate, when it inputs that too)."""
-    for party in range(parties):
-        drawn = noise.sample(noise_rng(), shape)
-        path = party_input_file(cluster.party_dir(party), party)
-        private_dir(path.parent)
-        with open_private(path, "ab" if after_aggregate else "wb") as fh:
-            fh.write(format_integers(drawn.ravel()))
-        del drawn  # nothing of a server's noise is kept here
 
 
 def _party_results(cfg: RunConfig, runs: list[PartyRun], prepared: Prepared) -> list[PartyResult]:

@@ -184,9 +184,6 @@ LIMITS: tuple[Limit, ...] = (
     Limit("mechanism", ("dng", "central"),
           "--mechanism {value} adds the servers' noise in the local program, not --program "
           "{program}; use --program local", programs=("fast", "reference")),
-    Limit("mechanism", ("dng",),
-          "--mechanism dng has each server draw its noise here, not on its host; run it "
-          "without --hosts, or use --mechanism central", placements=_HOSTS),
     # A host computes each client's buckets from the sketch's seed; the dense sketch is
     # drawn here and held whole.
     Limit("dense", (True,),

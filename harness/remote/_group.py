@@ -128,6 +128,17 @@ class PartyGroup:
             time.sleep(0.05)
         return []
 
+    def agent_step(self, args: list[list[str]], why: str) -> list[dict]:
+        """Each server's agent step ``args[i]`` in its working directory, all at once,
+        between the stream and the run; their replies, or one error for all that failed."""
+        replies: list[dict] = [{} for _ in self.parties]
+
+        def step(party: RemoteParty) -> None:
+            replies[party.index] = party.agent_step(args[party.index], why, self.timeout)
+
+        self._all(step)
+        return replies
+
     def close(self) -> str:
         """Kill what runs, remove every remote directory; describe what is left."""
         return self._cleanup()

@@ -28,9 +28,11 @@ from harness.remote._shell import (
     EXEC_TIMEOUT,
     NO_HARNESS,
     SessionDir,
+    agent_command,
     exec_anyhow,
     exec_command,
     harness_check,
+    read_steps,
     shell_path,
     use_workdir,
     workdir_problem,
@@ -205,6 +207,24 @@ class RemoteParty(Listening):
         finally:
             sftp.close()
         self.upload_s = time.perf_counter() - started
+
+    def agent_step(self, args: list[str], why: str, timeout: float) -> dict:
+        """Run the host agent's step ``args[0]`` in the working directory and return its
+        reply (``why`` the step needs the harness, for the message when it is missing)."""
+        assert self.client is not None and self.remote_dir is not None
+        command = (f"cd {shlex.quote(self.remote_dir)} && {harness_check()} && "
+                   f"exec {agent_command(*args)}")
+        rc, out, err = exec_command(self.client, command, timeout)
+        if rc == NO_HARNESS:
+            raise self._no_harness(why)
+        try:
+            reply = read_steps(out).get(args[0])
+        except ValueError:
+            reply = None
+        if rc != 0 or reply is None:
+            tail = " | ".join(err.strip().splitlines()[-3:]) or f"status {rc}"
+            raise LtmError(f"{self.label}: its agent's {args[0]} step failed: {tail}")
+        return reply
 
     # --- the run -------------------------------------------------------------------
 

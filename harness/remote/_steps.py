@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["CERT_NAME", "share_file_there"]
+__all__ = ["CERT_NAME", "input_file_there", "share_file_there"]
 
 # The parties' certificates and their hash links in Player-Data: public, every party's.
 CERT_NAME = re.compile(r"P\d+\.pem|[0-9a-f]{8}\.\d+")
@@ -14,3 +14,8 @@ CERT_NAME = re.compile(r"P\d+\.pem|[0-9a-f]{8}\.\d+")
 def share_file_there(party: int) -> str:
     """The share file MP-SPDZ reads on server ``party``'s host."""
     return f"Persistence/Transactions-P{party}.data"
+
+
+def input_file_there(party: int) -> str:
+    """Server ``party``'s private input to the MPC on its host (its aggregate, its noise)."""
+    return f"Player-Data/Input-P{party}-0"

@@ -31,7 +31,7 @@ from harness.remote._client import ClientHost, StreamCut
 from harness.remote._group import HOST_ERRORS, PartyGroup
 from harness.remote._party import Upload
 from harness.remote._results import HostGroupError, labelled
-from harness.remote._steps import CERT_NAME, share_file_there
+from harness.remote._steps import CERT_NAME, input_file_there, share_file_there
 from harness.stream import (
     ProducerTotals,
     Streamed,
@@ -78,7 +78,7 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
             elif CERT_NAME.fullmatch(path.name):
                 files.append(Upload(f"Player-Data/{path.name}", local=path))
         uploads.append(files)
-        dest = (f"Player-Data/Input-P{i}-0" if job.as_input else share_file_there(i))
+        dest = input_file_there(i) if job.as_input else share_file_there(i)
         args = [SPEC_FILE, str(i), str(base_port + i), f"Player-Data/P{i}.pem",
                 f"Player-Data/P{i}.key", "client.pem", dest, "--timeout", str(job.timeout),
                 "--bind", group.parties[i].host.listen_address]

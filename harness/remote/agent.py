@@ -12,6 +12,14 @@ installed there. A streamed run (:mod:`harness.remote.streaming`) takes two step
 * ``stream SPEC TARGETS HOST CERT KEY``: client host HOST runs its client
   workers, each streaming to every server in TARGETS.
 
+Between a streamed run's stream and its MPC, ``--mechanism dng`` takes one more:
+
+* ``noise NOISE DEST --cells M D [--append]``: a server draws its own noise for
+  each of the M x D cells from the public parameters NOISE (JSON,
+  :meth:`harness.clients.ServerNoise.to_json`) and writes it into DEST, its input
+  file (after its aggregate, with ``--append``), 0600; only the count of cells
+  is printed.
+
 Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
 prints ``{"step": "listening"}`` first, once its port accepts connections.
@@ -33,6 +41,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 __all__ = ["LOST", "VIOLATION", "main"]
@@ -61,6 +70,15 @@ def stream(args: argparse.Namespace) -> None:
                                args.timeout))
 
 
+def noise(args: argparse.Namespace) -> None:
+    from harness.clients import ServerNoise, input_server_noise
+
+    started = time.perf_counter()
+    cells = input_server_noise(ServerNoise.from_json(args.noise), tuple(args.cells),
+                               args.dest, append=args.append)
+    _reply("noise", cells=cells, seconds=time.perf_counter() - started)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.remote.agent",
                                 description="What a host runs of the harness; one JSON line "
@@ -82,6 +100,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("cert", type=Path)
     s.add_argument("key", type=Path)
     s.add_argument("--timeout", type=float, default=900.0)
+    s = steps.add_parser("noise", help="a server (--mechanism dng): draw its own noise into "
+                                       "its input file")
+    s.add_argument("noise", help="the noise's public parameters, JSON")
+    s.add_argument("dest", type=Path)
+    s.add_argument("--cells", type=int, nargs=2, required=True, metavar=("M", "D"))
+    s.add_argument("--append", action="store_true", help="after the aggregate in DEST")
     return p
 
 
@@ -93,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_on_signals()
     try:
-        if args.step == "serve":
-            serve(args)
-        else:
-            stream(args)
+        {"serve": serve, "stream": stream, "noise": noise}[args.step](args)
     except Interrupted as exc:
         print(f"agent {args.step}: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum

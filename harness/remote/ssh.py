@@ -22,6 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.clients import Prepared
 from harness.engine import (
@@ -35,7 +36,7 @@ from harness.engine import (
     parse_stats,
     protocol_for,
 )
-from harness.errors import InputError
+from harness.errors import InputError, LtmError
 from harness.remote._client import ClientHost
 from harness.remote._connect import (
     ConnectOptions,
@@ -47,11 +48,14 @@ from harness.remote._connect import (
 from harness.remote._group import PartyGroup, upload_size
 from harness.remote._party import ConnectionLost, RemoteParty, Upload
 from harness.remote._results import HostGroupError, HostResult, parallel
-from harness.remote._steps import CERT_NAME, share_file_there
+from harness.remote._steps import CERT_NAME, input_file_there, share_file_there
 from harness.remote._streamed import SCHEDULE_FILE, stream_to_hosts
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
 from harness.stream import Streamed, stream_inputs, write_owner
+
+if TYPE_CHECKING:
+    from harness.clients import ServerNoise
 
 __all__ = [
     "ConnectOptions",
@@ -159,6 +163,25 @@ class SshCluster(PartyStaging):
         streamed.upload = None  # the files go by SFTP, timed as any upload is
         self._streamed = streamed
         return streamed.outcome()
+
+    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
+                            after_aggregate: bool) -> None:
+        """Each server's agent draws its noise on its host, into its input file there
+        (0600, in its private working directory, removed with it): only the noise's
+        public parameters and the cells' shape go there, and only the count of cells
+        comes back."""
+        group = self._open_group
+        if group is None:  # the table of modes routes dng's streams to the servers' agents
+            raise LtmError("the servers' noise is drawn by each host's agent, and this run "
+                           "reached its hosts without them")
+        m, d = shape
+        args = [["noise", noise.to_json(), input_file_there(i), "--cells", str(m), str(d),
+                 *(["--append"] if after_aggregate else [])] for i in range(self.parties)]
+        replies = group.agent_step(args, "--mechanism dng draws each server's noise there")
+        for party, reply in zip(group.parties, replies, strict=True):
+            if reply.get("cells") != m * d:
+                raise LtmError(f"{party.label}: its agent drew {reply.get('cells')} cells of "
+                               f"noise, not {m * d}")
 
     def _remove_clients(self) -> None:
         # Each its own connection; one that is gone must not keep the others' files.
