@@ -170,7 +170,6 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 @pytest.mark.parametrize(("options", "mode"), [
     ({"mechanism": "dng"}, Mode("fast", "shares", "full", "loopback")),
     ({"mechanism": "central"}, Mode("reference", "party", "full", "network")),
-    ({"mechanism": "dng"}, Mode("local", "shares", "full", "hosts")),
     ({"dense": True}, Mode("local", "shares", "full", "hosts")),
     ({"dense": True}, Mode("fast", "shares", "seeded", "hosts")),
     ({"dense": True}, Mode("reference", "shares", "full", "client-hosts"))])
@@ -182,6 +181,24 @@ def test_an_option_a_route_cannot_carry_is_refused_with_its_limits_message(
     with pytest.raises(InputError) as info:
         _config(tmp_path, mode, **options).validate()
     assert str(info.value) == limit.message.format(value=options[limit.option], **vars(mode))
+
+
+def test_dng_runs_on_hosts_wherever_each_server_has_its_agent(tmp_path):
+    # Each server's agent draws its dng noise on its host. A route that reached hosts
+    # without the agent (streamed here, the files sent whole) could not draw it there:
+    # it would need a limit of its own, which this test then asks for.
+    taken = []
+    for mode in combinations():
+        route = route_for(mode)
+        hit = [x for x in LIMITS if x.option == "mechanism" and x.applies("dng", mode, route)]
+        if mode.on_hosts and route.runs and not hit:
+            assert route.where == "servers", mode
+            taken.append(mode)
+            cfg = _config(tmp_path, mode, mechanism="dng", epsilon=4.0, delta=1e-3).validate()
+            assert cfg.mechanism == "dng" and cfg.streams and not client_job(
+                cfg, build_workload(cfg)).here
+    assert {(m.program, m.placement) for m in taken} == {("local", "hosts"),
+                                                         ("local", "client-hosts")}
 
 
 @pytest.mark.parametrize("mode", [Mode("fast", "shares", "full", "hosts"),
