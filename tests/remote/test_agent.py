@@ -1,15 +1,22 @@
 """The host agent (``python -m harness.remote.agent``) as the hosts run it: a real process,
 one JSON line per step on stdout, one line on stderr when it fails. Its steps
-themselves, ``serve`` and ``stream``, are tested with real hosts in test_host_streams.py."""
+themselves, ``serve`` and ``stream``, are tested with real hosts in test_host_streams.py,
+and ``noise`` in test_host_mechanisms.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 import harness
+from harness.clients.mechanisms import dng_noise
 
 TREE = Path(harness.__file__).resolve().parent.parent
 
@@ -34,3 +41,51 @@ def test_the_whole_file_steps_are_gone_from_the_agent(tmp_path):
     for step in ("expand", "aggregate", "prepare", "send", "receive"):
         done = agent(step, cwd=tmp_path)
         assert done.returncode == 2 and "invalid choice" in done.stderr  # usage
+
+
+def _noise(**kw):
+    return dng_noise(servers=3, honest=2, eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
+                     frac_bits=16, **kw)
+
+
+def test_the_noise_step_appends_a_servers_own_draw_privately_and_prints_only_its_count(
+        tmp_path):
+    noise = _noise()
+    data = tmp_path / "Player-Data"
+    data.mkdir(mode=0o755)
+    dest = data / "Input-P0-0"
+    dest.write_text("+1 -2 +3 -4 +5 -6 +7 -8\n")  # the server's aggregate, before its noise
+    dest.chmod(0o644)
+    done = agent("noise", noise.to_json(), "Player-Data/Input-P0-0", "--cells", "4", "2",
+                 "--append", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [line] = done.stdout.splitlines()
+    reply = json.loads(line)
+    assert reply["step"] == "noise" and reply["cells"] == 8
+    assert set(reply) == {"step", "cells", "seconds"}  # nothing of the noise itself
+    words = np.array(dest.read_text().split(), dtype=np.int64)
+    assert words[:8].tolist() == [1, -2, 3, -4, 5, -6, 7, -8] and words.size == 16
+    assert np.any(words[8:] != 0)  # Skellam of variance server_mu (in the thousands)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    # A second draw is another one: from a fresh CSPRNG, never a seed
+    again = agent("noise", noise.to_json(), "second", "--cells", "4", "2", cwd=tmp_path)
+    assert again.returncode == 0
+    second = np.array((tmp_path / "second").read_text().split(), dtype=np.int64)
+    assert second.size == 8 and not np.array_equal(second, words[8:])
+
+
+def test_the_noise_step_draws_only_dng_noise(tmp_path):
+    central = dataclasses.replace(_noise(), kind="central")
+    done = agent("noise", central.to_json(), "out", "--cells", "1", "1", cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "agent noise: only dng noise is drawn outside the MPC\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_server_noise_parameters_round_trip_through_json():
+    from harness.clients.mechanisms import central_noise
+
+    for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
+                                          frac_bits=16, cells=8, grid_bits=0)):
+        assert type(noise).from_json(noise.to_json()) == noise
