@@ -41,6 +41,7 @@ from pathlib import Path
 from types import TracebackType
 
 from harness.errors import InputError, LtmError
+from harness.stream import pid_alive
 
 __all__ = ["Profile", "PROFILES", "profile_for", "check_requirements", "NetworkEmulation",
            "NetworkEmulationError", "remove_stale", "tbf_args", "NAME_PREFIX", "SUBNET"]
@@ -174,16 +175,6 @@ def _namespaces(ip: str) -> list[str]:
             if line.strip()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _kill_inside(ip: str, ns: str) -> None:
     """SIGKILL whatever still runs in ``ns``: a namespace lives as long as its processes."""
     try:
@@ -217,7 +208,7 @@ def remove_stale() -> list[str]:
     """
     ip, _ = check_requirements()
     stale = [ns for ns in _namespaces(ip)
-             if (m := _STALE.match(ns)) and not _alive(int(m.group(1)))]
+             if (m := _STALE.match(ns)) and not pid_alive(int(m.group(1)))]
     _delete(ip, stale)
     return stale
 

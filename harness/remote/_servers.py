@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import LtmError
+from harness.stream import pid_alive
 
-__all__ = ["cmdline", "descendants", "is_alive", "one_line", "servers_of", "stop_server",
-           "wait_ready"]
+__all__ = ["cmdline", "descendants", "one_line", "servers_of", "stop_server", "wait_ready"]
 
 _START_SECONDS = 10.0
 _STOP_SECONDS = 5.0
@@ -27,7 +27,7 @@ def servers_of(config: Path) -> list[int]:
     """The live sshd processes started on ``config`` (found by their command lines, so
     that nothing depends on a pid file a dying server may not have written)."""
     needle = f" -f {config} "
-    return [pid for pid in _parents() if needle in f" {cmdline(pid)} " and is_alive(pid)]
+    return [pid for pid in _parents() if needle in f" {cmdline(pid)} " and pid_alive(pid)]
 
 
 def wait_ready(address: str, port: int, alive: Callable[[], bool], log: Callable[[], str],
@@ -77,14 +77,6 @@ def descendants(root_pid: int) -> list[int]:
     return found
 
 
-def is_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def stop_server(pid: int, reap: Callable[[float], bool] | None = None) -> None:
     """Stop the sshd ``pid`` (the leader of its own session) and every session it started.
 
@@ -110,7 +102,7 @@ def stop_server(pid: int, reap: Callable[[float], bool] | None = None) -> None:
 def _gone(pid: int) -> Callable[[float], bool]:
     def wait(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
-        while is_alive(pid):
+        while pid_alive(pid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.02)

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         run_starts,
     )
     from harness.stream.plan import CHUNK_VALUES, SKETCH_GROUP_CLIENTS, SLACK, StreamPlan
-    from harness.stream.procs import Processes
+    from harness.stream.procs import Processes, pid_alive
     from harness.stream.produce import ChunkSharer, ProducerTotals, StreamBroken, produce
     from harness.stream.seeded import SeededReader, SeededShares, slot_order
     from harness.stream.serve import serve_party
@@ -129,6 +129,7 @@ __all__ = [
     "OffsetRows",
     "pack_fields",
     "partial",
+    "pid_alive",
     "Processes",
     "produce",
     "ProducerTotals",

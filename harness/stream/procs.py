@@ -12,6 +12,7 @@ that only lost a stream to another.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import Any
 
 from harness.errors import STOP_SIGNALS, InputError, PartyError
 
-__all__ = ["Processes", "StreamError"]
+__all__ = ["Processes", "StreamError", "pid_alive"]
 
 # Seconds a failed process's peers get to report their own error before all are stopped:
 # a server's "ended early" says more than a worker's "server closed its stream".
@@ -66,6 +67,24 @@ class Processes:
                 proc.kill()
                 proc.join()
             got.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: one that has exited and waits to be reaped
+    (a zombie) is gone, whatever it held is free; another user's process runs."""
+    if pid <= 0:
+        return False  # os.kill would signal a process group, or every process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # the signal found it; /proc may hide another user's processes
 
 
 @contextlib.contextmanager

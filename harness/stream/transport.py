@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from harness.fileio import private_memory
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.plan import StreamPlan
+from harness.stream.procs import pid_alive
 
 __all__ = ["ClientEnd", "Link", "ServerEnd", "ShmTransport", "StreamTransport",
            "TransportFactory", "sweep_stale_buffers"]
@@ -189,7 +190,7 @@ def sweep_stale_buffers(shm: Path = Path("/dev/shm")) -> list[Path]:
         return removed
     for entry in entries:
         pid = entry.name.split("-")[2]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdigit() or pid_alive(int(pid)):
             continue
         try:
             if entry.lstat().st_uid != os.getuid():
@@ -199,13 +200,3 @@ def sweep_stale_buffers(shm: Path = Path("/dev/shm")) -> list[Path]:
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True

@@ -9,25 +9,17 @@ import pytest
 
 from harness.engine.process import Command, check_call, run_group
 from harness.errors import PartyError
+from harness.stream import pid_alive
 
 
 def _py(tmp_path, name, code):
     return Command(name, [sys.executable, "-c", code], tmp_path)
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            # a zombie is dead for our purposes
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _alive(pid: int, grace: float = 5.0) -> bool:
     """Still running after ``grace`` seconds (signals are delivered asynchronously)."""
     deadline = time.monotonic() + grace
-    while _running(pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
             return True
         time.sleep(0.01)

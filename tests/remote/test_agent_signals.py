@@ -23,7 +23,7 @@ from harness.clients import ADDITIVE, NoiseSpec, Sketch
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
 from harness.remote.agent import LOST
-from harness.stream import StreamPlan, StreamSpec
+from harness.stream import StreamPlan, StreamSpec, pid_alive
 
 TREE = Path(harness.__file__).resolve().parent.parent
 N, D, M = 20_000_000, 3, 10
@@ -129,15 +129,7 @@ def test_an_agent_stopped_mid_stream_leaves_nothing(tmp_path, signum, victim):
 
 def _running(pids: list[int]) -> list[int]:
     """Those of ``pids`` still running (not ended, not a zombie)."""
-    running = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            running.append(pid)
-    return running
+    return [pid for pid in pids if pid_alive(pid)]
 
 
 def _sockets(pid: int) -> int:

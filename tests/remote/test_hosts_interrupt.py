@@ -27,6 +27,7 @@ import pytest
 from _sshd import FakeHost, SshFarm, mpc_base_port, write_inventory_file
 
 from harness.remote._keys import ServerKey, write_pinned
+from harness.stream import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -72,14 +73,6 @@ def interrupt(proc: subprocess.Popen, sig: int) -> tuple[str, str]:
     return out, err
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def commands_mentioning(text: str) -> list[str]:
     """Live processes whose command line contains ``text`` (this test's own excluded)."""
     found = []
@@ -91,7 +84,7 @@ def commands_mentioning(text: str) -> list[str]:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if text in cmdline and alive(int(entry)):
+        if text in cmdline and pid_alive(int(entry)):
             found.append(f"{entry}: {cmdline[:200]}")
     return found
 
@@ -100,10 +93,10 @@ def nothing_left_on(fake: FakeHost, pids: list[int]) -> None:
     """Neither the slow binary nor any remote command of setup still runs there."""
     assert fake.home is not None
     deadline = time.monotonic() + 5  # the host's watcher kills TERM, then KILL a second later
-    while (any(alive(p) for p in pids) or commands_mentioning(str(fake.home))) \
+    while (any(pid_alive(p) for p in pids) or commands_mentioning(str(fake.home))) \
             and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [p for p in pids if alive(p)] == []
+    assert [p for p in pids if pid_alive(p)] == []
     assert commands_mentioning(str(fake.home)) == []
 
 
