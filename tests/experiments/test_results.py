@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -255,3 +257,24 @@ def test_rows_without_the_whole_run_columns_read_as_not_measured():
     frame = migrate_rows(pd.DataFrame([old, {**old, "peak_pss_bytes": 123}]))
     assert math.isnan(frame["peak_pss_bytes"][0]) and frame["peak_pss_bytes"][1] == 123
     assert frame["run_wall_s"].isna().all()
+
+
+def test_the_machine_is_described_as_platform_describes_it_without_a_subprocess():
+    # platform.platform() runs `uname -p`; a run's metadata must not pay for that.
+    probe = (
+        "import json, sys\n"
+        "spawned = []\n"
+        "sys.addaudithook(lambda event, args: spawned.append(event)"
+        " if event in ('subprocess.Popen', 'os.posix_spawn', 'os.exec', 'os.fork') else None)\n"
+        "from harness.experiments.results import machine_info\n"
+        "info = machine_info()\n"
+        "import platform\n"
+        "print(json.dumps({'info': info, 'spawned': list(spawned),"
+        " 'platform': platform.platform(), 'processor': platform.uname().processor,"
+        " 'machine': platform.machine()}))\n")
+    out = json.loads(subprocess.run([sys.executable, "-c", probe], check=True,
+                                    capture_output=True, text=True).stdout)
+    assert out["spawned"] == []
+    if out["processor"] in (out["machine"], "", "unknown"):  # else platform names it too
+        assert out["info"]["platform"] == out["platform"]
+    assert out["info"]["cpu"] and out["info"]["cpu_count"] >= 1
