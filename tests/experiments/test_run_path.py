@@ -165,6 +165,10 @@ class Recording:
         self.calls.append("session")
         return self.inner.session()
 
+    def input_servers_noise(self, noise, shape, *, after_aggregate):
+        self.calls.append("input_servers_noise")
+        return self.inner.input_servers_noise(noise, shape, after_aggregate=after_aggregate)
+
     def run(self, program, *, timeout, port=None):
         self.calls.append("run")
         return self.inner.run(program, timeout=timeout, port=port)
