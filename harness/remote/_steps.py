@@ -4,6 +4,9 @@ staging directory (:class:`harness.engine.PartyStaging`)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from harness.engine import party_input_file
 
 __all__ = ["CERT_NAME", "input_file_there", "share_file_there"]
 
@@ -17,5 +20,6 @@ def share_file_there(party: int) -> str:
 
 
 def input_file_there(party: int) -> str:
-    """Server ``party``'s private input to the MPC on its host (its aggregate, its noise)."""
-    return f"Player-Data/Input-P{party}-0"
+    """Server ``party``'s private input to the MPC on its host (its aggregate, its noise),
+    relative to its working directory, as a party here has it in its own."""
+    return party_input_file(Path(), party).as_posix()
