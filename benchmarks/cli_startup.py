@@ -55,6 +55,8 @@ _INSTRUMENTED = r"""
 import importlib, json, sys, time
 wall0 = time.time()
 started = time.perf_counter()
+from harness.engine.certs import start_signer
+start_signer()  # as `ltm run` does first of all
 import harness.cli
 # the modules, not the package's functions of the same names
 run_mod = importlib.import_module("harness.experiments.run")

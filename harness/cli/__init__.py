@@ -57,6 +57,10 @@ _COMMANDS = {
               "audit the noise of one bucket empirically: a lower bound on epsilon"),
 }
 
+# The commands that start MP-SPDZ parties, each run with fresh TLS certificates: their
+# signer process starts before anything else loads (harness.engine.certs.start_signer).
+_SIGNING = frozenset({"run", "reproduce"})
+
 # Libraries of an optional extra (pyproject.toml), imported only by the commands that
 # use them: a missing one is a missing extra, named in one line.
 _EXTRAS = {"boto3": "aws", "botocore": "aws", "matplotlib": "analysis", "pandas": "analysis"}
@@ -204,12 +208,19 @@ def console() -> NoReturn:
     """``ltm`` as a program (its entry point and ``python -m harness``): :func:`main`,
     then an exit that skips tearing down the interpreter.
 
+    A command that runs parties first forks the certificates' signer, before any
+    of its modules load (:func:`harness.engine.certs.start_signer`).
+
     The atexit handlers (multiprocessing's, tempfile's, logging's) still run and the
     standard streams are flushed; skipped are the finalization of every module and
     object, which took 0.1 to 0.3 s after a run had loaded numpy and collected its
     processes' results: as long as the MPC it ran at n = 1e6. Every file the harness
     writes is closed (and renamed into place) before :func:`main` returns.
     """
+    if _command_word(sys.argv[1:]) in _SIGNING:
+        from harness.engine.certs import start_signer
+
+        start_signer()
     status = main()
     for thread in threading.enumerate():  # as the interpreter's exit: wait for them
         if thread is not threading.main_thread() and not thread.daemon:
@@ -221,6 +232,11 @@ def console() -> NoReturn:
         except (OSError, ValueError):  # a closed pipe or stream: nothing more to say
             pass
     os._exit(status)
+
+
+def _command_word(words: list[str]) -> str | None:
+    """The command ``words`` name, before they are parsed: the first that is no option."""
+    return next((w for w in words if not w.startswith("-")), None)
 
 
 def _debug_requested(argv: list[str] | None) -> bool:

@@ -32,7 +32,6 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 __all__ = ["ADDITIVE", "FORMATS", "MALICIOUS_REPLICATED", "REPLICATED", "ShareFormat",
            "random_ring", "replicate", "share", "share_format"]
@@ -44,6 +43,9 @@ _SLACK = 15  # update_into wants room for a block beyond the data
 
 def random_ring(shape: tuple[int, ...]) -> np.ndarray:
     """Uniform uint64 words of ``shape`` from a freshly keyed AES-256-CTR keystream."""
+    # Loaded here: ``ltm run``'s own process shares nothing (its clients do).
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     count = int(np.prod(shape))
     size = 8 * count
     out = np.empty(size + _SLACK, dtype=np.uint8)

@@ -17,7 +17,6 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from harness.errors import InputError
 from harness.fileio import write_atomic
@@ -76,6 +75,9 @@ def public_words(seed: int, stream: int, first: int, count: int,
     reproducible from the seed; nothing secret is ever drawn from it.
     ``out``: a reused uint64 buffer of at least ``count + 3`` words.
     """
+    # Loaded here: ``ltm run``'s own process draws no sketch (its clients do).
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     global _ZEROS
     block, skip = divmod(first, 2)  # two words per 16-byte AES block
     nbytes = 8 * (skip + count)

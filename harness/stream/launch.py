@@ -100,7 +100,10 @@ def _context() -> Any:
     """
     sweep_stale_buffers()
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__, "harness.stream.tls"])
+    # What a worker needs and ``ltm run`` itself does not load: AES for the masks, and
+    # the noise's generator.
+    ctx.set_forkserver_preload([__name__, "harness.stream.tls",
+                                "cryptography.hazmat.primitives.ciphers", "randomgen"])
     return ctx
 
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from harness.clients import FixedPoint, NoiseSpec, Rows, ShareFormat, Sketch
 from harness.stream.buffer import ChannelBuffer
@@ -55,6 +54,9 @@ class _Masks:
     """AES-256-CTR under a key from ``os.urandom``: one stream per worker, never reused."""
 
     def __init__(self) -> None:
+        # Loaded here, in the worker (its fork server preloads it): not by ``ltm run``.
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
         self.cipher = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(bytes(16))).encryptor()
         self.zeros = bytes(0)
 

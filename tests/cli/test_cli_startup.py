@@ -84,6 +84,34 @@ def test_a_second_run_imports_no_heavy_library(tmp_path, mp_spdz) -> None:
     assert not needless, needless[:5]
 
 
+# `ltm` as a program (console(), as its entry point runs it): the modules its own process
+# had loaded when it exited.
+_CONSOLE_PROBE = """
+import atexit, json, sys
+from harness.cli import console
+atexit.register(lambda: print(json.dumps(sorted(
+    name for name, module in sys.modules.items()
+    if not type(module).__name__.startswith(("_Lazy", "_Missing")))), file=sys.stderr))
+sys.argv = ["ltm", *sys.argv[1:]]
+console()
+"""
+
+
+@pytest.mark.mpspdz
+def test_a_runs_own_process_loads_no_x509_nor_aes(tmp_path, mp_spdz) -> None:
+    """The parties' certificates come from the signer forked as ``ltm`` starts, and the
+    masks and the sketch's words are drawn by the client workers: ``ltm run``'s own
+    process spends none of its start loading what they need."""
+    done = subprocess.run([sys.executable, "-c", _CONSOLE_PROBE, "run", "--clients", "20000",
+                           "--program", "local", "--seed", "4", "--out", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "verified: yes, bit-exact" in done.stdout and (tmp_path / "r" / "result.json").is_file()
+    modules = set(json.loads(done.stderr.splitlines()[-1]))
+    assert "harness.engine.certs" in modules  # it did make certificates
+    assert not {"cryptography.x509", "cryptography.hazmat.primitives.ciphers"} & modules
+
+
 _ATEXIT = """
 import atexit, sys, threading, time
 from harness.cli import console
