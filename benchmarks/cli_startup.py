@@ -55,8 +55,10 @@ _INSTRUMENTED = r"""
 import importlib, json, sys, time
 wall0 = time.time()
 started = time.perf_counter()
-from harness.engine.certs import start_signer
+from harness.engine import start_signer
+from harness.stream import start_fork_server
 start_signer()  # as `ltm run` does first of all
+start_fork_server()
 import harness.cli
 # the modules, not the package's functions of the same names
 run_mod = importlib.import_module("harness.experiments.run")

@@ -57,9 +57,10 @@ _COMMANDS = {
               "audit the noise of one bucket empirically: a lower bound on epsilon"),
 }
 
-# The commands that start MP-SPDZ parties, each run with fresh TLS certificates: their
-# signer process starts before anything else loads (harness.engine.certs.start_signer).
-_SIGNING = frozenset({"run", "reproduce"})
+# The commands that run parties, each run with fresh TLS certificates and its shares
+# streamed: the certificates' signer and the stream's fork server start before anything
+# else loads, and load what they need on the other core while the command loads.
+_RUNS_PARTIES = frozenset({"run", "reproduce"})
 
 # Libraries of an optional extra (pyproject.toml), imported only by the commands that
 # use them: a missing one is a missing extra, named in one line.
@@ -208,8 +209,10 @@ def console() -> NoReturn:
     """``ltm`` as a program (its entry point and ``python -m harness``): :func:`main`,
     then an exit that skips tearing down the interpreter.
 
-    A command that runs parties first forks the certificates' signer, before any
-    of its modules load (:func:`harness.engine.certs.start_signer`).
+    A command that runs parties first starts the certificates' signer and the
+    stream's fork server, before any of its modules load
+    (:func:`harness.engine.certs.start_signer`,
+    :func:`harness.stream.forkserver.start_fork_server`).
 
     The atexit handlers (multiprocessing's, tempfile's, logging's) still run and the
     standard streams are flushed; skipped are the finalization of every module and
@@ -217,10 +220,13 @@ def console() -> NoReturn:
     processes' results: as long as the MPC it ran at n = 1e6. Every file the harness
     writes is closed (and renamed into place) before :func:`main` returns.
     """
-    if _command_word(sys.argv[1:]) in _SIGNING:
-        from harness.engine.certs import start_signer
+    words = sys.argv[1:]
+    if _command_word(words) in _RUNS_PARTIES and not {"-h", "--help"} & set(words):
+        from harness.engine import start_signer
+        from harness.stream import start_fork_server
 
-        start_signer()
+        start_signer()  # first: a fork, before the fork server's pipes exist
+        start_fork_server()
     status = main()
     for thread in threading.enumerate():  # as the interpreter's exit: wait for them
         if thread is not threading.main_thread() and not thread.daemon:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from harness.engine.aggregate import read_and_sum
     from harness.engine.certs import (
         make_certificates,
+        start_signer,
     )
     from harness.engine.checkup import doctor
     from harness.engine.cluster import (
@@ -114,6 +115,7 @@ __all__ = [
     "find_mpspdz",
     "install",
     "make_certificates",
+    "start_signer",
     "parse_output",
     "parse_stats",
     "find_free_ports",

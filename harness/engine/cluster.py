@@ -39,7 +39,13 @@ from harness.engine.protocols import DEFAULT_PROTOCOL, protocol_for
 from harness.engine.staging import PartyStaging, party_input_file
 from harness.errors import InputError
 from harness.fileio import private_dir
-from harness.stream import ShmTransport, TransportFactory, stream_inputs, warm_up, write_owner
+from harness.stream import (
+    ShmTransport,
+    TransportFactory,
+    start_fork_server,
+    stream_inputs,
+    write_owner,
+)
 
 if TYPE_CHECKING:
     from harness.engine.netns import NetworkEmulation, Profile
@@ -132,7 +138,7 @@ class LocalCluster(PartyStaging):
         transport: TransportFactory = ShmTransport
         try:
             if self.network is not None:  # each chunk crosses its server's link over TLS
-                warm_up()  # the processes' fork server starts while the network is made
+                start_fork_server()  # its imports overlap making the network
                 transport = self._tls_route(self._hold_network(), job.timeout)
             streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
                                      as_input=job.as_input, timeout=job.timeout,

@@ -45,13 +45,13 @@ if TYPE_CHECKING:
         Violation as StreamViolation,
     )
     from harness.stream.files import partial, serve_file, write_owner, written
+    from harness.stream.forkserver import start_fork_server
     from harness.stream.launch import (
         Streamed,
         StreamError,
         assemble_stream,
         stream_clients,
         stream_inputs,
-        warm_up,
         worker_count,
     )
     from harness.stream.noisy import (
@@ -163,13 +163,13 @@ __all__ = [
     "StreamSpec",
     "StreamTransport",
     "StreamViolation",
+    "start_fork_server",
     "sweep_stale_buffers",
     "tls_context",
     "TlsRoute",
     "TlsTransport",
     "TransportFactory",
     "Violation",
-    "warm_up",
     "worker_count",
     "write_owner",
     "write_owner_text",

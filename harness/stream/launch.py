@@ -39,6 +39,8 @@ from harness.stream.chunks import Lost as _Lost
 from harness.stream.chunks import Refused as _Refused
 from harness.stream.chunks import Violation as _Violation
 from harness.stream.files import partial
+from harness.stream.forkserver import context as forkserver_context
+from harness.stream.forkserver import start_fork_server
 from harness.stream.plan import StreamPlan
 from harness.stream.procs import Processes, StreamError
 from harness.stream.produce import ProducerTotals, StreamBroken, produce
@@ -52,7 +54,7 @@ from harness.stream.transport import (
 )
 
 __all__ = ["StreamError", "Streamed", "assemble_stream", "stream_clients", "stream_inputs",
-           "warm_up", "worker_count"]
+           "worker_count"]
 
 _PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 _MAX_WORKERS = 100
@@ -88,30 +90,16 @@ def worker_count() -> int:
 
 
 def _context() -> Any:
-    """Processes forked from a fork server that imported only this module.
+    """Processes forked from the stream's fork server (:mod:`.forkserver`), started
+    here unless it is running already.
 
     Every streamed run starts here, and first removes what a killed run of an earlier
-    release left in /dev/shm (:func:`sweep_stale_buffers`).
-
-    Not plain fork: a server must not inherit the parent's memory (the clients' data,
-    the other servers' channels). Not spawn: each of the S + cores processes would
-    import the harness again, seconds per run on two cores. The fork server starts
+    release left in /dev/shm (:func:`sweep_stale_buffers`). The fork server starts
     once per process and serves every later run.
     """
     sweep_stale_buffers()
-    ctx = multiprocessing.get_context("forkserver")
-    # What a worker needs and ``ltm run`` itself does not load: AES for the masks, and
-    # the noise's generator.
-    ctx.set_forkserver_preload([__name__, "harness.stream.tls",
-                                "cryptography.hazmat.primitives.ciphers", "randomgen"])
-    return ctx
-
-
-def warm_up() -> None:
-    """Start the fork server now: its imports (a second or so) then overlap what the
-    caller does before :func:`stream_inputs`, such as creating an emulated network."""
-    _context()
-    multiprocessing.forkserver.ensure_running()
+    start_fork_server()
+    return forkserver_context()
 
 
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,

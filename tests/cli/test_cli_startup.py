@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,61 @@ def test_a_runs_own_process_loads_no_x509_nor_aes(tmp_path, mp_spdz) -> None:
     modules = set(json.loads(done.stderr.splitlines()[-1]))
     assert "harness.engine.certs" in modules  # it did make certificates
     assert not {"cryptography.x509", "cryptography.hazmat.primitives.ciphers"} & modules
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """The live children of ``pid``: (pid, command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[-1].split()[1])
+            if parent == pid:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    found.append((int(entry), fh.read().replace(b"\0", b" ").decode()))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _importing_numpy(pid: int) -> bool:
+    """Whether a fork server child of ``pid`` has mapped numpy's core library."""
+    for child, cmd in _children(pid):
+        if "multiprocessing.forkserver" in cmd:
+            try:
+                with open(f"/proc/{child}/maps") as fh:
+                    if "_multiarray_umath" in fh.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+def test_ctrl_c_while_a_run_and_its_fork_server_start_is_one_line(tmp_path) -> None:
+    """``ltm run`` starts the stream's fork server before it loads its own modules; a
+    Ctrl-C (the whole process group's) while that server imports what it preloads is
+    ltm's one line, with no traceback from the fork server beside it."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "--clients", "2000",
+                             "--out", str(tmp_path / "out")], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _importing_numpy(proc.pid):  # the fork server, in its preload's imports
+            assert proc.poll() is None and time.monotonic() < deadline, "no fork server"
+            time.sleep(0.002)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip() == "ltm: interrupted by SIGINT", err
+    assert proc.returncode == 128 + signal.SIGINT
+    assert not (tmp_path / "out").exists()
 
 
 _ATEXIT = """
