@@ -44,6 +44,8 @@ from pathlib import Path
 
 from benchmarks._cli import parse_arguments, run_benchmark
 
+# This checkout: the code measured, unless --baseline names another beside it.
+ROOT = Path(__file__).resolve().parents[1]
 HELP_TARGET = 2.0
 # The smallest size (--smoke): a few runs and helps, in seconds.
 SMOKE = {"clients": 2000, "repeat": 1, "help_repeat": 2}
@@ -123,9 +125,13 @@ def compile_bytecode(env: dict[str, str]) -> None:
 
 
 def _wall(argv: list[str], env: dict[str, str]) -> float:
+    # Run from the checkout whose code is measured: ``python -m`` and ``-c`` put the
+    # working directory first on sys.path, before PYTHONPATH, so from another checkout
+    # they would import that one's harness.
+    checkout = env["PYTHONPATH"].split(os.pathsep)[0]
     started = time.perf_counter()
-    subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, env=env, cwd=checkout, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - started
 
 
@@ -263,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                              "modules are compiled first, as pip does when it installs them)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parse_arguments(parser, argv, SMOKE)
-    env = {**os.environ, "LTM_NO_INSTALL": os.environ.get("LTM_NO_INSTALL", "1")}
+    env = {**os.environ, "LTM_NO_INSTALL": os.environ.get("LTM_NO_INSTALL", "1"),
+           "PYTHONPATH": str(ROOT)}
     baseline = None
     if args.baseline is not None:
         if not (args.baseline / "harness" / "__init__.py").is_file():

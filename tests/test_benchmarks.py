@@ -84,3 +84,18 @@ def test_the_benchmark_runs_at_its_smallest_size(name: str, tmp_path: Path, mp_s
     assert not missing, f"benchmarks.{name}'s JSON lacks {sorted(missing)}: {sorted(result)}"
     figures = _numbers(result)
     assert figures and all(math.isfinite(x) for x in figures), figures
+
+
+def test_cli_startups_baseline_runs_the_baselines_code(tmp_path: Path) -> None:
+    """``cli_startup.py --baseline DIR`` times DIR's harness, although it is started from
+    this checkout (where ``python -m harness`` would otherwise import this one's)."""
+    from benchmarks import cli_startup
+
+    other = tmp_path / "other"
+    (other / "harness").mkdir(parents=True)
+    (other / "harness" / "__init__.py").write_text("")
+    (other / "harness" / "__main__.py").write_text(
+        f"open({str(tmp_path / 'ran')!r}, 'w').write('the baseline')\n")
+    env = {**os.environ, "PYTHONPATH": str(other)}
+    cli_startup._wall([sys.executable, "-m", "harness", "--help"], env)
+    assert (tmp_path / "ran").read_text() == "the baseline"
