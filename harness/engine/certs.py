@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import struct
+import threading
 from pathlib import Path
 from typing import BinaryIO
 
@@ -101,12 +102,14 @@ class _Signer:
         self.pid = pid
         self.requests = os.fdopen(requests_w, "wb")
         self.replies = os.fdopen(replies_r, "rb")
+        self.turn = threading.Lock()  # one request at a time on the pipes
 
     def sign(self, names: list[str]) -> list[tuple[bytes, bytes]] | None:
         """The signer's keys and certificates for ``names``; None if it is gone."""
         try:
-            _send(self.requests, json.dumps(names).encode())
-            return [(_receive(self.replies), _receive(self.replies)) for _ in names]
+            with self.turn:
+                _send(self.requests, json.dumps(names).encode())
+                return [(_receive(self.replies), _receive(self.replies)) for _ in names]
         except (OSError, EOFError):
             _stop_signer()
             return None

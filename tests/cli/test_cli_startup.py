@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _procs import children
 
 from harness.cli import build_parser, main
 
@@ -113,26 +114,9 @@ def test_a_runs_own_process_loads_no_x509_nor_aes(tmp_path, mp_spdz) -> None:
     assert not {"cryptography.x509", "cryptography.hazmat.primitives.ciphers"} & modules
 
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    """The live children of ``pid``: (pid, command line)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                parent = int(fh.read().rsplit(")", 1)[-1].split()[1])
-            if parent == pid:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    found.append((int(entry), fh.read().replace(b"\0", b" ").decode()))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
 def _importing_numpy(pid: int) -> bool:
     """Whether a fork server child of ``pid`` has mapped numpy's core library."""
-    for child, cmd in _children(pid):
+    for child, cmd in children(pid):
         if "multiprocessing.forkserver" in cmd:
             try:
                 with open(f"/proc/{child}/maps") as fh:
