@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 
 
 def zombie() -> subprocess.Popen:
@@ -24,18 +25,30 @@ def state(pid: int) -> str:
         return fh.read().rsplit(")", 1)[-1].split()[0]
 
 
-def children(pid: int) -> list[tuple[int, str]]:
-    """The live children of ``pid``: (pid, command line)."""
-    found = []
+def processes() -> Iterator[tuple[int, str, list[str]]]:
+    """Every process /proc lists: its pid, its name, and the fields of its stat after the
+    name (state first, then the parent's pid)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                parent = int(fh.read().rsplit(")", 1)[-1].split()[1])
-            if parent == pid:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    found.append((int(entry), fh.read().replace(b"\0", b" ").decode()))
-        except (OSError, ValueError, IndexError):
+                stat = fh.read()
+        except OSError:  # gone while we looked
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        yield int(entry), name, rest.split()
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """The live children of ``pid``: (pid, command line)."""
+    found = []
+    for child, _, fields in processes():
+        if int(fields[1]) != pid:
+            continue
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                found.append((child, fh.read().replace(b"\0", b" ").decode()))
+        except OSError:
             continue
     return found

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _procs import processes
 
 from harness.engine.cluster import find_free_ports
 from harness.remote.hosts import Host, Inventory, format_inventory
@@ -42,17 +43,15 @@ def mpc_base_port(count: int) -> int:
 def processes_under(root: Path) -> list[tuple[int, str]]:
     """Live processes whose working directory lies inside ``root``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid, name, fields in processes():
+        if fields[0] == "Z":
             continue
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if cwd.startswith(str(root)) and stat.rsplit(")", 1)[-1].split()[0] != "Z":
-            found.append((int(entry), stat.split("(", 1)[1].rsplit(")", 1)[0]))
+        if cwd.startswith(str(root)):
+            found.append((pid, name))
     return found
 
 
