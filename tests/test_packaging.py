@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "harness", "infra", "mpc_programs",
-            "benchmarks")
+_SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "harness", "infra",
+            "mpc_programs", "benchmarks")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         path = ROOT / name
         if path.is_dir():
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns(
-                "__pycache__", "*.pyc", "reproduction"))
+                "__pycache__", "*.pyc", "*.so", "reproduction"))
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(path, src / name)
@@ -68,3 +68,9 @@ def test_the_specs_and_templates_are_package_data(wheel_files: list[str]) -> Non
     # .dist-info/LICENSE, or .dist-info/licenses/LICENSE with a newer setuptools
     licences = [n for n in wheel_files if ".dist-info/" in n and n.endswith("/LICENSE")]
     assert licences, "the MIT LICENSE travels in the wheel's metadata"
+
+
+def test_the_wheel_builds_the_compiled_sampler(wheel_files: list[str]) -> None:
+    # From the C source alone (the copy leaves out a library built in place).
+    assert [n for n in wheel_files
+            if n.startswith("harness/clients/_gaussian.") and n.endswith(".so")]

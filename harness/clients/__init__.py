@@ -22,6 +22,7 @@ from harness.optional import lazy_package
 if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
+    from harness.clients.gaussian import BlockNoise, LatticeGaussian, compiled_gaussian
     from harness.clients.keystream import SEED_BYTES, expand, libcrypto
     from harness.clients.layout import CHUNK_SHARES, choose_block_rows
     from harness.clients.matrices import (
@@ -102,7 +103,9 @@ __all__ = [
     "SyntheticRows",
     "all_rows",
     "open_rows",
+    "BlockNoise",
     "CALIBRATIONS",
+    "LatticeGaussian",
     "FORMATS",
     "FixedPoint",
     "COIN_TARGET",
@@ -129,6 +132,7 @@ __all__ = [
     "certificate",
     "certify",
     "check_dimensions",
+    "compiled_gaussian",
     "check_matrix",
     "components",
     "concentration_failure",

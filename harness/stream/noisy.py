@@ -22,7 +22,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, Rows, Sketch, noise_rng
+from harness.clients import (
+    FixedPoint,
+    LatticeGaussian,
+    NoiseSpec,
+    Rows,
+    Sketch,
+    compiled_gaussian,
+    noise_rng,
+)
 from harness.errors import InputError
 from harness.stream.plan import StreamPlan
 
@@ -135,6 +143,10 @@ class NoisyChunks:
         self.float_add = bool(self.sigma) and \
             (noise.eta * fp.scale + 40 * self.sigma) < 2.0**53
         self.lattice = noise.kind != "none" and not noise.zero_output and not self.float_add
+        # The same draws, bit for bit, through one compiled loop per block where the
+        # library is built.
+        self.compiled = (LatticeGaussian(self.sigma, self.rng.bit_generator)
+                         if gaussian and compiled_gaussian() else None)
         self.columns = SketchGroups(sketch, plan)
 
     def chunk(self, k: int, sink: BlockSink | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -158,15 +170,19 @@ class NoisyChunks:
         blocks = _blocks(offsets, slots, self.block)  # the same runs in every column
         for c in range(d):
             for r0, r1, a, b in blocks:
-                worst_noise = max(worst_noise, self._block(data[c], clients[a:b], enc[c, a:b]))
                 values = enc[c, a:b]
-                worst = max(worst, float(values.max()), -float(values.min()))
+                noise, top = self._block(data[c], clients[a:b], values)
+                worst_noise = max(worst_noise, noise)
+                worst = max(worst, top)
                 ring = values.view(np.uint64)
                 sums[r0:r1, c] = np.add.reduceat(ring, offsets[r0:r1] - a)
                 if sink is not None:
                     sink(c * slots + a, ring)
-        if self.lattice:  # the bound of the data's entries and the noise's, apart
-            worst = float(np.abs(data).max()) + worst_noise
+        if self.lattice or self.compiled is not None:
+            # integer sums may have wrapped: the bound of the entries and the noise, apart
+            apart = float(np.abs(data).max()) + worst_noise if data.size else worst_noise
+            if self.lattice or apart >= 2.0**63:
+                worst = apart
         bound = counts[live, None] * worst
         if bound.size and float(bound.max()) >= 2.0**63:
             raise InputError(
@@ -177,9 +193,17 @@ class NoisyChunks:
         self.expected[live] += sums
         return counts, enc.view(np.uint64)
 
-    def _block(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> float:
+    def _block(self, data: np.ndarray, clients: np.ndarray,
+               out: np.ndarray) -> tuple[float, float]:
         """One block's values into ``out`` (int64): each slot's client's encoded entry
-        plus its noise; the noise's largest |step| when it is added as integers."""
+        plus its noise. Returns the noise's largest |step| when it is added as integers,
+        and the largest |value|."""
+        scale = self.fp.scale
+        if self.compiled is not None:
+            drawn = self.compiled.add(data, clients, out)
+            self.noise_sum += drawn.sum / scale
+            self.noise_sq += drawn.sum_sq / scale**2
+            return drawn.max_step, drawn.max_value
         size = clients.size
         if size > self.noisy.size:  # one accumulator's run longer than a block
             self.noisy, self.gathered = np.empty(size), np.empty(size)
@@ -187,7 +211,7 @@ class NoisyChunks:
         # mode="clip": with "raise" numpy copies through a buffer to be safe from a bad
         # index; these are a permutation's.
         np.take(data, clients, out=values, mode="clip")
-        scale = self.fp.scale
+        step = 0.0
         if self.float_add:
             steps = self.noisy[:size]
             self.rng.standard_normal(out=steps)
@@ -198,13 +222,13 @@ class NoisyChunks:
             self.noise_sum += float(steps.sum()) / scale
             self.noise_sq += float(np.einsum("i,i->", steps, steps)) / scale**2
             np.add(values, steps, out=out, casting="unsafe")  # summed and cast in one pass
-            return 0.0
-        np.copyto(out, values, casting="unsafe")
-        if not self.lattice:
-            return 0.0
-        lattice = self.noise.sample_lattice(self.rng, (size,))
-        flat = lattice.astype(np.float64)
-        self.noise_sum += float(flat.sum()) / scale
-        self.noise_sq += float(np.einsum("i,i->", flat, flat)) / scale**2
-        out += lattice
-        return float(np.abs(lattice).max()) if size else 0.0
+        else:
+            np.copyto(out, values, casting="unsafe")
+        if self.lattice and size:
+            lattice = self.noise.sample_lattice(self.rng, (size,))
+            flat = lattice.astype(np.float64)
+            self.noise_sum += float(flat.sum()) / scale
+            self.noise_sq += float(np.einsum("i,i->", flat, flat)) / scale**2
+            out += lattice
+            step = float(np.abs(lattice).max())
+        return step, (max(float(out.max()), -float(out.min())) if size else 0.0)

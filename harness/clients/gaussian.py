@@ -1,0 +1,98 @@
+"""A worker's Gaussian noise on the lattice, drawn and added in one compiled pass.
+
+The draws are numpy's: ``_gaussian.c`` is ``Generator.standard_normal``'s ziggurat
+(its tables, its wedge and its tail, step for step), calling the run's CSPRNG
+(:func:`~harness.clients.noise_rng`) through the same function pointers numpy
+calls. The same generator state gives the same normals, bit for bit, and leaves
+the generator where numpy would: the noise is what the accountant certifies,
+whichever draws it. Each draw is scaled to lattice steps, rounded on its own and
+added to its client's encoded entry as an integer, as
+:meth:`~harness.clients.NoiseSpec.sample_lattice` does, in one loop over a block
+that stays in the core's cache, where numpy makes a pass per step.
+
+The library is built by the install (``setup.py``; a C compiler is optional). Where
+it is missing, :func:`compiled_gaussian` says so and the clients draw through
+numpy: the same values, about twice the time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["BlockNoise", "LatticeGaussian", "compiled_gaussian"]
+
+
+@cache
+def _library() -> ctypes.CDLL | None:
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_gaussian{suffix}"
+        if path.is_file():
+            lib = ctypes.CDLL(str(path))
+            fn = lib.ltm_add_gaussian
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] + \
+                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                 ctypes.c_void_p]
+            return lib
+    return None
+
+
+def compiled_gaussian() -> bool:
+    """Whether the compiled sampler is built here."""
+    return _library() is not None
+
+
+@dataclass
+class BlockNoise:
+    """A block's noise as released, in lattice steps, and its largest value."""
+
+    sum: float
+    sum_sq: float
+    max_step: float  # the largest |noise|
+    max_value: float  # the largest |value| written (meaningless if a sum wrapped)
+
+
+class LatticeGaussian:
+    """Gaussian noise of ``sigma`` lattice steps from ``source``, rounded to the
+    lattice and added to encoded entries: what ``Generator(source).standard_normal``
+    would draw, scaled and rounded as :meth:`~harness.clients.NoiseSpec.sample_lattice`
+    does. Needs the compiled library (:func:`compiled_gaussian`)."""
+
+    def __init__(self, sigma: float, source: np.random.BitGenerator) -> None:
+        lib = _library()
+        if lib is None:
+            raise RuntimeError("the compiled Gaussian sampler is not built; reinstall the "
+                               "harness with a C compiler (pip install -e .)")
+        self._add = lib.ltm_add_gaussian
+        self.sigma = float(sigma)
+        self._source = source  # kept alive: the library calls into its state
+        pointers = source.ctypes
+        self._state = pointers.state_address
+        self._next64 = ctypes.cast(pointers.next_uint64, ctypes.c_void_p).value
+        self._next_double = ctypes.cast(pointers.next_double, ctypes.c_void_p).value
+        self._acc = np.zeros(4)
+
+    def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
+        """``out[j] = data[clients[j]] + rint(sigma * z_j)`` (int64, mod 2^64; ``data``
+        holds integers as float64), each z_j the source's next standard normal."""
+        # The library reads raw memory: the types and layouts are checked here; the
+        # indices are a chunk's grouping, within its clients by construction.
+        if not (data.dtype == np.float64 and clients.dtype == np.int64
+                and out.dtype == np.int64 and clients.shape == out.shape
+                and data.flags.c_contiguous and clients.flags.c_contiguous
+                and out.flags.c_contiguous and out.flags.writeable):
+            raise TypeError("LatticeGaussian.add needs contiguous float64 data and int64 "
+                            "clients and out of one length")
+        acc = self._acc
+        acc[:] = 0.0
+        self._add(self._state, self._next64, self._next_double, self.sigma,
+                  data.ctypes.data, clients.ctypes.data, out.size, out.ctypes.data,
+                  acc.ctypes.data)
+        return BlockNoise(float(acc[0]), float(acc[1]), float(acc[2]), float(acc[3]))
