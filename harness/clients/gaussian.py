@@ -34,7 +34,10 @@ def _library() -> ctypes.CDLL | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_gaussian{suffix}"
         if path.is_file():
-            lib = ctypes.CDLL(str(path))
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError:  # built for another system: numpy's path draws the same
+                return None
             fn = lib.ltm_add_gaussian
             fn.restype = None
             fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] + \
