@@ -17,6 +17,8 @@
 
 #include "_ziggurat_tables.h"
 
+#define PREFETCH 24
+
 typedef uint64_t (*next_uint64_fn)(void *);
 typedef double (*next_double_fn)(void *);
 
@@ -59,6 +61,10 @@ void ltm_add_gaussian(void *st, next_uint64_fn next64, next_double_fn nextd, dou
 {
     double s1 = acc[0], s2 = acc[1], top_step = acc[2], top_out = acc[3];
     for (int64_t i = 0; i < n; i++) {
+        /* The entries are gathered at random from a row that may have left the cache,
+         * and each draw is a chain of dependent steps: ask for the entry early. */
+        if (i + PREFETCH < n)
+            __builtin_prefetch(&data[clients[i + PREFETCH]]);
         uint64_t r = next64(st);
         int idx = r & 0xff;
         r >>= 8;
