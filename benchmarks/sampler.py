@@ -4,7 +4,8 @@ One process makes the same chunks of a workload (by default Table 5's s = 50
 cell: n = 500,000, d = 10, m = 100, S = 3, full sharing into private buffers, no
 servers) twice per repetition, once drawing its noise through the compiled loop
 (``harness/clients/_gaussian.c``) and once through numpy's sampler and a pass per
-step, alternating which goes first. Both draw the same values from the same kind
+step (what a harness installed without a C compiler does), alternating which goes
+first. Both draw the same values from the same kind
 of generator. It prints the CPU time per noisy value of each, their medians, and
 the median of the paired ratios (compiled / numpy; below 1 is faster).
 
@@ -27,6 +28,7 @@ from harness.clients import (
     FixedPoint,
     LatticeGaussian,
     NoiseSpec,
+    NumpyGaussian,
     Sketch,
     SyntheticRows,
     compiled_gaussian,
@@ -66,8 +68,8 @@ def measure(args: argparse.Namespace) -> dict:
     makers = {}
     for name in ("compiled", "numpy"):
         noisy = NoisyChunks(plan, sketch, rows, noise, FixedPoint(16), sharer.group)
-        noisy.compiled = (LatticeGaussian(noisy.sigma, noisy.rng.bit_generator)
-                          if name == "compiled" else None)
+        noisy.gaussian = (LatticeGaussian(noise.lattice_sigma, noisy.rng.bit_generator)
+                          if name == "compiled" else NumpyGaussian(noise.lattice_sigma, noisy.rng))
         makers[name] = noisy
     chunks = plan.chunks_of(0)[: args.chunks]
     values = sum(plan.span(k)[1] - plan.span(k)[0] for k in chunks) * s * d

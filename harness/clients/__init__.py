@@ -22,7 +22,14 @@ from harness.optional import lazy_package
 if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
-    from harness.clients.gaussian import BlockNoise, LatticeGaussian, compiled_gaussian
+    from harness.clients.gaussian import (
+        BlockNoise,
+        GaussianNoise,
+        LatticeGaussian,
+        NumpyGaussian,
+        compiled_gaussian,
+        gaussian_noise,
+    )
     from harness.clients.keystream import SEED_BYTES, expand, libcrypto
     from harness.clients.layout import CHUNK_SHARES, choose_block_rows
     from harness.clients.matrices import (
@@ -105,7 +112,10 @@ __all__ = [
     "open_rows",
     "BlockNoise",
     "CALIBRATIONS",
+    "GaussianNoise",
     "LatticeGaussian",
+    "NumpyGaussian",
+    "gaussian_noise",
     "FORMATS",
     "FixedPoint",
     "COIN_TARGET",

@@ -11,8 +11,8 @@ added to its client's encoded entry as an integer, as
 that stays in the core's cache, where numpy makes a pass per step.
 
 The library is built by the install (``setup.py``; a C compiler is optional). Where
-it is missing, :func:`compiled_gaussian` says so and the clients draw through
-numpy: the same values, about twice the time.
+it is missing, :func:`gaussian_noise` gives :class:`NumpyGaussian`, the same steps
+through numpy: the same values, about twice the time.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ import importlib.machinery
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-__all__ = ["BlockNoise", "LatticeGaussian", "compiled_gaussian"]
+__all__ = ["BlockNoise", "GaussianNoise", "LatticeGaussian", "NumpyGaussian",
+           "compiled_gaussian", "gaussian_noise"]
 
 
 @cache
@@ -62,6 +64,24 @@ class BlockNoise:
     max_value: float  # the largest |value| written (meaningless if a sum wrapped)
 
 
+class GaussianNoise(Protocol):
+    """A client worker's Gaussian noise of ``sigma`` lattice steps, block by block."""
+
+    sigma: float
+
+    def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
+        """``out[j] = data[clients[j]] + rint(sigma * z_j)`` (int64, mod 2^64; ``data``
+        holds integers as float64, ``clients`` indexes it), each z_j the generator's next
+        standard normal."""
+
+
+def gaussian_noise(sigma: float, rng: np.random.Generator) -> GaussianNoise:
+    """The compiled loop where it is built, numpy's passes where not: the same draws."""
+    if compiled_gaussian():
+        return LatticeGaussian(sigma, rng.bit_generator)
+    return NumpyGaussian(sigma, rng)
+
+
 class LatticeGaussian:
     """Gaussian noise of ``sigma`` lattice steps from ``source``, rounded to the
     lattice and added to encoded entries: what ``Generator(source).standard_normal``
@@ -83,8 +103,6 @@ class LatticeGaussian:
         self._acc = np.zeros(4)
 
     def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
-        """``out[j] = data[clients[j]] + rint(sigma * z_j)`` (int64, mod 2^64; ``data``
-        holds integers as float64), each z_j the source's next standard normal."""
         # The library reads raw memory: the types and layouts are checked here; the
         # indices are a chunk's grouping, within its clients by construction.
         if not (data.dtype == np.float64 and clients.dtype == np.int64
@@ -99,3 +117,31 @@ class LatticeGaussian:
                   data.ctypes.data, clients.ctypes.data, out.size, out.ctypes.data,
                   acc.ctypes.data)
         return BlockNoise(float(acc[0]), float(acc[1]), float(acc[2]), float(acc[3]))
+
+
+class NumpyGaussian:
+    """The same draws and sums as :class:`LatticeGaussian`, a numpy pass per step."""
+
+    def __init__(self, sigma: float, rng: np.random.Generator) -> None:
+        self.sigma, self.rng = float(sigma), rng
+        self._steps = self._values = np.empty(0)
+
+    def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
+        size = clients.size
+        if size > self._steps.size:
+            self._steps, self._values = np.empty(size), np.empty(size)
+        values, steps = self._values[:size], self._steps[:size]
+        # mode="clip": with "raise" numpy copies through a buffer to be safe from a bad
+        # index; these are a permutation's.
+        np.take(data, clients, out=values, mode="clip")
+        self.rng.standard_normal(out=steps)
+        steps *= self.sigma
+        np.rint(steps, out=steps)
+        # Entries and steps are integers: as int64, so that no sum is rounded.
+        np.copyto(out, values, casting="unsafe")
+        out += steps.astype(np.int64)
+        if not size:
+            return BlockNoise(0.0, 0.0, 0.0, 0.0)
+        # No BLAS threads for the sum of squares: the cores are busy.
+        return BlockNoise(float(steps.sum()), float(np.einsum("i,i->", steps, steps)),
+                          float(np.abs(steps).max()), max(float(out.max()), -float(out.min())))

@@ -22,15 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import (
-    FixedPoint,
-    LatticeGaussian,
-    NoiseSpec,
-    Rows,
-    Sketch,
-    compiled_gaussian,
-    noise_rng,
-)
+from harness.clients import FixedPoint, NoiseSpec, Rows, Sketch, gaussian_noise, noise_rng
 from harness.errors import InputError
 from harness.stream.plan import StreamPlan
 
@@ -129,24 +121,18 @@ class NoisyChunks:
         self.block = block
         self.chunk_rows = np.empty((clients, d))
         self.data = np.zeros((d, clients))  # the chunk's clients' encoded rows, transposed
-        self.noisy = np.empty(block)  # a block of noisy values (the runs may pass `block`)
-        self.gathered = np.empty(block)
+        self.gathered = np.empty(block)  # a block's entries (the runs may pass `block`)
         self.encoded = np.empty(clients * plan.s * d, dtype=np.int64)
         self.expected = np.zeros((2 * m, d), dtype=np.uint64)
         self.abs_sums = np.zeros((2 * m, d))
         self.noise_sum = self.noise_sq = 0.0
-        gaussian = noise.kind == "gaussian" and not noise.zero_output
         # Gaussian noise is rounded to the lattice on its own (data-independent, as the
-        # accountant certifies it) and added in float64, exact while every sum stays
-        # below 2^53 (the sampler never goes 40 deviations out); past that, in int64.
-        self.sigma = noise.lattice_sigma if gaussian else 0.0
-        self.float_add = bool(self.sigma) and \
-            (noise.eta * fp.scale + 40 * self.sigma) < 2.0**53
-        self.lattice = noise.kind != "none" and not noise.zero_output and not self.float_add
-        # The same draws, bit for bit, through one compiled loop per block where the
-        # library is built.
-        self.compiled = (LatticeGaussian(self.sigma, self.rng.bit_generator)
-                         if gaussian and compiled_gaussian() else None)
+        # accountant certifies it) and added as integers, a block in one compiled pass
+        # where the install built it (:func:`~harness.clients.gaussian_noise`); the other
+        # kinds' lattice noise through numpy.
+        self.gaussian = (gaussian_noise(noise.lattice_sigma, self.rng)
+                         if noise.kind == "gaussian" and not noise.zero_output else None)
+        self.lattice = noise.kind in ("laplace", "skellam") and not noise.zero_output
         self.columns = SketchGroups(sketch, plan)
 
     def chunk(self, k: int, sink: BlockSink | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -178,11 +164,10 @@ class NoisyChunks:
                 sums[r0:r1, c] = np.add.reduceat(ring, offsets[r0:r1] - a)
                 if sink is not None:
                     sink(c * slots + a, ring)
-        if self.lattice or self.compiled is not None:
-            # integer sums may have wrapped: the bound of the entries and the noise, apart
-            apart = float(np.abs(data).max()) + worst_noise if data.size else worst_noise
-            if self.lattice or apart >= 2.0**63:
-                worst = apart
+        # Integer sums may have wrapped: then the bound of the entries and the noise, apart.
+        apart = float(np.abs(data).max()) + worst_noise if data.size else worst_noise
+        if self.lattice or apart >= 2.0**63:
+            worst = apart
         bound = counts[live, None] * worst
         if bound.size and float(bound.max()) >= 2.0**63:
             raise InputError(
@@ -196,38 +181,27 @@ class NoisyChunks:
     def _block(self, data: np.ndarray, clients: np.ndarray,
                out: np.ndarray) -> tuple[float, float]:
         """One block's values into ``out`` (int64): each slot's client's encoded entry
-        plus its noise. Returns the noise's largest |step| when it is added as integers,
-        and the largest |value|."""
+        plus its noise. Returns the noise's largest |step| and the largest |value|."""
         scale = self.fp.scale
-        if self.compiled is not None:
-            drawn = self.compiled.add(data, clients, out)
+        if self.gaussian is not None:
+            drawn = self.gaussian.add(data, clients, out)
             self.noise_sum += drawn.sum / scale
             self.noise_sq += drawn.sum_sq / scale**2
             return drawn.max_step, drawn.max_value
         size = clients.size
-        if size > self.noisy.size:  # one accumulator's run longer than a block
-            self.noisy, self.gathered = np.empty(size), np.empty(size)
+        if size > self.gathered.size:  # one accumulator's run longer than a block
+            self.gathered = np.empty(size)
         values = self.gathered[:size]
         # mode="clip": with "raise" numpy copies through a buffer to be safe from a bad
         # index; these are a permutation's.
         np.take(data, clients, out=values, mode="clip")
+        np.copyto(out, values, casting="unsafe")
         step = 0.0
-        if self.float_add:
-            steps = self.noisy[:size]
-            self.rng.standard_normal(out=steps)
-            steps *= self.sigma
-            np.rint(steps, out=steps)
-            # The noise released, in lattice steps (reported in reals). No BLAS threads:
-            # the cores are busy.
-            self.noise_sum += float(steps.sum()) / scale
-            self.noise_sq += float(np.einsum("i,i->", steps, steps)) / scale**2
-            np.add(values, steps, out=out, casting="unsafe")  # summed and cast in one pass
-        else:
-            np.copyto(out, values, casting="unsafe")
         if self.lattice and size:
             lattice = self.noise.sample_lattice(self.rng, (size,))
             flat = lattice.astype(np.float64)
             self.noise_sum += float(flat.sum()) / scale
+            # No BLAS threads: the cores are busy.
             self.noise_sq += float(np.einsum("i,i->", flat, flat)) / scale**2
             out += lattice
             step = float(np.abs(lattice).max())

@@ -13,8 +13,10 @@ from harness.clients import (
     FixedPoint,
     LatticeGaussian,
     NoiseSpec,
+    NumpyGaussian,
     Sketch,
     compiled_gaussian,
+    gaussian_noise,
 )
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks, group_slots
@@ -72,8 +74,7 @@ def test_layouts_the_library_cannot_read_are_refused() -> None:
         noise.add(data, np.zeros(8, dtype=np.int64), np.empty(8))
 
 
-# Sums in float64 (exact below 2^53), and, at epsilon 1e-9 (sigma 1.2e15 lattice
-# steps), in int64 through NoiseSpec.sample_lattice.
+# sigma 1.2e6 lattice steps, and, at epsilon 1e-9, 1.2e15: past 2^53 with the data.
 @pytest.mark.parametrize("epsilon", [1.0, 1e-9])
 def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon) -> None:
     n, d, m, s = 3000, 4, 7, 5
@@ -85,10 +86,10 @@ def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon) -> Non
     for compiled in (True, False):
         noisy = NoisyChunks(plan, sketch, ArrayRows(data, 1.0), noise, FixedPoint(16),
                             lambda acc, k: group_slots(acc, m, k), block=512)
-        assert noisy.float_add == (epsilon == 1.0)
+        assert isinstance(noisy.gaussian, LatticeGaussian)  # what a run draws with
         noisy.rng = np.random.Generator(AESCounter(key=99))
-        noisy.compiled = (LatticeGaussian(noisy.sigma, noisy.rng.bit_generator)
-                          if compiled else None)
+        noisy.gaussian = (LatticeGaussian(noise.lattice_sigma, noisy.rng.bit_generator)
+                          if compiled else NumpyGaussian(noise.lattice_sigma, noisy.rng))
         chunks = [noisy.chunk(k)[1].copy() for k in range(plan.chunks)]
         made.append((chunks, noisy.expected.copy(), noisy.noise_sum, noisy.noise_sq))
     (a, a_sums, a_mean, a_sq), (b, b_sums, b_mean, b_sq) = made
@@ -96,3 +97,21 @@ def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon) -> Non
     assert np.array_equal(a_sums, b_sums)
     assert a_mean == pytest.approx(b_mean, rel=1e-9, abs=1e-6)
     assert a_sq == pytest.approx(b_sq, rel=1e-9)
+
+
+def test_without_the_library_the_same_draws_come_through_numpy(monkeypatch) -> None:
+    import harness.clients.gaussian as gaussian
+
+    rng = np.random.default_rng(2)
+    data = np.rint(rng.uniform(-1, 1, 300) * 2**16)
+    clients = rng.integers(0, data.size, 50_000)
+    outs = []
+    for built in (True, False):
+        monkeypatch.setattr(gaussian, "compiled_gaussian", lambda built=built: built)
+        noise = gaussian_noise(3e7, np.random.Generator(AESCounter(key=4)))
+        assert isinstance(noise, LatticeGaussian if built else NumpyGaussian)
+        out = np.empty(clients.size, dtype=np.int64)
+        outs.append((out, noise.add(data, clients, out)))
+    (a, a_noise), (b, b_noise) = outs
+    assert np.array_equal(a, b)
+    assert (a_noise.max_step, a_noise.max_value) == (b_noise.max_step, b_noise.max_value)
