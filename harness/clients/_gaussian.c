@@ -9,6 +9,7 @@
  *
  * out[j] = data[clients[j]] + rint(sigma * z_j), as 64-bit integers (mod 2^64);
  * acc += (sum of the steps, their sum of squares, max |step|, max |out|).
+ * Returns 0, or -1 at the first index outside data[0..ndata) (nothing read there).
  * Loaded with ctypes: no Python object is touched here.
  */
 #include <math.h>
@@ -18,6 +19,10 @@
 #include "_ziggurat_tables.h"
 
 #define PREFETCH 24
+
+/* The calling convention below: gaussian.py loads the library only if this matches
+ * (a library built from an older source is left unloaded, never called wrongly). */
+int ltm_gaussian_abi(void) { return 2; }
 
 typedef uint64_t (*next_uint64_fn)(void *);
 typedef double (*next_double_fn)(void *);
@@ -55,10 +60,13 @@ slow(void *st, next_uint64_fn next64, next_double_fn nextd, uint64_t rabs, int i
     }
 }
 
-void ltm_add_gaussian(void *st, next_uint64_fn next64, next_double_fn nextd, double sigma,
-                      const double *data, const int64_t *clients, int64_t n, int64_t *out,
-                      double *acc)
+int ltm_add_gaussian(void *st, next_uint64_fn next64, next_double_fn nextd, double sigma,
+                     const double *data, int64_t ndata, const int64_t *clients, int64_t n,
+                     int64_t *out, double *acc)
 {
+    for (int64_t i = 0; i < n; i++)
+        if ((uint64_t)clients[i] >= (uint64_t)ndata)
+            return -1;
     double s1 = acc[0], s2 = acc[1], top_step = acc[2], top_out = acc[3];
     for (int64_t i = 0; i < n; i++) {
         /* The entries are gathered at random from a row that may have left the cache,
@@ -91,4 +99,5 @@ void ltm_add_gaussian(void *st, next_uint64_fn next64, next_double_fn nextd, dou
     acc[1] = s2;
     acc[2] = top_step;
     acc[3] = top_out;
+    return 0;
 }

@@ -30,23 +30,36 @@ __all__ = ["BlockNoise", "GaussianNoise", "LatticeGaussian", "NumpyGaussian",
            "compiled_gaussian", "gaussian_noise"]
 
 
+# What ``ltm_gaussian_abi()`` returns for the calling convention used here.
+_ABI = 2
+
+
 @cache
 def _library() -> ctypes.CDLL | None:
     here = Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_gaussian{suffix}"
         if path.is_file():
-            try:
-                lib = ctypes.CDLL(str(path))
-            except OSError:  # built for another system: numpy's path draws the same
-                return None
-            fn = lib.ltm_add_gaussian
-            fn.restype = None
-            fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] + \
-                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                 ctypes.c_void_p]
-            return lib
+            return _load(path)
     return None
+
+
+def _load(path: Path) -> ctypes.CDLL | None:
+    """The library at ``path``, if it loads here and speaks this module's convention."""
+    try:
+        lib = ctypes.CDLL(str(path))
+        abi = lib.ltm_gaussian_abi
+    except (OSError, AttributeError):  # built for another system, or long ago
+        return None
+    abi.restype, abi.argtypes = ctypes.c_int, []
+    if abi() != _ABI:  # built from an older source: reinstalling rebuilds it
+        return None
+    fn = lib.ltm_add_gaussian
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] + \
+        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+         ctypes.c_void_p, ctypes.c_void_p]
+    return lib
 
 
 def compiled_gaussian() -> bool:
@@ -103,8 +116,8 @@ class LatticeGaussian:
         self._acc = np.zeros(4)
 
     def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
-        # The library reads raw memory: the types and layouts are checked here; the
-        # indices are a chunk's grouping, within its clients by construction.
+        # The library reads raw memory: the types and layouts are checked here, each
+        # index there (a pass over them first, in cache, before any word is drawn).
         if not (data.dtype == np.float64 and clients.dtype == np.int64
                 and out.dtype == np.int64 and clients.shape == out.shape
                 and data.flags.c_contiguous and clients.flags.c_contiguous
@@ -113,9 +126,10 @@ class LatticeGaussian:
                             "clients and out of one length")
         acc = self._acc
         acc[:] = 0.0
-        self._add(self._state, self._next64, self._next_double, self.sigma,
-                  data.ctypes.data, clients.ctypes.data, out.size, out.ctypes.data,
-                  acc.ctypes.data)
+        if self._add(self._state, self._next64, self._next_double, self.sigma,
+                     data.ctypes.data, data.size, clients.ctypes.data, out.size,
+                     out.ctypes.data, acc.ctypes.data):
+            raise IndexError("a client index lies outside the block's entries")
         return BlockNoise(float(acc[0]), float(acc[1]), float(acc[2]), float(acc[3]))
 
 

@@ -3,6 +3,8 @@ numpy's path does: the noise a run releases is the same whichever made it."""
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 from randomgen import AESCounter
@@ -29,6 +31,24 @@ def test_the_compiled_sampler_is_built() -> None:
     assert compiled_gaussian(), (
         "harness/clients/_gaussian.c is not built: install the harness with a C compiler "
         "(pip install -e .), which builds it in place")
+
+
+@pytest.mark.parametrize("source", [
+    "int ltm_gaussian_abi(void) { return 1; }\nvoid ltm_add_gaussian(void) {}\n",
+    "void ltm_add_gaussian(void) {}\n",
+])
+def test_a_library_built_from_another_source_is_left_unloaded(source, tmp_path) -> None:
+    # A checkout updated without reinstalling keeps its old library: calling it with
+    # this module's arguments would crash the workers, so it is not called at all.
+    from harness.clients.gaussian import _load
+
+    (tmp_path / "old.c").write_text(source)
+    built = tmp_path / "_gaussian.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(built), str(tmp_path / "old.c")],
+                   check=True)
+    assert _load(built) is None
+    (tmp_path / "junk.so").write_bytes(b"not a library")
+    assert _load(tmp_path / "junk.so") is None
 
 
 def _reference(key: int, sigma: float, data: np.ndarray, clients: np.ndarray):
@@ -63,8 +83,9 @@ def test_the_draws_are_numpys_bit_for_bit_and_leave_the_generator_where_numpy_do
     assert top == float(np.abs(want).max())
 
 
-def test_layouts_the_library_cannot_read_are_refused() -> None:
-    noise = LatticeGaussian(1.0, AESCounter(key=1))
+def test_layouts_and_indices_the_library_cannot_read_are_refused() -> None:
+    source = AESCounter(key=1)
+    noise = LatticeGaussian(1.0, source)
     data, out = np.zeros(4), np.empty(8, dtype=np.int64)
     with pytest.raises(TypeError):
         noise.add(data, np.zeros(8, dtype=np.int32), out)
@@ -72,6 +93,13 @@ def test_layouts_the_library_cannot_read_are_refused() -> None:
         noise.add(data, np.zeros(16, dtype=np.int64)[::2], out)
     with pytest.raises(TypeError):
         noise.add(data, np.zeros(8, dtype=np.int64), np.empty(8))
+    for bad in (4, -1):
+        clients = np.zeros(8, dtype=np.int64)
+        clients[5] = bad
+        with pytest.raises(IndexError):
+            noise.add(data, clients, out)
+    # Refused before any draw: the generator has not moved.
+    assert source.random_raw() == AESCounter(key=1).random_raw()
 
 
 # sigma 1.2e6 lattice steps, and, at epsilon 1e-9, 1.2e15: past 2^53 with the data.
