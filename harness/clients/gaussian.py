@@ -108,7 +108,9 @@ class LatticeGaussian:
                                "harness with a C compiler (pip install -e .)")
         self._add = lib.ltm_add_gaussian
         self.sigma = float(sigma)
-        self._source = source  # kept alive: the library calls into its state
+        # Kept alive: the library calls into its state, without the generator's lock
+        # (numpy takes it; a client worker has one thread, and this is its generator).
+        self._source = source
         pointers = source.ctypes
         self._state = pointers.state_address
         self._next64 = ctypes.cast(pointers.next_uint64, ctypes.c_void_p).value
