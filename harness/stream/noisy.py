@@ -133,6 +133,9 @@ class NoisyChunks:
         self.gaussian = (gaussian_noise(noise.lattice_sigma, self.rng)
                          if noise.kind == "gaussian" and not noise.zero_output else None)
         self.lattice = noise.kind in ("laplace", "skellam") and not noise.zero_output
+        # Every entry is checked against eta as it is read: no pass over a chunk's data
+        # is needed to bound it.
+        self._entry_bound = rows.eta * fp.scale + 1.0
         self.columns = SketchGroups(sketch, plan)
 
     def chunk(self, k: int, sink: BlockSink | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -165,9 +168,10 @@ class NoisyChunks:
                 if sink is not None:
                     sink(c * slots + a, ring)
         # Integer sums may have wrapped: then the bound of the entries and the noise, apart.
-        apart = float(np.abs(data).max()) + worst_noise if data.size else worst_noise
-        if self.lattice or apart >= 2.0**63:
-            worst = apart
+        if self.lattice:
+            worst = float(np.abs(data).max()) + worst_noise if data.size else worst_noise
+        elif self._entry_bound + worst_noise >= 2.0**63:
+            worst = self._entry_bound + worst_noise
         bound = counts[live, None] * worst
         if bound.size and float(bound.max()) >= 2.0**63:
             raise InputError(
