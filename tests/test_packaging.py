@@ -70,7 +70,8 @@ def test_the_specs_and_templates_are_package_data(wheel_files: list[str]) -> Non
     assert licences, "the MIT LICENSE travels in the wheel's metadata"
 
 
-def test_the_wheel_builds_the_compiled_sampler(wheel_files: list[str]) -> None:
+@pytest.mark.parametrize("library", ["_gaussian", "_sketch"])
+def test_the_wheel_builds_the_compiled_loops(wheel_files: list[str], library: str) -> None:
     # From the C source alone (the copy leaves out a library built in place).
     assert [n for n in wheel_files
-            if n.startswith("harness/clients/_gaussian.") and n.endswith(".so")]
+            if n.startswith(f"harness/clients/{library}.") and n.endswith(".so")]

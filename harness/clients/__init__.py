@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
+        AesWords,
         BlockNoise,
         GaussianNoise,
         LatticeGaussian,
@@ -62,6 +63,13 @@ if TYPE_CHECKING:
         NoiseSpec,
         noise_rng,
         zero_output_bound,
+    )
+    from harness.clients.picks import (
+        CompiledLoops,
+        NumpyLoops,
+        SketchLoops,
+        compiled_sketch,
+        sketch_loops,
     )
     from harness.clients.prepare import (
         Prepared,
@@ -110,6 +118,7 @@ __all__ = [
     "SyntheticRows",
     "all_rows",
     "open_rows",
+    "AesWords",
     "BlockNoise",
     "CALIBRATIONS",
     "GaussianNoise",
@@ -143,6 +152,11 @@ __all__ = [
     "certify",
     "check_dimensions",
     "compiled_gaussian",
+    "compiled_sketch",
+    "CompiledLoops",
+    "NumpyLoops",
+    "SketchLoops",
+    "sketch_loops",
     "check_matrix",
     "components",
     "concentration_failure",

@@ -1,12 +1,13 @@
 """A worker's Gaussian noise on the lattice, drawn and added in one compiled pass.
 
 The draws are numpy's: ``_gaussian.c`` is ``Generator.standard_normal``'s ziggurat
-(its tables, its wedge and its tail, step for step), calling the run's CSPRNG
-(:func:`~harness.clients.noise_rng`) through the same function pointers numpy
-calls. The same generator state gives the same normals, bit for bit, and leaves
-the generator where numpy would: the noise is what the accountant certifies,
-whichever draws it. Each draw is scaled to lattice steps, rounded on its own and
-added to its client's encoded entry as an integer, as
+(its tables, its wedge and its tail, step for step) over the words of the run's
+CSPRNG (:func:`~harness.clients.noise_rng`, randomgen's ``AESCounter``), which
+:class:`AesWords` computes in bulk, one cipher call for a block's words, instead of
+a call into the generator per word. The same generator state gives the same
+normals, bit for bit, and leaves the generator where numpy would: the noise is what
+the accountant certifies, whichever draws it. Each draw is scaled to lattice steps,
+rounded on its own and added to its client's encoded entry as an integer, as
 :meth:`~harness.clients.NoiseSpec.sample_lattice` does, in one loop over a block
 that stays in the core's cache, where numpy makes a pass per step.
 
@@ -18,47 +19,44 @@ through numpy: the same values, about twice the time.
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
-__all__ = ["BlockNoise", "GaussianNoise", "LatticeGaussian", "NumpyGaussian",
+from harness.clients.native import find_library, load_library
+
+if TYPE_CHECKING:
+    from randomgen import AESCounter
+
+__all__ = ["AesWords", "BlockNoise", "GaussianNoise", "LatticeGaussian", "NumpyGaussian",
            "compiled_gaussian", "gaussian_noise"]
 
 
 # What ``ltm_gaussian_abi()`` returns for the calling convention used here.
-_ABI = 2
+_ABI = 3
+
+# Words computed beyond one per draw: size >> SPARE_SHIFT, plus SPARE_WORDS.
+SPARE_SHIFT, SPARE_WORDS = 4, 64
 
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    here = Path(__file__).resolve().parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"_gaussian{suffix}"
-        if path.is_file():
-            return _load(path)
-    return None
+    return _load(find_library("_gaussian"))
 
 
-def _load(path: Path) -> ctypes.CDLL | None:
+def _load(path: Path | None) -> ctypes.CDLL | None:
     """The library at ``path``, if it loads here and speaks this module's convention."""
-    try:
-        lib = ctypes.CDLL(str(path))
-        abi = lib.ltm_gaussian_abi
-    except (OSError, AttributeError):  # built for another system, or long ago
-        return None
-    abi.restype, abi.argtypes = ctypes.c_int, []
-    if abi() != _ABI:  # built from an older source: reinstalling rebuilds it
+    lib = load_library(path, "ltm_gaussian_abi", _ABI)
+    if lib is None:
         return None
     fn = lib.ltm_add_gaussian
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double] + \
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-         ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
+                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                   ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
@@ -91,30 +89,75 @@ class GaussianNoise(Protocol):
 def gaussian_noise(sigma: float, rng: np.random.Generator) -> GaussianNoise:
     """The compiled loop where it is built, numpy's passes where not: the same draws."""
     if compiled_gaussian():
-        return LatticeGaussian(sigma, rng.bit_generator)
+        # noise_rng's AESCounter (AesWords refuses any other)
+        return LatticeGaussian(sigma, cast("AESCounter", rng.bit_generator))
     return NumpyGaussian(sigma, rng)
+
+
+class AesWords:
+    """The words an ``AESCounter`` gives from its current place, computed in bulk.
+
+    randomgen's ``AESCounter(key)`` yields AES-128 under ``key`` (little-endian bytes)
+    of the blocks 0, 1, 2, ... (128-bit little-endian counters), read as little-endian
+    64-bit words. OpenSSL's counter mode counts big-endian, so the blocks are
+    encrypted one by one (ECB over explicit counters): the same keystream, at the
+    cipher's bulk speed. :meth:`take` then moves ``source`` on as far as the words
+    used, so it stays where numpy's draws would have left it.
+    """
+
+    def __init__(self, source: AESCounter) -> None:
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        state = source.state
+        if state.get("bit_generator") != "randomgen.aes.AESCounter":
+            raise TypeError(f"AesWords reads randomgen's AESCounter, not "
+                            f"{state.get('bit_generator')}")
+        s = state["s"]
+        key = int(s["seed"][0]) | int(s["seed"][1]) << 64
+        self.cipher = Cipher(algorithms.AES(key.to_bytes(16, "little")),
+                             modes.ECB()).encryptor()
+        # Its buffer holds the four blocks before ``counter``; ``offset`` bytes are used.
+        self.pos = 2 * int(s["counter"][0]) - (64 - int(s["offset"])) // 8
+        self.source = source
+        self._blocks = np.zeros((0, 2), dtype=np.uint64)
+        self._stream = np.empty(0, dtype=np.uint8)
+        self._iota = np.empty(0, dtype=np.uint64)
+
+    def words(self, count: int) -> np.ndarray:
+        """The next ``count`` words, from the current place (not yet taken)."""
+        first, skip = divmod(self.pos, 2)
+        blocks = (skip + count + 1) // 2
+        if blocks > self._blocks.shape[0]:
+            self._blocks = np.zeros((blocks, 2), dtype=np.uint64)
+            self._stream = np.empty(16 * blocks + 16, dtype=np.uint8)
+            self._iota = np.arange(blocks, dtype=np.uint64)
+        counters = self._blocks[:blocks]
+        np.add(self._iota[:blocks], np.uint64(first), out=counters[:, 0])
+        self.cipher.update_into(counters.data.cast("B"), self._stream.data)
+        return self._stream[: 16 * blocks].view(np.uint64)[skip: skip + count]
+
+    def take(self, used: int) -> None:
+        """``used`` of the words were drawn: the place, and the generator, move on."""
+        self.pos += used
+        self.source.advance(used)
 
 
 class LatticeGaussian:
     """Gaussian noise of ``sigma`` lattice steps from ``source``, rounded to the
     lattice and added to encoded entries: what ``Generator(source).standard_normal``
     would draw, scaled and rounded as :meth:`~harness.clients.NoiseSpec.sample_lattice`
-    does. Needs the compiled library (:func:`compiled_gaussian`)."""
+    does. Needs the compiled library (:func:`compiled_gaussian`) and an
+    ``AESCounter`` (:func:`~harness.clients.noise_rng`'s)."""
 
-    def __init__(self, sigma: float, source: np.random.BitGenerator) -> None:
+    def __init__(self, sigma: float, source: AESCounter) -> None:
         lib = _library()
         if lib is None:
             raise RuntimeError("the compiled Gaussian sampler is not built; reinstall the "
                                "harness with a C compiler (pip install -e .)")
         self._add = lib.ltm_add_gaussian
         self.sigma = float(sigma)
-        # Kept alive: the library calls into its state, without the generator's lock
-        # (numpy takes it; a client worker has one thread, and this is its generator).
-        self._source = source
-        pointers = source.ctypes
-        self._state = pointers.state_address
-        self._next64 = ctypes.cast(pointers.next_uint64, ctypes.c_void_p).value
-        self._next_double = ctypes.cast(pointers.next_double, ctypes.c_void_p).value
+        self._words = AesWords(source)
+        self._used = ctypes.c_int64()
         self._acc = np.zeros(4)
 
     def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
@@ -126,12 +169,27 @@ class LatticeGaussian:
                 and out.flags.c_contiguous and out.flags.writeable):
             raise TypeError("LatticeGaussian.add needs contiguous float64 data and int64 "
                             "clients and out of one length")
-        acc = self._acc
+        acc, used, words = self._acc, self._used, self._words
         acc[:] = 0.0
-        if self._add(self._state, self._next64, self._next_double, self.sigma,
-                     data.ctypes.data, data.size, clients.ctypes.data, out.size,
-                     out.ctypes.data, acc.ctypes.data):
-            raise IndexError("a client index lies outside the block's entries")
+        done, size = 0, out.size
+        # A draw takes one word, or a few where it falls in the wedge or the tail (about
+        # one in 80): a few more words than draws nearly always finish the block in one
+        # round. Words left over are not taken (the next round computes them again), so
+        # no draw is ever skipped.
+        spare = (size >> SPARE_SHIFT) + SPARE_WORDS
+        while done < size:
+            left = size - done
+            want = left + spare
+            made = self._add(words.words(want).ctypes.data, want, ctypes.byref(used),
+                             self.sigma, data.ctypes.data, data.size,
+                             clients.ctypes.data + 8 * done, left,
+                             out.ctypes.data + 8 * done, acc.ctypes.data)
+            if made < 0:
+                raise IndexError("a client index lies outside the block's entries")
+            words.take(used.value)
+            done += made
+            if not made:  # one draw needed more words than were spare
+                spare = 2 * spare + 8
         return BlockNoise(float(acc[0]), float(acc[1]), float(acc[2]), float(acc[3]))
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.clients.picks import sketch_loops
 from harness.errors import InputError
 from harness.fileio import write_atomic
 
@@ -171,7 +172,7 @@ class Sketch:
             rows = below(words[:, 0], self.m)[None, :]
             signs = _sign_bits(words[:, 0])[None, :]
             return rows, signs
-        picks = _distinct_picks(words, self.m, s)
+        picks = sketch_loops().picks(words, self.m, s)
         return picks.astype(np.int32), _sign_bits(words.T)
 
     def accumulators(self, start: int, stop: int) -> np.ndarray:
@@ -189,7 +190,8 @@ class Sketch:
         words = public_words(self.seed, SKETCH_STREAM, start * _words_per_client(s),
                              k * _words_per_client(s))
         if s > 1:
-            return _distinct_picks(words.reshape(k, s), self.m, s, accumulators=True).ravel()
+            loops = sketch_loops()
+            return loops.picks(words.reshape(k, s), self.m, s, accumulators=True).ravel()
         acc = words >> np.uint64(63)  # a top bit of 0 is sign -1 (see _sign_bits)
         acc ^= np.uint64(1)
         acc *= np.uint64(self.m)
@@ -308,61 +310,3 @@ def _sign_bits(words: np.ndarray) -> np.ndarray:
     signs *= 2
     signs -= 1
     return signs
-
-
-# Columns per pass of Floyd's algorithm: its "taken" table is (columns, m) booleans,
-# 256 KiB, which a core's L2 cache holds while the s steps look it up at random
-# (at 16 MiB the draw took 15 % longer).
-_FLOYD_CELLS = 1 << 18
-
-
-def _distinct_picks(words: np.ndarray, m: int, s: int, accumulators: bool = False
-                    ) -> np.ndarray:
-    """For each row of ``words`` (k, s): s distinct buckets of [m], as an (s, k) int64
-    (with ``accumulators``, each plus m where its sign is -1).
-
-    Floyd's algorithm, vectorised over columns: step t draws from [0, m-s+t] (the
-    low half of word t) and takes the top value on a clash, which yields a uniform
-    s-subset from exactly s words. Floyd's steps are not exchangeable (the last
-    step's clash value m - 1 comes last too often), so the subset is then shifted
-    cyclically by a uniform amount from bits 32-62 of word 0: a bijection of
-    s-subsets, so still uniform, and it makes every component's bucket uniform.
-    Which component holds which of a column's buckets does not matter beyond that:
-    the s noisy copies a client sends are identically distributed.
-    """
-    k = words.shape[0]
-    picks = np.empty((s, k), dtype=np.int64)
-    tops = np.arange(m - s + 1, m + 1, dtype=np.uint64)[:, None]
-    per_pass = max(1, _FLOYD_CELLS // m)
-    for first in range(0, k, per_pass):
-        part = np.ascontiguousarray(words[first:first + per_pass].T)  # (s, count)
-        count = part.shape[1]
-        draws = part & np.uint64(0xFFFFFFFF)
-        draws *= tops
-        draws >>= np.uint64(32)
-        chosen = draws.view(np.int64)
-        base = np.arange(0, count * m, m, dtype=np.int64)  # row starts of a flat "taken" table
-        taken = np.zeros(count * m, dtype=bool)
-        cell = np.empty(count, dtype=np.int64)
-        clash = np.empty(count, dtype=bool)
-        for step in range(s):
-            pick = chosen[step]
-            np.add(base, pick, out=cell)
-            np.take(taken, cell, out=clash)
-            np.putmask(pick, clash, m - s + step)
-            np.add(base, pick, out=cell)
-            taken[cell] = True
-        shift = (part[0] >> np.uint64(32)) & np.uint64(0x7FFFFFFF)
-        shift *= np.uint64(m)
-        shift >>= np.uint64(31)
-        chosen += shift.view(np.int64)
-        chosen -= (chosen >= m) * m
-        if accumulators:
-            part >>= np.uint64(63)  # a top bit of 0 is sign -1 (see _sign_bits)
-            part ^= np.uint64(1)
-            part *= np.uint64(m)
-            chosen += part.view(np.int64)
-        if count == k:
-            return chosen
-        picks[:, first:first + count] = chosen
-    return picks

@@ -1,6 +1,6 @@
 """A streamed run's chunks of noisy values, made a cache-sized block at a time.
 
-A chunk's slots are grouped by accumulator (bucket, plus m for sign -1; a radix
+A chunk's slots are grouped by accumulator (bucket, plus m for sign -1; a counting
 sort, :func:`group_slots`), so a server sums a chunk with one ``reduceat`` over
 contiguous runs. The grouping is public: it depends on the sketch alone. A
 chunk's values are laid out column by column, ``(d, slots)``: each column's
@@ -22,7 +22,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, Rows, Sketch, gaussian_noise, noise_rng
+from harness.clients import (
+    FixedPoint,
+    NoiseSpec,
+    Rows,
+    Sketch,
+    gaussian_noise,
+    noise_rng,
+    sketch_loops,
+)
 from harness.errors import InputError
 from harness.stream.plan import StreamPlan
 
@@ -45,13 +53,9 @@ def chunk_groups(sketch: Sketch, start: int, stop: int) -> tuple[np.ndarray, np.
 
 
 def group_slots(acc: np.ndarray, m: int, clients: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`chunk_groups` of a chunk's accumulators (slot order, ``clients`` clients)."""
-    # numpy's stable sort of a 16-bit type is a radix sort: O(slots), not O(slots log slots).
-    small = acc.astype(np.int16) if 2 * m < 2**15 else acc
-    order = np.argsort(small, kind="stable")
-    if acc.size > clients:  # s > 1: slot i * k + j is client j's i-th
-        order %= clients
-    return order, np.bincount(small, minlength=2 * m)
+    """:func:`chunk_groups` of a chunk's accumulators (slot order, ``clients`` clients):
+    a stable counting sort, compiled where the install built it."""
+    return sketch_loops().groups(acc, 2 * m, clients)
 
 
 class SketchGroups:

@@ -4,7 +4,7 @@ Nothing proportional to n is held. Clients are taken a chunk at a time; the
 chunk's sketch columns come from the seed (:meth:`Sketch.columns`), its rows
 from the data source (:class:`~harness.clients.matrices.Rows`), its noise from
 a fresh CSPRNG. Within a chunk the slots are grouped by accumulator (bucket,
-plus m for sign -1; a radix sort), so a server sums a chunk with one
+plus m for sign -1; a counting sort), so a server sums a chunk with one
 ``reduceat`` over contiguous runs. The grouping is public: it depends on the
 sketch alone. Each chunk arrives with its slot count per accumulator, and one
 server per group of chunks, in turn, recomputes those counts from the seed and

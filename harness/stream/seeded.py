@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.clients import SEED_BYTES, Components, components, expand
+from harness.clients import SEED_BYTES, Components, components, expand, sketch_loops
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
@@ -48,11 +48,10 @@ def slot_order(acc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """A chunk's slots grouped by accumulator: each grouped slot's index in slot order
     (copy i of client j is ``i * clients + j``), and the counts per accumulator.
 
-    The same stable radix sort as :func:`~harness.stream.produce.group_slots`, without
+    The same stable sort as :func:`~harness.stream.produce.group_slots`, without
     folding copies onto clients: a seeded component's words depend on the copy.
     """
-    small = acc.astype(np.int16) if 2 * m < 2**15 else acc
-    return np.argsort(small, kind="stable"), np.bincount(small, minlength=2 * m)
+    return sketch_loops().groups(acc, 2 * m, acc.size)
 
 
 class _Chunk:

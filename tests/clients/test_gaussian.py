@@ -11,6 +11,7 @@ from randomgen import AESCounter
 
 from harness.clients import (
     ADDITIVE,
+    AesWords,
     ArrayRows,
     FixedPoint,
     LatticeGaussian,
@@ -35,6 +36,7 @@ def test_the_compiled_sampler_is_built() -> None:
 
 @pytest.mark.parametrize("source", [
     "int ltm_gaussian_abi(void) { return 1; }\nvoid ltm_add_gaussian(void) {}\n",
+    "int ltm_gaussian_abi(void) { return 2; }\nvoid ltm_add_gaussian(void) {}\n",
     "void ltm_add_gaussian(void) {}\n",
 ])
 def test_a_library_built_from_another_source_is_left_unloaded(source, tmp_path) -> None:
@@ -81,6 +83,44 @@ def test_the_draws_are_numpys_bit_for_bit_and_leave_the_generator_where_numpy_do
     assert first.sum_sq + second.sum_sq == pytest.approx(float((steps**2).sum()), rel=1e-9)
     top = max(first.max_value, second.max_value)
     assert top == float(np.abs(want).max())
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096])
+def test_draws_the_words_cut_short_are_drawn_again_whole(monkeypatch, block) -> None:
+    # No spare words: every draw in the wedge or the tail runs out of words in its
+    # round (some of them with nothing made), and is drawn again, whole, in the next.
+    import harness.clients.gaussian as gaussian
+
+    monkeypatch.setattr(gaussian, "SPARE_SHIFT", 63)
+    monkeypatch.setattr(gaussian, "SPARE_WORDS", 0)
+    n = 60_000
+    rng = np.random.default_rng(4)
+    data = np.rint(rng.uniform(-1, 1, 100) * 2**10)
+    clients = rng.integers(0, data.size, n)
+    z, _, want, gen = _reference(12, 3.5, data, clients)
+    assert int((np.abs(z) > _TAIL).sum()) > 2
+    source = AESCounter(key=12)
+    noise = LatticeGaussian(3.5, source)
+    out = np.empty(n, dtype=np.int64)
+    for first in range(0, n, block):
+        noise.add(data, clients[first:first + block], out[first:first + block])
+    assert np.array_equal(out, want)
+    assert source.random_raw() == gen.bit_generator.random_raw()
+
+
+def test_the_words_are_the_generators_from_wherever_it_stands() -> None:
+    source = AESCounter(key=2**127 + 3)
+    want = AESCounter(key=2**127 + 3).random_raw(300)
+    for skip in (0, 1, 5, 8, 9):  # inside and at the ends of its buffer of 8 words
+        source = AESCounter(key=2**127 + 3)
+        source.random_raw(skip) if skip else None
+        words = AesWords(source)
+        assert np.array_equal(words.words(100), want[skip:skip + 100])
+        words.take(37)
+        assert np.array_equal(words.words(50), want[skip + 37:skip + 87])
+        assert source.random_raw() == want[skip + 37]
+    with pytest.raises(TypeError, match="AESCounter"):
+        AesWords(np.random.PCG64(1))
 
 
 def test_layouts_and_indices_the_library_cannot_read_are_refused() -> None:

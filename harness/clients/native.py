@@ -1,0 +1,40 @@
+"""The install's compiled loops (``_gaussian.c``, ``_sketch.c``), loaded with ctypes.
+
+The install builds them where it finds a C compiler (``setup.py``: they are optional).
+A library is loaded only if it loads on this system and its ABI function returns the
+number its Python side speaks: a library built from an older source, or for another
+system, is left unloaded, and the caller draws the same values through numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+from pathlib import Path
+
+__all__ = ["find_library", "load_library"]
+
+
+def find_library(stem: str) -> Path | None:
+    """The built library ``stem`` (``_gaussian``, ...) beside this module, if any."""
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"{stem}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def load_library(path: Path | None, abi_function: str, abi: int) -> ctypes.CDLL | None:
+    """The library at ``path``, if it loads here and ``abi_function()`` returns ``abi``."""
+    if path is None:
+        return None
+    try:
+        lib = ctypes.CDLL(str(path))
+        check = getattr(lib, abi_function)
+    except (OSError, AttributeError):  # built for another system, or long ago
+        return None
+    check.restype, check.argtypes = ctypes.c_int, []
+    if check() != abi:  # built from an older source: reinstalling rebuilds it
+        return None
+    return lib
