@@ -1,6 +1,6 @@
 /* The sparse sketch's columns and a chunk's grouping by accumulator, in one pass each.
  *
- * ltm_distinct_picks is picks.numpy_picks (Floyd's algorithm over the public words,
+ * ltm_distinct_picks is picks.NumpyLoops.picks (Floyd's algorithm over the public words,
  * then the cyclic shift, then the sign's accumulator) step for step, client by client
  * instead of step by step over thousands of clients: the same integers, bit for bit.
  * ltm_group_slots is a stable counting sort of a chunk's slots by accumulator (what
