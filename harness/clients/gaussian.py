@@ -19,10 +19,11 @@ through numpy: the same values, about twice the time.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -87,11 +88,19 @@ class GaussianNoise(Protocol):
 
 
 def gaussian_noise(sigma: float, rng: np.random.Generator) -> GaussianNoise:
-    """The compiled loop where it is built, numpy's passes where not: the same draws."""
-    if compiled_gaussian():
-        # noise_rng's AESCounter (AesWords refuses any other)
+    """The compiled loop where it is built (and reads the generator), numpy's passes
+    where not: the same draws."""
+    if compiled_gaussian() and AesWords.reads(rng.bit_generator):
         return LatticeGaussian(sigma, cast("AESCounter", rng.bit_generator))
     return NumpyGaussian(sigma, rng)
+
+
+def _place(state: Mapping[str, Any]) -> tuple[bytes, int]:
+    """An AESCounter's key, as AES-128 takes it, and how many words it has given."""
+    s = state["s"]
+    key = int(s["seed"][0]) | int(s["seed"][1]) << 64
+    # Its buffer holds the four blocks before ``counter``; ``offset`` bytes are used.
+    return key.to_bytes(16, "little"), 2 * int(s["counter"][0]) - (64 - int(s["offset"])) // 8
 
 
 class AesWords:
@@ -108,20 +117,38 @@ class AesWords:
     def __init__(self, source: AESCounter) -> None:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-        state = source.state
-        if state.get("bit_generator") != "randomgen.aes.AESCounter":
-            raise TypeError(f"AesWords reads randomgen's AESCounter, not "
-                            f"{state.get('bit_generator')}")
-        s = state["s"]
-        key = int(s["seed"][0]) | int(s["seed"][1]) << 64
-        self.cipher = Cipher(algorithms.AES(key.to_bytes(16, "little")),
-                             modes.ECB()).encryptor()
-        # Its buffer holds the four blocks before ``counter``; ``offset`` bytes are used.
-        self.pos = 2 * int(s["counter"][0]) - (64 - int(s["offset"])) // 8
+        if not self.reads(source):
+            raise TypeError("AesWords reads randomgen's AESCounter as it keeps its state; "
+                            f"this generator is {source.state.get('bit_generator')}, or "
+                            "keeps it otherwise")
+        key, self.pos = _place(source.state)
+        self.cipher = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
         self.source = source
         self._blocks = np.zeros((0, 2), dtype=np.uint64)
         self._stream = np.empty(0, dtype=np.uint8)
         self._iota = np.empty(0, dtype=np.uint64)
+
+    @staticmethod
+    def reads(source: np.random.BitGenerator) -> bool:
+        """Whether ``source`` is an AESCounter whose next word is the one computed
+        here (checked on a copy: another version of randomgen might keep its state
+        otherwise, and would then be drawn through numpy)."""
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        state = source.state
+        if state.get("bit_generator") != "randomgen.aes.AESCounter":
+            return False
+        try:
+            key, pos = _place(state)
+            probe = type(source)()
+            probe.state = state
+        except (KeyError, IndexError, TypeError, ValueError):
+            return False
+        block = np.zeros(2, dtype=np.uint64)
+        block[0] = pos // 2
+        word = np.frombuffer(Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+                             .update(block.tobytes()), dtype=np.uint64)[pos % 2]
+        return bool(probe.random_raw() == word)
 
     def words(self, count: int) -> np.ndarray:
         """The next ``count`` words, from the current place (not yet taken)."""

@@ -115,6 +115,24 @@ def test_the_words_are_the_generators_from_wherever_it_stands() -> None:
         AesWords(np.random.PCG64(1))
 
 
+def test_a_generator_the_words_cannot_follow_is_drawn_through_numpy(monkeypatch) -> None:
+    import harness.clients.gaussian as gaussian
+
+    rng = np.random.Generator(AESCounter(key=8))
+    assert isinstance(gaussian_noise(2.0, rng), LatticeGaussian)
+    assert isinstance(gaussian_noise(2.0, np.random.default_rng(8)), NumpyGaussian)
+    # An AESCounter that kept its state otherwise (another release of randomgen): the
+    # words computed here would not be its words, and it is never read so.
+    place = gaussian._place
+    monkeypatch.setattr(gaussian, "_place", lambda state: (place(state)[0], place(state)[1] + 1))
+    assert not AesWords.reads(rng.bit_generator)
+    assert isinstance(gaussian_noise(2.0, rng), NumpyGaussian)
+    with pytest.raises(TypeError, match="keeps it otherwise"):
+        AesWords(rng.bit_generator)
+    # The check drew nothing from the run's generator.
+    assert rng.bit_generator.random_raw() == AESCounter(key=8).random_raw()
+
+
 def test_layouts_and_indices_the_library_cannot_read_are_refused() -> None:
     source = AESCounter(key=1)
     noise = LatticeGaussian(1.0, source)
