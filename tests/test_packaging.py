@@ -2,7 +2,9 @@
 
 infra/ is installed as harness.infra and benchmarks/ not at all, so an
 installed harness claims no generic top-level name; the sweep specs travel
-as package data of harness.experiments.
+as package data of harness.experiments. The wheel is built from the source
+distribution, as pip builds it from one: a file the sdist leaves out is
+missing from the wheel too.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "harness", "infra",
-            "mpc_programs", "benchmarks")
+_SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "harness",
+            "infra", "mpc_programs", "benchmarks")
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +37,16 @@ def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
             src.mkdir(exist_ok=True)
             shutil.copy2(path, src / name)
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
+    done = subprocess.run([sys.executable, "-c", "import sys; from setuptools import "
+                           "build_meta; build_meta.build_sdist(sys.argv[1])", str(tmp / "sdist")],
+                          cwd=src, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr
+    (sdist,) = (tmp / "sdist").glob("*.tar.gz")
+    shutil.unpack_archive(sdist, tmp / "unpacked")
+    (unpacked,) = (tmp / "unpacked").iterdir()
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                           "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(src)],
+                           "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
+                           str(unpacked)],
                           capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr
     (wheel,) = (tmp / "dist").glob("ltm_harness-*.whl")
@@ -72,6 +82,7 @@ def test_the_specs_and_templates_are_package_data(wheel_files: list[str]) -> Non
 
 @pytest.mark.parametrize("library", ["_gaussian", "_sketch"])
 def test_the_wheel_builds_the_compiled_loops(wheel_files: list[str], library: str) -> None:
-    # From the C source alone (the copy leaves out a library built in place).
+    # From the C sources alone (the copy leaves out a library built in place), and
+    # from the sdist: the sampler's tables header must travel in it.
     assert [n for n in wheel_files
             if n.startswith(f"harness/clients/{library}.") and n.endswith(".so")]
