@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         NumpyGaussian,
         compiled_gaussian,
         gaussian_noise,
+        vector_gaussian,
     )
     from harness.clients.keystream import SEED_BYTES, expand, libcrypto
     from harness.clients.layout import CHUNK_SHARES, choose_block_rows
@@ -178,6 +179,7 @@ __all__ = [
     "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
+    "vector_gaussian",
     "write_share_file",
 ]
 

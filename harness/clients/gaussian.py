@@ -33,11 +33,11 @@ if TYPE_CHECKING:
     from randomgen import AESCounter
 
 __all__ = ["AesWords", "BlockNoise", "GaussianNoise", "LatticeGaussian", "NumpyGaussian",
-           "compiled_gaussian", "gaussian_noise"]
+           "compiled_gaussian", "gaussian_noise", "vector_gaussian"]
 
 
 # What ``ltm_gaussian_abi()`` returns for the calling convention used here.
-_ABI = 3
+_ABI = 4
 
 # Words computed beyond one per draw: size >> SPARE_SHIFT, plus SPARE_WORDS.
 SPARE_SHIFT, SPARE_WORDS = 4, 64
@@ -58,12 +58,24 @@ def _load(path: Path | None) -> ctypes.CDLL | None:
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
                    ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                    ctypes.c_void_p, ctypes.c_void_p]
+    lib.ltm_gaussian_vector.restype = ctypes.c_int
+    lib.ltm_gaussian_vector.argtypes = [ctypes.c_int]
     return lib
 
 
 def compiled_gaussian() -> bool:
     """Whether the compiled sampler is built here."""
     return _library() is not None
+
+
+def vector_gaussian(use: bool | None = None) -> bool:
+    """Whether the compiled sampler takes its fast path four words at a time (AVX2,
+    where the CPU has it); ``use`` turns that off, or back on (the tests draw both
+    ways). The draws are the same either way."""
+    lib = _library()
+    if lib is None:
+        return False
+    return bool(lib.ltm_gaussian_vector(-1 if use is None else int(use)))
 
 
 @dataclass

@@ -18,6 +18,7 @@ from harness.clients import (
     Sketch,
     compiled_gaussian,
     gaussian_noise,
+    vector_gaussian,
 )
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks, group_slots
@@ -32,9 +33,29 @@ def test_the_compiled_sampler_is_built() -> None:
         "(pip install -e .), which builds it in place")
 
 
+def _cpu_has_avx2() -> bool:
+    with open("/proc/cpuinfo") as fh:
+        return any(line.startswith("flags") and " avx2" in line for line in fh)
+
+
+def test_the_four_value_path_is_taken_where_the_cpu_has_avx2() -> None:
+    assert vector_gaussian() == _cpu_has_avx2()
+    assert vector_gaussian(False) is False
+    assert vector_gaussian(True) == _cpu_has_avx2()
+
+
+@pytest.fixture(params=["four at a time", "one at a time"])
+def path(request):
+    """Every draw below is checked through both of the compiled loop's paths."""
+    vector_gaussian(request.param == "four at a time")
+    yield request.param
+    vector_gaussian(True)
+
+
 @pytest.mark.parametrize("source", [
     "int ltm_gaussian_abi(void) { return 1; }\nvoid ltm_add_gaussian(void) {}\n",
     "int ltm_gaussian_abi(void) { return 2; }\nvoid ltm_add_gaussian(void) {}\n",
+    "int ltm_gaussian_abi(void) { return 3; }\nvoid ltm_add_gaussian(void) {}\n",
     "void ltm_add_gaussian(void) {}\n",
 ])
 def test_a_library_built_from_another_source_is_left_unloaded(source, libraries) -> None:
@@ -53,11 +74,15 @@ def _reference(key: int, sigma: float, data: np.ndarray, clients: np.ndarray):
     return z, steps, data[clients].astype(np.int64) + steps.astype(np.int64), gen
 
 
-@pytest.mark.parametrize("sigma", [0.7, 2.95e7, 2.0**40, 3e15])
-def test_the_draws_are_numpys_bit_for_bit_and_leave_the_generator_where_numpy_does(sigma):
+# sigma 3e15, and entries near 2^60, are past what four values at once finish exactly:
+# those are finished one by one.
+@pytest.mark.parametrize("sigma,entries", [(0.7, 2**16), (2.95e7, 2**16), (2.0**40, 2**16),
+                                           (3e15, 2**16), (2.95e7, 2**60)])
+def test_the_draws_are_numpys_bit_for_bit_and_leave_the_generator_where_numpy_does(
+        sigma, entries, path):
     n = 1_000_000
     rng = np.random.default_rng(1)
-    data = np.rint(rng.uniform(-1, 1, 5000) * 2**16)
+    data = np.rint(rng.uniform(-1, 1, 5000) * entries)
     clients = rng.integers(0, data.size, n)
     z, steps, want, gen = _reference(11, sigma, data, clients)
     # The wedge and the tail are taken, not only numpy's fast path.
@@ -78,7 +103,7 @@ def test_the_draws_are_numpys_bit_for_bit_and_leave_the_generator_where_numpy_do
 
 
 @pytest.mark.parametrize("block", [1, 7, 4096])
-def test_draws_the_words_cut_short_are_drawn_again_whole(monkeypatch, block) -> None:
+def test_draws_the_words_cut_short_are_drawn_again_whole(monkeypatch, block, path) -> None:
     # No spare words: every draw in the wedge or the tail runs out of words in its
     # round (some of them with nothing made), and is drawn again, whole, in the next.
     import harness.clients.gaussian as gaussian
@@ -154,7 +179,7 @@ def test_layouts_and_indices_the_library_cannot_read_are_refused() -> None:
 
 # sigma 1.2e6 lattice steps, and, at epsilon 1e-9, 1.2e15: past 2^53 with the data.
 @pytest.mark.parametrize("epsilon", [1.0, 1e-9])
-def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon) -> None:
+def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon, path) -> None:
     n, d, m, s = 3000, 4, 7, 5
     plan = StreamPlan(n, d, m, s, 3, ADDITIVE.name, workers=1, chunk=700)
     sketch = Sketch.sparse(n, m, s, seed=5)
@@ -177,7 +202,7 @@ def test_a_workers_chunks_are_the_same_compiled_or_through_numpy(epsilon) -> Non
     assert a_sq == pytest.approx(b_sq, rel=1e-9)
 
 
-def test_without_the_library_the_same_draws_come_through_numpy(monkeypatch) -> None:
+def test_without_the_library_the_same_draws_come_through_numpy(monkeypatch, path) -> None:
     import harness.clients.gaussian as gaussian
 
     rng = np.random.default_rng(2)
