@@ -114,6 +114,42 @@ def test_a_runs_own_process_loads_no_x509_nor_aes(tmp_path, mp_spdz) -> None:
     assert not {"cryptography.x509", "cryptography.hazmat.primitives.ciphers"} & modules
 
 
+# The BLAS threads of `ltm`'s own process, and those its fork server was started with.
+_BLAS_PROBE = """
+import atexit, json, multiprocessing.forkserver as fs, os, sys
+from harness.cli import console
+def report():
+    from threadpoolctl import threadpool_info
+    with open(f"/proc/{fs._forkserver._forkserver_pid}/environ", "rb") as fh:
+        env = dict(v.split(b"=", 1) for v in fh.read().split(b"\\0") if b"=" in v)
+    print(json.dumps({"ltm": [p["num_threads"] for p in threadpool_info()
+                              if p["internal_api"] == "openblas"],
+                      "fork server": env.get(b"OPENBLAS_NUM_THREADS", b"").decode()}),
+          file=sys.stderr)
+atexit.register(report)
+sys.argv = ["ltm", *sys.argv[1:]]
+console()
+"""
+
+
+@pytest.mark.mpspdz
+@pytest.mark.parametrize("users", [None, "2"])
+def test_a_run_and_its_streams_processes_start_one_blas_thread(tmp_path, mp_spdz, users):
+    """numpy's OpenBLAS starts a thread per core, which spin at import for about 0.15 s
+    of CPU beside the other process's imports; a run multiplies no large matrix. A
+    value the user set is theirs."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if users:
+        env["OPENBLAS_NUM_THREADS"] = users
+    done = subprocess.run([sys.executable, "-c", _BLAS_PROBE, "run", "--clients", "2000",
+                           "--program", "local", "--seed", "4", "--out", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    threads = json.loads(done.stderr.splitlines()[-1])
+    want = users or "1"
+    assert threads == {"ltm": [int(want)], "fork server": want}
+
+
 def _importing_numpy(pid: int) -> bool:
     """Whether a fork server child of ``pid`` has mapped numpy's core library."""
     for child, cmd in children(pid):
