@@ -98,9 +98,10 @@ def _blocks(offsets: np.ndarray, slots: int, size: int) -> list[tuple[int, int, 
     """A column's blocks of about ``size`` slots, each ending where a run ends: (first
     run, end run, first slot, end slot)."""
     # The last run to start at or before each multiple of size: no block is longer than
-    # size unless one run is.
-    cuts = np.unique(np.searchsorted(offsets, np.arange(size, slots, size), side="right") - 1)
-    runs = [0, *(int(c) for c in cuts if c > 0), offsets.size]
+    # size unless one run is. (Not np.unique: its first call in a worker imports
+    # numpy.ma, a tenth of a second.)
+    cuts = np.searchsorted(offsets, np.arange(size, slots, size), side="right") - 1
+    runs = [0, *sorted({int(c) for c in cuts if c > 0}), offsets.size]
     edges = [int(offsets[r]) if r < offsets.size else slots for r in runs]
     return [(runs[i], runs[i + 1], edges[i], edges[i + 1]) for i in range(len(runs) - 1)]
 

@@ -94,3 +94,34 @@ def test_block_sink_writes_additive_shares_that_add_up_to_the_chunk(parties):
 def test_replicated_pairs_take_the_whole_chunk():
     plan = StreamPlan(N, D, M, S, 3, REPLICATED.name, workers=1, chunk=97)
     assert _FullShares(plan).sink([ChannelBuffer(plan.slot_bytes)] * 3, 0) is None
+
+
+def test_a_chunk_loads_no_module_the_fork_server_did_not() -> None:
+    # A worker is forked from the fork server; a module its chunks import on first use
+    # is loaded again in every worker, at every run (numpy.ma, through np.unique, took a
+    # tenth of a second of each worker's CPU).
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from harness.stream.forkserver import PRELOAD
+for name in PRELOAD:
+    __import__(name)
+import numpy as np
+from harness.clients import ADDITIVE, ArrayRows, FixedPoint, NoiseSpec, Sketch
+from harness.stream import StreamPlan
+from harness.stream.noisy import NoisyChunks, group_slots
+plan = StreamPlan(5000, 3, 7, 4, 3, ADDITIVE.name, workers=1, chunk=900)
+sketch = Sketch.sparse(5000, 7, 4, seed=5)
+noise = NoiseSpec("gaussian", 5000, 7, 3, 4, epsilon=1.0, delta=1e-6)
+before = set(sys.modules)
+noisy = NoisyChunks(plan, sketch, ArrayRows(np.zeros((5000, 3)), 1.0), noise, FixedPoint(16),
+                    lambda acc, clients: group_slots(acc, 7, clients), block=256)
+for k in range(plan.chunks):
+    noisy.chunk(k)
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == []
