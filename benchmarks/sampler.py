@@ -2,12 +2,13 @@
 
 One process makes the same chunks of a workload (by default Table 5's s = 50
 cell: n = 500,000, d = 10, m = 100, S = 3, full sharing into private buffers, no
-servers) twice per repetition, once drawing its noise through the compiled loop
-(``harness/clients/_gaussian.c``) and once through numpy's sampler and a pass per
-step (what a harness installed without a C compiler does), alternating which goes
-first. Both draw the same values from the same kind
-of generator. It prints the CPU time per noisy value of each, their medians, and
-the median of the paired ratios (compiled / numpy; below 1 is faster).
+servers) three times per repetition, drawing its noise through the compiled loop
+(``harness/clients/_gaussian.c``) as a run does (four values at a time where the
+CPU has AVX2), through the same loop one value at a time, and through numpy's
+sampler and a pass per step (what a harness installed without a C compiler does),
+the order rotating. All draw the same values from the same kind of generator. It
+prints the CPU time per noisy value of each, their medians, and the medians of the
+paired ratios (compiled / numpy and compiled / one at a time; below 1 is faster).
 
     python -m benchmarks.sampler [--clients N] [--sparsity S] [--chunks K]
                                  [--repeat R] [--json FILE] [--smoke]
@@ -32,6 +33,7 @@ from harness.clients import (
     Sketch,
     SyntheticRows,
     compiled_gaussian,
+    vector_gaussian,
 )
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks
@@ -65,29 +67,38 @@ def measure(args: argparse.Namespace) -> dict:
     rows = SyntheticRows(n, d, 1.0, 7)
     sharer = _FullShares(plan)
     buffers = [_Private(plan.clients_per_chunk * s * d) for _ in range(_PARTIES)]
+    four = vector_gaussian()  # what a run uses: four at a time where the CPU has AVX2
     makers = {}
-    for name in ("compiled", "numpy"):
+    for name in ("compiled", "one at a time", "numpy"):
         noisy = NoisyChunks(plan, sketch, rows, noise, FixedPoint(16), sharer.group)
-        noisy.gaussian = (LatticeGaussian(noise.lattice_sigma, noisy.rng.bit_generator)
-                          if name == "compiled" else NumpyGaussian(noise.lattice_sigma, noisy.rng))
+        noisy.gaussian = (NumpyGaussian(noise.lattice_sigma, noisy.rng) if name == "numpy"
+                          else LatticeGaussian(noise.lattice_sigma, noisy.rng.bit_generator))
         makers[name] = noisy
     chunks = plan.chunks_of(0)[: args.chunks]
     values = sum(plan.span(k)[1] - plan.span(k)[0] for k in chunks) * s * d
     samples: dict[str, list[float]] = {name: [] for name in makers}
-    for rep in range(args.repeat + 1):  # the first round warms the buffers: not kept
-        order = list(makers) if rep % 2 == 0 else list(makers)[::-1]
-        for name in order:
-            started = time.process_time()
-            for k in chunks:
-                makers[name].chunk(k, sharer.sink(buffers, 0))  # type: ignore[arg-type]
-            if rep:
-                samples[name].append(1e9 * (time.process_time() - started) / values)
+    try:
+        for rep in range(args.repeat + 1):  # the first round warms the buffers: not kept
+            names = list(makers)
+            for name in names[rep % 3:] + names[: rep % 3]:
+                vector_gaussian(four and name == "compiled")
+                started = time.process_time()
+                for k in chunks:
+                    makers[name].chunk(k, sharer.sink(buffers, 0))  # type: ignore[arg-type]
+                if rep:
+                    samples[name].append(1e9 * (time.process_time() - started) / values)
+    finally:
+        vector_gaussian(four)
+
+    def paired(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(samples[a], samples[b], strict=True))
+
     return {"workload": {"clients": n, "dim": d, "rows": m, "sparsity": s,
-                         "chunks": len(chunks), "values": values},
+                         "chunks": len(chunks), "values": values, "four_at_a_time": four},
             "repeat": args.repeat, "samples": samples,
             "medians": {k: statistics.median(v) for k, v in samples.items()},
-            "ratio": statistics.median(a / b for a, b in zip(
-                samples["compiled"], samples["numpy"], strict=True))}
+            "ratio": paired("compiled", "numpy"),
+            "four_over_one": paired("compiled", "one at a time")}
 
 
 def report(result: dict) -> str:
@@ -96,9 +107,12 @@ def report(result: dict) -> str:
              f"{w['chunks']} chunks of one worker, {w['values']} noisy values, "
              f"{result['repeat']} rounds; ns of CPU per noisy value"]
     for name, times in result["samples"].items():
-        lines.append(f"{name:9s} " + " ".join(f"{t:.1f}" for t in times)
+        lines.append(f"{name:13s} " + " ".join(f"{t:.1f}" for t in times)
                      + f"   median {result['medians'][name]:.1f}")
     lines.append(f"compiled / numpy, paired: median {result['ratio']:.3f}")
+    how = "four at a time (AVX2)" if w["four_at_a_time"] else "one at a time (no AVX2 here)"
+    lines.append(f"compiled, {how} / one at a time, paired: median "
+                 f"{result['four_over_one']:.3f}")
     return "\n".join(lines)
 
 

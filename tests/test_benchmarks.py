@@ -36,7 +36,7 @@ REPORTS = {
     "prg": {"clients", "repeat", "us_per_client"},
     "programs": {"parameters", "metadata", "times"},
     "protocols": {"parameters", "metadata", "times"},
-    "sampler": {"workload", "repeat", "samples", "medians", "ratio"},
+    "sampler": {"workload", "repeat", "samples", "medians", "ratio", "four_over_one"},
     "scale": {"kernel_floor", "runs", "floor_ratio", "peak_ratio", "peak_big_gib"},
     "stream_local": {"workload", "repeat", "samples", "medians", "ratio"},
     "stream_read": {"mib", "repeat", "seconds"},
