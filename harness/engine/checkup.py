@@ -14,7 +14,7 @@ from harness.engine.mpspdz import OPTIONAL_BINARIES, REQUIRED_BINARIES, is_execu
 from harness.engine.protocols import PROTOCOLS, unusable_reason
 from harness.errors import MpSpdzError
 
-__all__ = ["PYTHON_PACKAGES", "doctor"]
+__all__ = ["PYTHON_PACKAGES", "compiled_loops", "doctor"]
 
 # Import name -> distribution name (they coincide today; kept apart so a
 # package whose names differ does not silently break the version lookup).
@@ -44,6 +44,24 @@ def _find_openssl() -> str | None:
 def _line(out: IO[str], ok: bool, what: str, detail: str = "") -> None:
     status = "ok" if ok else "MISSING"
     print(f"  {status:<8} {what}{'  ' + detail if detail else ''}", file=out)
+
+
+def compiled_loops() -> list[tuple[str, str | None]]:
+    """The install's compiled loops: each one's name and how it runs, or None where it
+    was not built (the clients then take numpy's path: the same values, more slowly)."""
+    from harness.clients import compiled_gaussian, compiled_sketch, vector_gaussian
+
+    gaussian = (("four draws at a time (AVX2)" if vector_gaussian() else "one draw at a time")
+                if compiled_gaussian() else None)
+    sketch = "harness/clients/_sketch.c" if compiled_sketch() else None
+    return [("Gaussian sampler", gaussian and f"harness/clients/_gaussian.c, {gaussian}"),
+            ("sketch's loops", sketch)]
+
+
+_SLOWER = {"Gaussian sampler": "the clients' noise is drawn through numpy, about twice "
+                               "the time",
+           "sketch's loops": "the sketch's buckets are drawn through numpy, about twice "
+                             "the time"}
 
 
 def doctor(
@@ -108,6 +126,14 @@ def doctor(
         or "fix: install OpenSSL (e.g. `apt-get install openssl`); "
         "it makes each run's SSL certificates",
     )
+
+    # Not required: without them a run draws the same values through numpy.
+    print("Compiled loops (built by the install, optional):", file=out)
+    for name, how in compiled_loops():
+        status = "ok" if how else "slower"
+        detail = how or (f"not built: {_SLOWER[name]}; fix: reinstall the harness where a C "
+                         "compiler is installed (`pip install -e .` in a checkout)")
+        print(f"  {status:<8} {name}  {detail}", file=out)
 
     print(
         "All required components found." if healthy else "Some required components are missing.",

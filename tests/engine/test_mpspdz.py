@@ -328,6 +328,40 @@ def test_doctor_nothing_installed_still_reports_everything() -> None:
     assert "numpy" in text and "openssl" in text
 
 
+def _avx2() -> bool:
+    with open("/proc/cpuinfo") as fh:
+        return any(line.startswith("flags") and " avx2" in line for line in fh)
+
+
+@pytest.mark.usefixtures("healthy_env")
+def test_doctor_reports_the_compiled_loops_and_how_the_sampler_runs(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "mp")
+    out = io.StringIO()
+    assert checkup.doctor(root, out=out) is True
+    lines = out.getvalue().splitlines()
+    sampler = next(x for x in lines if "Gaussian sampler" in x)
+    how = "four draws at a time (AVX2)" if _avx2() else "one draw at a time"
+    assert sampler.split()[0] == "ok" and sampler.endswith(how)
+    assert next(x for x in lines if "sketch's loops" in x).split()[0] == "ok"
+
+
+@pytest.mark.usefixtures("healthy_env")
+def test_doctor_names_a_loop_not_built_and_the_fix_and_stays_healthy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An install without a C compiler: the same values through numpy, more slowly.
+    import harness.clients.gaussian as gaussian
+    import harness.clients.picks as picks
+
+    monkeypatch.setattr(gaussian, "_library", lambda: None)
+    monkeypatch.setattr(picks, "_library", lambda: None)
+    root = make_tree(tmp_path / "mp")
+    out = io.StringIO()
+    assert checkup.doctor(root, out=out) is True
+    for name in ("Gaussian sampler", "sketch's loops"):
+        line = next(x for x in out.getvalue().splitlines() if name in x)
+        assert line.split()[0] == "slower" and "not built" in line and "C compiler" in line
+
+
 def test_doctor_missing_package_and_openssl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
