@@ -93,6 +93,11 @@ class GaussianNoise(Protocol):
 
     sigma: float
 
+    @property
+    def path(self) -> str:
+        """How the draws are made, for the run's record: ``compiled, four draws at a
+        time``, ``compiled, one draw at a time`` or ``numpy`` (the same values)."""
+
     def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
         """``out[j] = data[clients[j]] + rint(sigma * z_j)`` (int64, mod 2^64; ``data``
         holds integers as float64, ``clients`` indexes it), each z_j the generator's next
@@ -199,6 +204,11 @@ class LatticeGaussian:
         self._used = ctypes.c_int64()
         self._acc = np.zeros(4)
 
+    @property
+    def path(self) -> str:
+        return ("compiled, four draws at a time" if vector_gaussian()
+                else "compiled, one draw at a time")
+
     def add(self, data: np.ndarray, clients: np.ndarray, out: np.ndarray) -> BlockNoise:
         # The library reads raw memory: the types and layouts are checked here, each
         # index there (a pass over them first, in cache, before any word is drawn).
@@ -234,6 +244,8 @@ class LatticeGaussian:
 
 class NumpyGaussian:
     """The same draws and sums as :class:`LatticeGaussian`, a numpy pass per step."""
+
+    path = "numpy"
 
     def __init__(self, sigma: float, rng: np.random.Generator) -> None:
         self.sigma, self.rng = float(sigma), rng

@@ -20,7 +20,10 @@ and statistics were of the noise before rounding; sweep rows are unchanged); 5 a
 LTM's), ``verification.noise_check`` (the servers' noise against the certified
 one; null for the LTM, whose runs are bit-exact) and, in ``privacy``, the
 mechanism with its noise's standard deviation against the central Gaussian's
-(absent from older files).
+(absent from older files); 6 adds ``noise_observed.sampler``, how the client workers
+drew the noise (``compiled, four draws at a time``, ``compiled, one draw at a time``,
+``numpy`` or ``none``; several joined by " and " where client hosts differ; null in
+older files, which did not record it; sweep rows are unchanged).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -214,8 +217,14 @@ def _update_to_5(data: dict) -> dict:
             "privacy": privacy}
 
 
+def _update_to_6(data: dict) -> dict:
+    """Version 5 did not record how the clients drew their noise."""
+    return {**data, "noise_observed": {**data["noise_observed"], "sampler": None}}
+
+
 _RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
-                                                      3: _update_to_4, 4: _update_to_5}
+                                                      3: _update_to_4, 4: _update_to_5,
+                                                      5: _update_to_6}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -298,8 +307,12 @@ def _row_to_5(row: dict) -> dict:
     return row  # and so did version 5
 
 
+def _row_to_6(row: dict) -> dict:
+    return row  # and version 6
+
+
 _ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4,
-                                                   4: _row_to_5}
+                                                   4: _row_to_5, 5: _row_to_6}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

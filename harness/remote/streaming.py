@@ -87,13 +87,14 @@ def encode_totals(totals: ProducerTotals) -> dict:
             "abs_sums": base64.b64encode(totals.abs_sums.astype("<f8").tobytes()).decode(),
             "noise_sum": totals.noise_sum, "noise_sq": totals.noise_sq,
             "busy_s": totals.busy_s, "wait_s": totals.wait_s, "cpu_s": totals.cpu_s,
-            "expand_s": totals.expand_s}
+            "expand_s": totals.expand_s, "sampler": totals.sampler}
 
 
 def decode_totals(raw: dict) -> ProducerTotals:
     shape = tuple(int(x) for x in raw["shape"])
     expected = np.frombuffer(base64.b64decode(raw["expected"]), "<u8").reshape(shape)
     abs_sums = np.frombuffer(base64.b64decode(raw["abs_sums"]), "<f8").reshape(shape)
+    figures = {k: float(raw[k]) for k in ("noise_sum", "noise_sq", "busy_s", "wait_s",
+                                          "cpu_s", "expand_s")}
     return ProducerTotals(expected.astype(np.uint64), abs_sums.astype(np.float64),
-                          *(float(raw[k]) for k in ("noise_sum", "noise_sq", "busy_s",
-                                                    "wait_s", "cpu_s", "expand_s")))
+                          **figures, sampler=str(raw["sampler"]))

@@ -218,7 +218,9 @@ def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
         stages["stream_clients_expand_s"] = sum(t.expand_s for t in workers)
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
                         per_server, wall,
-                        {"noise_mean": mean, "noise_var": noise_sq / count - mean**2})
+                        {"noise_mean": mean, "noise_var": noise_sq / count - mean**2,
+                         # client hosts draw through their own installs: each way, once
+                         "sampler": " and ".join(sorted({t.sampler for t in workers}))})
     streamed = Streamed(prepared, [s["busy_s"] for s in servers], stages, upload)
     if blocks is not None:
         first = servers[0]

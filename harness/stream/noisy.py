@@ -143,6 +143,15 @@ class NoisyChunks:
         self._entry_bound = rows.eta * fp.scale + 1.0
         self.columns = SketchGroups(sketch, plan)
 
+    @property
+    def sampler(self) -> str:
+        """How this worker draws its noise, for the run's record: the Gaussian's path
+        (:attr:`~harness.clients.GaussianNoise.path`), ``numpy`` for the lattice's other
+        kinds, ``none`` where no noise is drawn."""
+        if self.gaussian is not None:
+            return self.gaussian.path
+        return "numpy" if self.lattice else "none"
+
     def chunk(self, k: int, sink: BlockSink | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Chunk k's slot counts per accumulator and its grouped values, (d, slots) uint64.
 

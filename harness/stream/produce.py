@@ -78,6 +78,7 @@ class ProducerTotals:
     wait_s: float
     cpu_s: float  # this process's CPU time: what its work cost, however the cores were shared
     expand_s: float = 0.0  # seeded: time spent expanding the clients' own seeds
+    sampler: str = "unknown"  # how it drew its noise (NoisyChunks.sampler)
 
 
 class ChunkSharer(Protocol):
@@ -176,7 +177,8 @@ def produce(worker: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
         _tell(conns[i], i, ("end", len(mine)))
     busy = time.perf_counter() - started - wait_s
     return ProducerTotals(noisy.expected, noisy.abs_sums, noisy.noise_sum, noisy.noise_sq,
-                          busy, wait_s, time.process_time() - cpu, sharer.expand_s)
+                          busy, wait_s, time.process_time() - cpu, sharer.expand_s,
+                          noisy.sampler)
 
 
 def _tell(conn: Any, server: int, message: tuple) -> None:

@@ -145,7 +145,8 @@ def write_owner_text(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseS
     expected, abs_sums = noisy.expected, noisy.abs_sums
     prepared = Prepared(expected[:m] - expected[m:], abs_sums[:m] + abs_sums[m:],
                         [8 * count] + [0] * (plan.parties - 1), wall,
-                        {"noise_mean": mean, "noise_var": noisy.noise_sq / count - mean**2})
+                        {"noise_mean": mean, "noise_var": noisy.noise_sq / count - mean**2,
+                         "sampler": noisy.sampler})
     prepared.stages = {"stream_wall_s": wall, "stream_clients_s": wall,
                        "stream_workers": 1.0,
                        "stream_clients_cpu_s": time.process_time() - cpu}

@@ -80,7 +80,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 5
+    assert result.format_version == FORMAT_VERSION == 6
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -94,7 +94,7 @@ def test_the_first_format_loads_as_the_run_it_was():
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 5 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 6 and saved["parameters"]["protocol"] == "semi2k"
     assert saved["parameters"]["mechanism"] == "ltm"  # the only mechanism there was
     assert saved["verification"]["noise_check"] is None
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
@@ -107,9 +107,11 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     result = load_result(path)
     saved = result.to_json()
     # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
-    # statistics were of the noise before rounding) and version 5's mechanism, the LTM's
-    assert saved == {**data, "format_version": 5, "privacy": None,
-                     "noise_observed": {**data["noise_observed"], "released": False},
+    # statistics were of the noise before rounding), version 5's mechanism, the LTM's,
+    # and version 6's sampler, not recorded then
+    assert saved == {**data, "format_version": 6, "privacy": None,
+                     "noise_observed": {**data["noise_observed"], "released": False,
+                                        "sampler": None},
                      "parameters": {**data["parameters"], "mechanism": "ltm"},
                      "verification": {**data["verification"], "noise_check": None}}
     assert [k for k in saved if k != "privacy"] == list(data)  # in the order the file had them
@@ -125,7 +127,7 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(version_2()))
     result = load_result(path)
-    assert result.format_version == 5 and result.privacy is None
+    assert result.format_version == 6 and result.privacy is None
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
@@ -152,9 +154,19 @@ def test_a_version_3_result_keeps_its_certificate(tmp_path):
 
 def test_a_version_3_result_was_the_ltm_verified_bit_for_bit():
     result = load_result({**version_2(), "format_version": 3, "privacy": None})
-    assert result.format_version == 5 and result.parameters.mechanism == "ltm"
+    assert result.format_version == 6 and result.parameters.mechanism == "ltm"
     assert result.verification.noise_check is None and result.privacy is None
     assert result.to_json()["parameters"]["mechanism"] == "ltm"
+
+
+def test_a_version_5_result_did_not_record_how_its_noise_was_drawn():
+    data = {**version_2(), "format_version": 5, "privacy": None}
+    data["parameters"] = {**data["parameters"], "mechanism": "ltm"}
+    data["verification"] = {**data["verification"], "noise_check": None}
+    data["noise_observed"] = {**data["noise_observed"], "released": True}
+    result = load_result(data)
+    assert result.format_version == 6
+    assert result.noise_observed == {**data["noise_observed"], "sampler": None}
 
 
 def test_a_current_result_round_trips(tmp_path):

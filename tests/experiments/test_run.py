@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from harness.analyst import load_run
+from harness.clients import vector_gaussian
 from harness.clients.sketch import Sketch
 from harness.experiments import FORMAT_VERSION, RunConfig, run
 from harness.experiments.run import summary
@@ -63,7 +64,9 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     # fixed point with 16 fraction bits: error below 2^-16 per summand
     assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
     saved = json.loads((out / "result.json").read_text())
-    assert saved["format_version"] == FORMAT_VERSION == 5
+    assert saved["format_version"] == FORMAT_VERSION == 6
+    # no noise drawn (noise "none"), by the clients' workers or the data owner's writer
+    assert saved["noise_observed"]["sampler"] == "none"
     assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
     assert saved["metadata"]["harness_version"] and saved["metadata"]["date"]
     sk = np.load(out / "sketch.npz")
@@ -140,6 +143,10 @@ def test_noise_statistics_in_the_revealed_sketch(tmp_path, mp_spdz, program_cach
     rel = 5 * math.sqrt((2 + excess) / draws)
     # the statistics are of the noise as released, rounded to the lattice
     assert observed["released"] is True and privacy["on_lattice"] is True
+    # how the workers drew it: the compiled sampler for Gaussian noise, numpy's otherwise
+    compiled = ("compiled, four draws at a time" if vector_gaussian()
+                else "compiled, one draw at a time")
+    assert observed["sampler"] == (compiled if noise == "gaussian" else "numpy")
     assert observed["noise_var"] == pytest.approx(info["released_variance"], rel=rel)
     # output-level check: T - T_0 has variance (bucket count) * variance / s
     data = _synthetic_data(out)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _sshd import processes_under, trusted_inventory
 
+from harness.clients import vector_gaussian
 from harness.experiments import RunConfig, run
 from harness.remote._client import ClientHost
 
@@ -71,6 +72,10 @@ def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
             assert row["aggregate_s"] > 0
     if sharing == "seeded":
         assert result["timings"]["stream_expand_s"] > 0
+    # how the client hosts drew the noise crossed back with their totals (these hosts
+    # run this tree's harness, compiled sampler included)
+    assert result["noise_observed"]["sampler"] == (
+        "compiled, four draws at a time" if vector_gaussian() else "compiled, one draw at a time")
     assert remote_dirs(fakes) == []  # every host's working directory was removed
     assert no_processes_left(farm.root) == []
 
