@@ -268,10 +268,14 @@ add_avx2(const uint64_t *words, int64_t nwords, int64_t *used, double sigma,
  * 2^50 (the fast path's |z| is below its largest layer's edge). */
 static int exact_below(double sigma, const double *data, int64_t ndata)
 {
-    double edge = 0.0;
-    for (int j = 0; j < 256; j++) {
-        double e = ki_double[j] * wi_double[j];
-        edge = e > edge ? e : edge;
+    static double edge = -1.0;  /* the tables' largest edge, found once */
+    if (edge < 0.0) {
+        double top = 0.0;
+        for (int j = 0; j < 256; j++) {
+            double e = ki_double[j] * wi_double[j];
+            top = e > top ? e : top;
+        }
+        edge = top;
     }
     if (!(fabs(sigma) * edge + 1.0 < EXACT))
         return 0;
