@@ -110,10 +110,11 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def open_private(path: str | os.PathLike[str], mode: str = "wb"):
-    """``open(path, mode)`` for writing, the file 0600 from its creation (and if it existed)."""
-    if mode not in ("wb", "ab", "w", "a"):
+    """``open(path, mode)`` for writing (``w+b``: and reading, as a mapping needs), the file
+    0600 from its creation (and if it existed)."""
+    if mode not in ("wb", "ab", "w", "a", "w+b"):
         raise ValueError(f"open_private opens for writing only, not {mode!r}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+    flags = (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_CREAT | os.O_CLOEXEC
     flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
     fd = os.open(path, flags, PRIVATE_FILE_MODE)
     try:

@@ -99,7 +99,9 @@ def test_no_other_user_can_read_a_secret_mid_run(other_user, shared_dir, program
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
-        while not parties_running(shared_dir):
+        # fast's parties start before their shares exist (they are fed the stream)
+        while not (parties_running(shared_dir) and any(
+                "Persistence" in f or "Input-P0" in f for f in files_under(shared_dir))):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.005)

@@ -41,6 +41,7 @@ from harness.errors import InputError
 from harness.fileio import private_dir
 from harness.stream import (
     ShmTransport,
+    StreamError,
     TransportFactory,
     start_fork_server,
     stream_inputs,
@@ -116,6 +117,7 @@ class LocalCluster(PartyStaging):
         self._held: ExitStack | None = None  # a network opened before its session
         self._schedule: Path | None = None  # a streamed fast run's public input
         self._waiting: tuple[str, HeldParties] | None = None  # launched, held at inputs
+        self._fed = False  # the held parties read their servers' stream as it comes
         super().__init__(parties, workdir)
 
     # --- the Cluster protocol -----------------------------------------------------------
@@ -134,15 +136,24 @@ class LocalCluster(PartyStaging):
             return prepared
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
-        schedule = self.workdir / "public-input" if job.blocks is not None else None
+        # Fed parties (launch) take the schedule from their servers, each at its gate.
+        gates = self._waiting[1].gates if self._fed and self._waiting else None
+        schedule = (self.workdir / "public-input" if job.blocks is not None and not gates
+                    else None)
         transport: TransportFactory = ShmTransport
         try:
             if self.network is not None:  # each chunk crosses its server's link over TLS
                 start_fork_server()  # its imports overlap making the network
                 transport = self._tls_route(self._hold_network(), job.timeout)
-            streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
-                                     as_input=job.as_input, timeout=job.timeout,
-                                     transport=transport, blocks=job.blocks, schedule=schedule)
+            try:
+                streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp, dests,
+                                         as_input=job.as_input, timeout=job.timeout,
+                                         transport=transport, blocks=job.blocks,
+                                         schedule=schedule, gates=gates)
+            except StreamError as exc:
+                if gates and exc.lost and self._waiting is not None:
+                    self._waiting[1].check()  # a fed party that failed is the cause: named
+                raise
             job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         except BaseException:  # no session will follow to close the network
             self._release_network()
@@ -159,8 +170,9 @@ class LocalCluster(PartyStaging):
 
     @property
     def reuses_inputs(self) -> bool:
-        # Through an emulated network the upload is measured: every run sends anew.
-        return self.network is None
+        # Through an emulated network the upload is measured: every run sends anew. Fed
+        # parties read their shares as they came, from a ring that is gone.
+        return self.network is None and not self._fed
 
     # --- the emulated network ---------------------------------------------------------
 
@@ -234,10 +246,14 @@ class LocalCluster(PartyStaging):
     @contextmanager
     def launch(self, job: ClientJob, program: CompiledProgram, *,
                timeout: float, port: int | None = None) -> Iterator[bool]:
-        """A streamed ``local`` job's parties on the loopback start now, held at their
-        inputs (:mod:`.held`) while the clients stream; :meth:`run` releases them.
-        Stopped if the block ends first. Yields whether they started."""
-        if (self.network is not None or job.blocks is not None
+        """A streamed job's parties on the loopback start now, held at their inputs
+        (:mod:`.held`) while the clients stream; :meth:`run` releases them. A ``fast``
+        job's (blocked files, ``job.live``) are fed: each reads its server's share file
+        and schedule as they are written, and sums the stream while it comes. Stopped
+        if the block ends first. Yields whether they started."""
+        fed = job.blocks is not None and job.blocks.feedable and job.live
+        self._fed = False
+        if (self.network is not None or (job.blocks is not None and not fed)
                 or job.input_mode != "shares" or not holdable(program.threads)):
             yield False
             return
@@ -245,6 +261,7 @@ class LocalCluster(PartyStaging):
         gates = [self.party_dir(i) / "Programs" / "Public-Input" / program.name
                  for i in range(self.parties)]
         self._waiting = (program.name, HeldParties(commands, gates))
+        self._fed = fed
         try:
             yield True
         finally:
@@ -257,7 +274,11 @@ class LocalCluster(PartyStaging):
         if self._waiting is not None:  # started by launch, held at their inputs
             (name, held), self._waiting = self._waiting, None
             assert name == program.name, "run on another program than launched"
-            return completed_runs(held.release(timeout))
+            runs = completed_runs(held.release(timeout, fed=self._fed))
+            if self._fed:  # they summed the stream as it came: their time after it
+                for r in runs:
+                    r.stats["after_stream_s"] = max(0.0, r.completed.wall_seconds)
+            return runs
         if self.network is not None:
             return self._run_emulated(program, timeout=timeout, port=port)
         return completed_runs(run_group(self._loopback_commands(program, port),

@@ -10,6 +10,11 @@ stream. :meth:`HeldParties.release` then closes each FIFO (the public input a
 held program reads is empty), once every input is in place; from there on the parties run as
 :func:`harness.engine.process.run_group` runs them, one failing stopping all.
 
+A ``fast`` run's parties are *fed* instead: each one's server writes the program's
+public input into its FIFO as the chunks arrive (:func:`harness.stream.files.fed`),
+so the party sums the stream while it comes, and :meth:`HeldParties.release` only
+waits for them.
+
 Only a program of one thread can be held so (each thread opens the file once).
 """
 
@@ -45,19 +50,32 @@ class HeldParties:
             os.mkfifo(gate, 0o600)
         self.group: Group | None = Group(commands)
 
-    def release(self, timeout: float) -> list[Completed]:
-        """Give every party its (empty) public input, then wait for all as ``run_group`` does
-        (each party's wall time from its release). A party that fails first, or one
-        that never reaches its inputs within ``timeout``, stops all: PartyError."""
+    def release(self, timeout: float, *, fed: bool = False) -> list[Completed]:
+        """Give every party its (empty) public input, or, ``fed`` (its server wrote it
+        and closed it), none; then wait for all as ``run_group`` does (each party's wall
+        time from its release). A party that fails first, or one that never reaches its
+        inputs within ``timeout``, stops all: PartyError."""
         group = self.group
         assert group is not None, "released twice"
         self.group = None
         try:
-            released = self._open_gates(group, timeout)
+            if fed:
+                group.check()
+                released = [time.monotonic()] * len(self.gates)
+                for gate in self.gates:  # read and closed: a plain file stays, as unfed
+                    gate.unlink(missing_ok=True)
+                    gate.write_bytes(b"")
+            else:
+                released = self._open_gates(group, timeout)
             group.restart_clocks(released)
             return group.wait(timeout)
         finally:
             group.stop()
+
+    def check(self) -> None:
+        """PartyError naming a party that has failed while held (else nothing)."""
+        if self.group is not None:
+            self.group.check()
 
     def stop(self) -> None:
         """Stop the parties unless they were released (the run ended before them)."""

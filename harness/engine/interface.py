@@ -48,8 +48,10 @@ class PartyRun:
     """One party's completed process and the statistics parsed from what it printed.
 
     ``stats`` holds MP-SPDZ's figures (``time_s``, ``data_sent_mb``, ``rounds``,
-    ``global_data_sent_mb``) and, where the party's host measured them,
-    ``upload_s``, ``expand_s`` and ``aggregate_s``.
+    ``global_data_sent_mb``; ``busy_s``, the program's own work, where it times it),
+    where the party's host measured them ``upload_s``, ``expand_s`` and
+    ``aggregate_s``, and for a party fed the stream as it came, ``after_stream_s``:
+    its wall time after the stream ended.
     """
 
     party: int
@@ -76,6 +78,10 @@ class ClientJob:
     input text in the program's shape (``blocks``) and the public input a chunk of
     clients at a time.
 
+    ``live`` lets the MPC read a blocked share file while it is written (where the
+    parties can be held, :meth:`Cluster.launch`); not when a server is to change
+    its shares after the upload (``--tamper``).
+
     ``here`` says where a stream to hosts runs (the table of modes decides it,
     :mod:`harness.experiments.modes`): on this machine, its files then sent whole,
     so the hosts need only MP-SPDZ; else each server takes its stream on its host.
@@ -92,6 +98,7 @@ class ClientJob:
     as_input: bool = False
     blocks: FileShape | None = None
     here: bool = False
+    live: bool = True
 
     def stream_plan(self, parties: int, hosts: tuple[int, ...] = ()) -> StreamPlan:
         """The public plan of this job's stream to ``parties`` servers: one client worker

@@ -13,12 +13,14 @@ __all__ = ["PartyStats", "parse_stats", "parse_output", "OUTPUT_MARKER"]
 OUTPUT_MARKER = "LTM-OUTPUT"
 _NUM = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
 _TIME = re.compile(rf"^Time = {_NUM} seconds", re.M)
+_BUSY = re.compile(rf"^Time1 = {_NUM} seconds", re.M)  # a program's timer 1: its own work
 _SENT = re.compile(rf"^Data sent = {_NUM} MB in ~([0-9]+) rounds", re.M)
 _GLOBAL = re.compile(rf"^Global data sent = {_NUM} MB", re.M)
 
 
 class PartyStats(dict):
-    """time_s, data_sent_mb, rounds, global_data_sent_mb."""
+    """time_s, data_sent_mb, rounds, global_data_sent_mb; busy_s where the program
+    times its own work (timer 1)."""
 
 
 def parse_stats(name: str, stderr: str) -> PartyStats:
@@ -27,11 +29,15 @@ def parse_stats(name: str, stderr: str) -> PartyStats:
         missing = [k for k, v in (("time", time), ("sent", sent), ("global", total)) if v is None]
         raise PartyError(f"{name} finished without reporting its {' and '.join(missing)} "
                          "statistics; is this MP-SPDZ v0.4.2?", party=name, stderr=stderr)
-    return PartyStats(
+    stats = PartyStats(
         time_s=float(time.group(1)),
         data_sent_mb=float(sent.group(1)),
         rounds=int(sent.group(2)),
         global_data_sent_mb=float(total.group(1)))
+    busy = _BUSY.search(stderr)
+    if busy is not None:
+        stats["busy_s"] = float(busy.group(1))
+    return stats
 
 
 def parse_output(name: str, stdout: str, count: int) -> np.ndarray:

@@ -157,9 +157,13 @@ def end_to_end_parts(result: RunResult) -> str:
 
 def _after_stream(result: RunResult, seconds: float) -> str:
     """The term after a stream: T_MPC itself, unless the servers summed their shares
-    inside the stream; then only the MPC that opens those sums, which T_MPC includes."""
-    if any(p.mpc_time_s is not None for p in result.parties):  # as execute counts it
+    inside the stream; then only the MPC that opens those sums, which T_MPC includes;
+    or the parties summed the stream as it came (fed), then only what followed it."""
+    if any(p.aggregate_s is not None for p in result.parties):  # as execute counts it
         return f"MPC {seconds:.3f} (opening the sums)"
+    if any(p.mpc_time_s is not None for p in result.parties):
+        return (f"MPC {seconds:.3f} after it (T_MPC {result.t_mpc_s:.3f}: the parties "
+                "summed the stream as it came)")
     return f"T_MPC {result.t_mpc_s:.3f}"
 
 

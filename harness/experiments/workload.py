@@ -389,7 +389,8 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     return ClientJob(work.rows, work.sketch, work.noise, work.fp,
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks or work.slots, here=cfg.route.here)
+                     blocks=work.blocks or work.slots, here=cfg.route.here,
+                     live=cfg.tamper is None)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

@@ -26,7 +26,15 @@ from harness.optional import lazy_package
 
 if TYPE_CHECKING:
     from harness.stream.accept import accept_workers
-    from harness.stream.blocks import BlockedFile, BlockShape, ChunkFile, FileShape, ScheduleWriter
+    from harness.stream.blocks import (
+        RING_CHUNKS,
+        BlockedFile,
+        BlockShape,
+        ChunkFile,
+        FileShape,
+        ScheduleLines,
+        parse_schedule,
+    )
     from harness.stream.buffer import ChannelBuffer
     from harness.stream.chunks import (
         ChunkReader,
@@ -139,7 +147,9 @@ __all__ = [
     "receive",
     "Refused",
     "run_starts",
-    "ScheduleWriter",
+    "RING_CHUNKS",
+    "ScheduleLines",
+    "parse_schedule",
     "SeededReader",
     "SeededShares",
     "serve_file",

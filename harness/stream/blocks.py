@@ -14,11 +14,17 @@ in its place (:class:`BlockedFile`); the last is completed with padding blocks
 
 R follows the global rule (:func:`~harness.clients.layout.choose_block_rows`,
 from n, m and s alone), capped so the carry stays small. The public schedule
-(each block's accumulator) is written as a stream beside the file.
+is written as a stream beside the file, a line per engine chunk written after
+the chunk itself (:class:`ScheduleLines`). So the program can read both while
+they are made: on this machine each server writes its engine chunks into a ring
+of :data:`RING_CHUNKS` and its schedule into a FIFO that its MPC party reads
+(:func:`harness.stream.files.serve_file`); the party sums the stream as it comes.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
@@ -29,11 +35,15 @@ from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
 if TYPE_CHECKING:
     from harness.stream.plan import StreamPlan
 
-__all__ = ["BlockShape", "BlockedFile", "ChunkFile", "FileShape", "ScheduleWriter"]
+__all__ = ["LINE_BYTES", "RING_CHUNKS", "BlockShape", "BlockedFile", "ChunkFile",
+           "FileShape", "ScheduleLines", "parse_schedule"]
 
-# The schedule's first line, the number of engine chunks, is known only at the end:
-# it is written as this many spaces first and filled in (C++ streams skip the blanks).
-_COUNT_WIDTH = 20
+# Engine chunks a fed share file holds before it wraps. The party is never more than
+# a few behind its schedule (:class:`ScheduleLines`), so a wrapped slot was read long ago.
+RING_CHUNKS = 64
+# A FIFO's schedule line is padded to this (a page, the least a pipe holds), so that
+# the pipe and the reader's 8 KiB stream buffer hold three lines at most between them.
+LINE_BYTES = 4096
 # Bytes of rows carried between chunks, at most: 2m accumulators x (R - 1) rows.
 _CARRY_BYTES = 1 << 25
 
@@ -54,11 +64,14 @@ class FileShape(Protocol):
     clients (:class:`BlockShape`, ``fast``) or one row per slot
     (:class:`~harness.stream.slots.SlotShape`, ``reference``)."""
 
+    feedable: bool  # whether its program can read the file as it is written (``ring``)
+
     def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
-             text: bool = False) -> ChunkFile:
+             text: bool = False, ring: int = 0) -> ChunkFile:
         """The writer into ``fh`` (its header written) and, if given, ``schedule``; with
         ``text``, of one value per slot and column as MP-SPDZ input text (the data
-        owner's), not of binary shares."""
+        owner's), not of binary shares; with ``ring``, of a file that wraps after
+        ``ring`` engine chunks, read as it is written (only where ``feedable``)."""
 
     def describe(self) -> dict:
         """The layout's public description, for result.json."""
@@ -70,10 +83,11 @@ class BlockShape:
 
     block_rows: int
     chunk_blocks: int
+    feedable = True
 
     def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
-             text: bool = False) -> ChunkFile:
-        return BlockedFile(fh, schedule, self, plan, text=text)
+             text: bool = False, ring: int = 0) -> ChunkFile:
+        return BlockedFile(fh, schedule, self, plan, text=text, ring=ring)
 
     def describe(self) -> dict:
         return {"kind": "blocked-per-chunk", "block_rows": self.block_rows,
@@ -91,30 +105,47 @@ class BlockShape:
         return cls(R, K)
 
 
-class ScheduleWriter:
-    """The program's public input as a stream: engine chunks, then each block's accumulator."""
+class ScheduleLines:
+    """The program's public input as a stream of lines: first the ring (engine chunks
+    the share file holds before it wraps; 0, it never does), then for each engine
+    chunk ``1`` and its K blocks' accumulators, written once the chunk is in the
+    file, and ``0`` at the end.
 
-    def __init__(self, fh: BinaryIO, shape: BlockShape, m: int) -> None:
-        self.fh, self.K, self.padding = fh, shape.chunk_blocks, 2 * m
-        self.blocks = 0
-        fh.write(b" " * _COUNT_WIDTH + b"\n")
+    With ``pad``, every line is padded with blanks to a multiple of ``pad`` bytes and
+    flushed: the party reads a chunk only after its line, and the FIFO (a pipe of one
+    page) and the party's 8 KiB stream buffer then hold at most three lines, so the
+    writer of chunk c, its lines through c - 1 taken, knows chunks up to c - 4 read.
+    """
+
+    def __init__(self, fh: BinaryIO, ring: int = 0, pad: int = 0) -> None:
+        self.fh, self.pad = fh, pad
+        self._line(str(ring).encode())
 
     def add(self, block_acc: np.ndarray) -> None:
-        if block_acc.size:
-            # Plain decimals: accumulators are small non-negative integers.
-            self.fh.write(" ".join(map(str, block_acc.tolist())).encode() + b"\n")
-        self.blocks += block_acc.size
+        # Plain decimals: accumulators are small non-negative integers.
+        self._line(b"1 " + " ".join(map(str, block_acc.tolist())).encode())
 
-    def finish(self) -> int:
-        """Pad to whole engine chunks and fill in their count; the number of chunks."""
-        chunks = max(1, -(-self.blocks // self.K))
-        pad = chunks * self.K - self.blocks
-        if pad:
-            self.fh.write((f"{self.padding} " * pad).encode() + b"\n")
-        self.fh.flush()
-        self.fh.seek(0)
-        self.fh.write(str(chunks).rjust(_COUNT_WIDTH).encode())
-        return chunks
+    def finish(self) -> None:
+        self._line(b"0")
+
+    def _line(self, line: bytes) -> None:
+        if self.pad:
+            line = line.ljust(-(-(len(line) + 1) // self.pad) * self.pad - 1)
+        self.fh.write(line + b"\n")
+        if self.pad:
+            self.fh.flush()
+
+
+def parse_schedule(text: bytes, chunk_blocks: int) -> tuple[int, np.ndarray]:
+    """What :class:`ScheduleLines` wrote, read as the program reads it: the ring, and
+    each engine chunk's blocks' accumulators in file order (ValueError if malformed)."""
+    numbers = np.array(text.split(), dtype=np.int64)
+    if numbers.size < 2 or numbers[-1] != 0:
+        raise ValueError("a schedule is its ring, its chunks' lines and a final 0")
+    lines = numbers[1:-1].reshape(-1, 1 + chunk_blocks)
+    if not np.all(lines[:, 0] == 1):
+        raise ValueError("every chunk's line of a schedule starts with 1")
+    return int(numbers[0]), lines[:, 1:].ravel()
 
 
 class BlockedFile:
@@ -129,11 +160,17 @@ class BlockedFile:
     accumulator). A share is moved as one opaque element of ``8 * words`` bytes,
     so a transposing copy moves whole shares, and an engine chunk is written as
     soon as its K blocks are in place. Blocks are padded only once, at the end.
+
+    With ``ring``, engine chunk c goes to the file's slot c mod ``ring`` (after the
+    header), and the schedule (a FIFO) gets its line once it is there.
     """
 
     def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, shape: BlockShape,
-                 plan: StreamPlan, text: bool = False) -> None:
-        self.fh, self.text = fh, text
+                 plan: StreamPlan, text: bool = False, ring: int = 0) -> None:
+        if ring:  # never more slots than the run has engine chunks
+            most_blocks = -(-plan.n * plan.s // shape.block_rows) + 2 * plan.m
+            ring = min(ring, -(-most_blocks // shape.chunk_blocks))
+        self.fh, self.text, self.ring = fh, text, ring
         self.shape, self.slots, self.m = shape, plan.n * plan.s, plan.m
         self.R, self.K = shape.block_rows, shape.chunk_blocks
         words = 1 if text else plan.fmt.words  # a text row: one value per column
@@ -141,16 +178,28 @@ class BlockedFile:
         self.zero = np.zeros((), dtype=self.share)
         self.carry = np.zeros((2 * plan.m, self.R, plan.d), dtype=self.share)
         self.held = [0] * (2 * plan.m)
-        self.building = np.empty((self.R, self.K, plan.d), dtype=self.share)
+        if ring:  # the engine chunks are built in place, in the file's mapped slots
+            fh.flush()  # the header
+            start = fh.tell()
+            size = self.R * self.K * plan.d * self.share.itemsize
+            os.ftruncate(fh.fileno(), start + ring * size)
+            self.mapped = mmap.mmap(fh.fileno(), start + ring * size)
+            self.ring_slots = np.ndarray((ring, self.R, self.K, plan.d), dtype=self.share,
+                                    buffer=self.mapped, offset=start)
+            self.building = self.ring_slots[0]
+        else:
+            self.building = np.empty((self.R, self.K, plan.d), dtype=self.share)
+        self.block_acc = np.empty(self.K, dtype=np.int64)  # each block's accumulator
         self.filled = 0  # blocks of ``building`` in place
         self.chunks = 0  # engine chunks written
-        self.schedule = ScheduleWriter(schedule, shape, plan.m) if schedule else None
+        self.padding = 2 * plan.m  # the accumulator of padding blocks
+        self.schedule = (ScheduleLines(schedule, ring, LINE_BYTES if ring else 0)
+                         if schedule else None)
 
     def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
         R, K, carry, held = self.R, self.K, self.carry, self.held
         d = shares.shape[0]
         src = np.ascontiguousarray(shares).view(self.share).reshape(d, -1)
-        made: list[int] = []  # each completed block's accumulator, in file order
         first = 0
         for a, c in enumerate(counts.tolist()):
             if not c:
@@ -168,25 +217,22 @@ class BlockedFile:
                 block = self.building[:, self.filled]
                 block[:h] = carry[a, :h]
                 block[h:] = run[:, :p].T
-                made.append(a)
-                self._placed(1)
+                self._placed(1, a)
             full = (c - p) // R
             while full:
                 j = min(full, K - self.filled)
                 # (d, j * R) -> (R, j, d): blocks j side by side in the engine chunk.
                 self.building[:, self.filled:self.filled + j] = \
                     run[:, p:p + j * R].reshape(d, j, R).transpose(2, 1, 0)
-                made.extend([a] * j)
-                self._placed(j)
+                self._placed(j, a)
                 p += j * R
                 full -= j
             rest = c - p
             carry[a, :rest] = run[:, p:].T
             held[a] = rest
-        if self.schedule is not None:
-            self.schedule.add(np.array(made, dtype=np.int64))
 
-    def _placed(self, blocks: int) -> None:
+    def _placed(self, blocks: int, acc: int) -> None:
+        self.block_acc[self.filled:self.filled + blocks] = acc
         self.filled += blocks
         if self.filled == self.K:
             self._write()
@@ -195,31 +241,35 @@ class BlockedFile:
         words = self.building.view(np.uint64)
         if self.text:
             self.fh.write(format_integers(words.view(np.int64).ravel()))
-        else:
+        elif not self.ring:  # a ring's chunk was built in its slot
             self.fh.write(words.data.cast("B"))
+        if self.schedule is not None:  # the chunk is in the file: its line may follow
+            self.schedule.add(self.block_acc)
         self.chunks += 1
         self.filled = 0
+        if self.ring:
+            self.building = self.ring_slots[self.chunks % self.ring]
 
     def finish(self) -> dict:
         """The carried rows as one last block per accumulator, padded with zero rows;
         the last engine chunk completed with zero blocks (accumulator 2m)."""
-        made = []
         for a, h in enumerate(self.held):
             if h:
                 block = self.building[:, self.filled]
                 block[:h] = self.carry[a, :h]
                 block[h:] = self.zero
-                made.append(a)
-                self._placed(1)
+                self._placed(1, a)
                 self.held[a] = 0
-        if self.schedule is not None:
-            self.schedule.add(np.array(made, dtype=np.int64))
         if self.filled or not self.chunks:
             self.building[:, self.filled:] = self.zero
+            self.block_acc[self.filled:] = self.padding
             self._write()
         chunks = self.chunks
-        if self.schedule is not None and self.schedule.finish() != chunks:
-            raise RuntimeError("layout bug: the schedule and the share file disagree")
+        if self.schedule is not None:
+            self.schedule.finish()
         file_rows = chunks * self.R * self.K
-        return {"engine_chunks": chunks, "file_rows": file_rows,
-                "padding_rows": file_rows - self.slots}
+        shaped = {"engine_chunks": chunks, "file_rows": file_rows,
+                  "padding_rows": file_rows - self.slots}
+        if self.ring:  # the file the party read as it was written: its slots
+            shaped["ring_chunks"] = self.ring
+        return shaped

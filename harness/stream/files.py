@@ -16,10 +16,18 @@ Party 0 also writes the public schedule as it goes. With ``--input party`` no
 server takes a stream: the data owner writes its input text and the schedule a
 chunk at a time (:func:`write_owner`). Every file is written beside its name
 and renamed only when complete (:func:`written`).
+
+Where the party already waits at its public input (a FIFO, :mod:`harness.engine.held`),
+the server *feeds* it instead (:func:`fed`): the share file is a ring of a few engine
+chunks, and each chunk's schedule line goes into the FIFO once the chunk is in the
+ring, so the party reads and sums every chunk while the stream goes on, and no
+server ever holds its whole share file.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import time
 from collections.abc import Iterator
@@ -30,14 +38,14 @@ from typing import BinaryIO
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import open_private
-from harness.stream.blocks import FileShape
+from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
 from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
 from harness.stream.slots import write_owner_text
 
-__all__ = ["partial", "serve_file", "write_owner", "written"]
+__all__ = ["fed", "partial", "serve_file", "write_owner", "written"]
 
 
 def partial(path: Path) -> Path:
@@ -64,13 +72,52 @@ def written(dest: Path, schedule: Path | None) -> Iterator[tuple[BinaryIO, Binar
         raise
 
 
+@contextmanager
+def fed(dest: Path, gate: Path, timeout: float) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """``dest`` (0600, at its name: the party reads it as it is written) and the FIFO
+    ``gate`` its party waits at, opened once the party has it open (within
+    ``timeout``), its pipe shrunk to one schedule line. ``dest`` stays until the
+    run's work directory goes: the party may still read its last chunks."""
+    try:
+        with open_private(dest, "w+b") as fh, _open_gate(gate, timeout) as sh:
+            yield fh, sh
+    except BrokenPipeError:  # the consequence: the party's own error says why
+        raise Lost(f"its MPC party stopped reading {gate.name!r} before the stream "
+                   "ended") from None
+
+
+def _open_gate(gate: Path, timeout: float) -> BinaryIO:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet, the party still starts
+                raise
+        if time.monotonic() > deadline:
+            raise Lost(f"the MPC party never opened its public input {gate.name!r} within "
+                       f"{timeout:g} s")
+        time.sleep(0.005)
+    try:
+        os.set_blocking(fd, True)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, LINE_BYTES)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                buffers: list[ChannelBuffer], dest: Path, shape: FileShape,
-               schedule: Path | None, reader: ChunkReader) -> dict:
+               schedule: Path | None, reader: ChunkReader, *, gate: Path | None = None,
+               timeout: float = 900.0) -> dict:
     """Write every chunk into ``dest`` in ``shape``'s layout, in the plan's order.
 
     ``reader`` gives each chunk's shares of this server (:mod:`.chunks`): as sent,
     or, with seeded sharing, with the seeds expanded and the full words among them.
+    With ``gate``, feed the party that waits there (:func:`fed`): ``dest`` a ring,
+    the schedule into the FIFO.
 
     Returns the busy seconds and the file's shape (rows, padding rows, and for the
     blocked layout its engine chunks). A stream refused or lost leaves neither
@@ -80,9 +127,10 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
     owed = [plan.chunks_of(w) for w in range(plan.workers)]
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
     busy = 0.0
-    with written(dest, schedule) as (fh, sh):
+    ring = RING_CHUNKS if gate is not None else 0
+    with (fed(dest, gate, timeout) if gate is not None else written(dest, schedule)) as (fh, sh):
         fh.write(plan.fmt.header)
-        out = shape.open(fh, sh, plan)
+        out = shape.open(fh, sh, plan, ring=ring)
         for k in range(plan.chunks):
             w = (k // plan.group) % plan.workers
             message = receive(conns[w], w, received[w], len(owed[w]))

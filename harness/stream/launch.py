@@ -105,7 +105,8 @@ def _context() -> Any:
 def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec,
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, timeout: float,
                   transport: TransportFactory = ShmTransport, blocks: FileShape | None = None,
-                  schedule: Path | None = None) -> Streamed:
+                  schedule: Path | None = None,
+                  gates: Sequence[Path] | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
@@ -116,7 +117,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     ``blocks``: the servers do not sum, they write the clients' shares into share
     files of this shape (``fast``'s blocked or ``reference``'s one row per slot,
     :mod:`.files`), and
-    server 0 the public ``schedule`` the program reads beside them.
+    server 0 the public ``schedule`` the program reads beside them. With ``gates``
+    (blocked files only), server i feeds both to its MPC party, which waits at the
+    FIFO ``gates[i]`` and sums the chunks as they are written (:func:`.files.fed`).
 
     The processes start through :mod:`multiprocessing`, so a Python script that
     calls this (or a streamed :func:`harness.experiments.run`) needs the usual
@@ -131,7 +134,8 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
             for i in range(plan.parties):
                 procs.start(f"server P{i}", _server_main,
                             (i, plan, sketch, carrier.server_end(i), dests[i], as_input, blocks,
-                             schedule if i == 0 else None))
+                             schedule if i == 0 else None, gates[i] if gates else None,
+                             timeout))
             for w in range(plan.workers):
                 procs.start(f"client worker {w}", _worker_main,
                             (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
@@ -226,7 +230,8 @@ def assemble_stream(plan: StreamPlan, workers: list[ProducerTotals],
         first = servers[0]
         streamed.layout = {**blocks.describe(),
                            "clients_per_chunk": plan.clients_per_chunk,
-                           **{key: first[key] for key in ("file_rows", "padding_rows")}}
+                           **{key: first[key] for key in ("file_rows", "padding_rows",
+                                                          "ring_chunks") if key in first}}
     return streamed
 
 
@@ -277,12 +282,12 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
                  as_input: bool, blocks: FileShape | None, schedule: Path | None,
-                 report: Connection) -> None:
+                 gate: Path | None, timeout: float, report: Connection) -> None:
     """Server ``party`` in its own process (:func:`serve_party`), reporting to the parent."""
     _quiet()
     try:
         _tell(report, "ok", serve_party(party, plan, sketch, end, dest, as_input, blocks,
-                                        schedule))
+                                        schedule, gate, timeout))
     except _Violation as exc:
         _tell(report, "violation", str(exc))
     except _Lost as exc:

@@ -62,8 +62,13 @@ class SlotSchedule:
 class SlotShape:
     """A share file of one row per slot, in the order the chunks arrive."""
 
+    # The textbook program reads its schedule's row count first: the whole file first.
+    feedable = False
+
     def open(self, fh: BinaryIO, schedule: BinaryIO | None, plan: StreamPlan, *,
-             text: bool = False) -> ChunkFile:
+             text: bool = False, ring: int = 0) -> ChunkFile:
+        if ring:
+            raise ValueError("a file of a row per slot is never read while it is written")
         return SlotFile(fh, schedule, plan, text)
 
     def describe(self) -> dict:

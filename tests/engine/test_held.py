@@ -21,13 +21,15 @@ from harness.experiments import (
     make_cluster,
     program_for,
 )
+from harness.stream import RING_CHUNKS
 
 pytestmark = pytest.mark.mpspdz
 
 
 def _setup(mp, tmp_path: Path, program_cache, **kw):
-    cfg = RunConfig(out=tmp_path / "o", program="local", parties=3, clients=20_000, rows=10,
-                    dim=3, noise="none", seed=2, cache_dir=program_cache, **kw).validate()
+    kw.setdefault("program", "local")
+    cfg = RunConfig(out=tmp_path / "o", parties=3, clients=20_000, rows=10, dim=3,
+                    noise="none", seed=2, cache_dir=program_cache, **kw).validate()
     work = build_workload(cfg)
     return cfg, program_for(mp, cfg, work), make_cluster(cfg, mp, tmp_path / "w"), \
         client_job(cfg, work)
@@ -119,13 +121,29 @@ def test_a_party_killed_while_held_is_named_and_stops_the_others(tmp_path, mp_sp
     assert _gone(cluster)
 
 
-def test_only_a_streamed_local_run_on_the_loopback_is_held(tmp_path, mp_spdz, program_cache):
-    # fast's servers write the public input the parties read as they stream
-    cfg = RunConfig(out=tmp_path / "o", program="fast", parties=2, clients=2000, rows=10,
-                    dim=2, noise="none", seed=2, cache_dir=program_cache).validate()
-    work = build_workload(cfg)
-    program = program_for(mp_spdz, cfg, work)
-    cluster = make_cluster(cfg, mp_spdz, tmp_path / "w")
-    with cluster.launch(client_job(cfg, work), program, timeout=60) as started:
+def test_a_fast_run_s_parties_are_fed_the_stream_and_sum_it_as_it_comes(tmp_path, mp_spdz,
+                                                                          program_cache):
+    cfg, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache, program="fast")
+    with cluster.launch(job, program, timeout=60) as started:
+        assert started
+        _all_held(cluster)
+        prepared = cluster.prepare(job)
+        # Each server fed its party: the share file is a ring, which stays small.
+        assert 0 < prepared.layout["ring_chunks"] <= RING_CHUNKS
+        runs = cluster.run(program, timeout=60)
+    revealed = parse_output("P0", runs[0].completed.stdout, 10 * 3)
+    assert np.array_equal(revealed.reshape(10, 3), prepared.expected)
+    # What the parties did after the stream is apart from their summing (timer 1).
+    assert all(r.stats["after_stream_s"] >= 0 and r.stats["busy_s"] > 0 for r in runs)
+    assert not cluster.reuses_inputs  # the ring is no input to run on again
+    assert _gone(cluster)
+
+
+@pytest.mark.parametrize("options", [{"program": "reference", "input_mode": "shares"},
+                                     {"program": "fast", "tamper": 1}])
+def test_a_reference_or_tampered_run_is_not_held(tmp_path, mp_spdz, program_cache, options):
+    # reference reads its whole schedule first; --tamper changes a share after the stream
+    _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache, **options)
+    with cluster.launch(job, program, timeout=60) as started:
         assert not started
         assert _party_processes(cluster) == {}

@@ -32,14 +32,17 @@ from harness.stream import (
     SketchGroups,
     StreamError,
     StreamPlan,
+    parse_schedule,
     stream_inputs,
 )
 from harness.stream.noisy import group_slots
 
 
-def _schedule(path: Path) -> tuple[int, np.ndarray]:
-    numbers = np.array(path.read_text().split(), dtype=np.int64)
-    return int(numbers[0]), numbers[1:]
+def _schedule(path: Path, shape: BlockShape) -> tuple[int, np.ndarray]:
+    """Engine chunks and each block's accumulator, as the program reads them."""
+    ring, block_acc = parse_schedule(path.read_bytes(), shape.chunk_blocks)
+    assert ring == 0  # a whole file
+    return block_acc.size // shape.chunk_blocks, block_acc
 
 
 def _block_sums(rows: np.ndarray, shape: BlockShape, chunks: int) -> np.ndarray:
@@ -68,9 +71,8 @@ def test_every_slot_is_stored_once_in_a_block_of_its_accumulator(s, chunk, shape
         ids = component * n + start + clients + 1
         blocked.add(counts, ids.astype(np.uint64)[None, :, None])
     chunks = blocked.finish()["engine_chunks"]
-    numbers = np.array(text.getvalue().split(), dtype=np.int64)  # as the program reads it
-    assert numbers[0] == chunks
-    block_acc = numbers[1:]
+    ring, block_acc = parse_schedule(text.getvalue(), shape.chunk_blocks)  # as the program
+    assert ring == 0 and block_acc.size == chunks * shape.chunk_blocks
     R, K = shape.block_rows, shape.chunk_blocks
     stored = np.frombuffer(out.getvalue(), dtype=np.uint64)
     assert stored.size == chunks * R * K and block_acc.size == chunks * K
@@ -149,8 +151,9 @@ def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape):
     shaped = blocked.finish()
     stored, owners = _blocked_by_rows(chunks, shape, m)
     assert out.getvalue() == stored
-    numbers = [int(x) for x in text.getvalue().split()]
-    assert numbers == [len(owners) // shape.chunk_blocks, *owners]
+    K = shape.chunk_blocks
+    lines = [[1, *owners[i:i + K]] for i in range(0, len(owners), K)]
+    assert [int(x) for x in text.getvalue().split()] == [0, *sum(lines, []), 0]
     assert shaped["file_rows"] == len(stored) // (8 * d * fmt.words)
     assert shaped["padding_rows"] == shaped["file_rows"] - slots
     if fmt.words == 1:  # the data owner's text: the same layout, as signed decimals
@@ -197,7 +200,7 @@ def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, partie
     done = stream_inputs(plan, sketch, rows, NoiseSpec("gaussian", n=n, m=m, d=d, s=s),
                          FixedPoint(16), dests, as_input=False, timeout=120, blocks=shape,
                          schedule=schedule)
-    chunks, block_acc = _schedule(schedule)
+    chunks, block_acc = _schedule(schedule, shape)
     words = [read_share_file(p, fmt).reshape(-1, d, fmt.words) for p in dests]
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in [*dests, schedule])
     if fmt.words == 1:

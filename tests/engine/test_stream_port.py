@@ -74,7 +74,8 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
         with Processes(ctx) as procs:
             for i in range(parties):
                 procs.start(f"server P{i}", _server_main, (i, plan, sketch, carrier.server_end(i),
-                                                           dests[i], False, None, None))
+                                                           dests[i], False, None, None, None,
+                                                           120.0))
             # The strangers first, then the run's own workers.
             strangers = Strangers(tmp_path, [("127.0.0.1", port) for port in route.ports])
             for w in range(plan.workers):
@@ -109,7 +110,7 @@ class _Server:
         self.report, sent = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_server_main,
                                 args=(0, self.plan, _SKETCH, end,
-                                      self.dest, False, None, None, sent))
+                                      self.dest, False, None, None, None, 120.0, sent))
         self.proc.start()
         sent.close()
 

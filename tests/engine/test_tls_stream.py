@@ -132,7 +132,7 @@ def test_strangers_in_the_clients_namespace_change_nothing(tmp_path):
                 for i in range(parties):
                     procs.start(f"server P{i}", _server_main,
                                 (i, plan, sketch, carrier.server_end(i), dests[i], False, None,
-                                 None))
+                                 None, None, 120.0))
                 strangers = Strangers(tmp_path, list(zip(route.addresses, route.ports,
                                                          strict=True)),
                                       namespace=net.client_namespace)
@@ -281,7 +281,7 @@ def test_a_server_refuses_a_tls_stream_that_is_not_the_announced_one(tmp_path, e
         got, report = ctx.Pipe(duplex=False)
         server = ctx.Process(target=_server_main,
                              args=(0, plan, sketch, end, dest, False, blocks, schedule,
-                                   report))
+                                   None, 120.0, report))
         client = ctx.Process(target=_replaying_worker,
                              args=(only_p0, plan, _EDITS[edit](sent)))
         server.start()

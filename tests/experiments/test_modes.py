@@ -145,7 +145,7 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
         monkeypatch.setattr(local, "stream_inputs", taken("servers"))
         cluster = LocalCluster.__new__(LocalCluster)
         cluster.parties, cluster.workdir, cluster.network = cfg.party_count, tmp_path, None
-        cluster._held = None
+        cluster._held, cluster._waiting, cluster._fed = None, None, False
         with pytest.raises(_Taken, match="^owner$" if route.sink == "owner" else "^servers$"):
             cluster.prepare(job)
         return

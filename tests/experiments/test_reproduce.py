@@ -80,7 +80,18 @@ def test_scaled_sweeps_of_all_tables(tmp_path, mp_spdz, program_cache):
     for col in ("harness_version", "mp_spdz_version", "protocol", "host", "date"):
         assert raw[col].notna().all(), col
     assert set(raw["mp_spdz_version"]) == {"0.4.2"}
-    # the servers reran on each cell's first inputs: the clients' figures are repetition 0's
+    # fast's parties are fed the stream: every repetition streams anew, with its own figures
+    assert not raw["inputs_reused"].any()
+    first = raw[raw["repetition"] == 0].set_index(["cell", "party"])["prepare_s"]
+    again = raw[raw["repetition"] == 1].set_index(["cell", "party"])["prepare_s"]
+    assert (first.sort_index() != again.sort_index()).all()
+
+
+def test_a_local_sweep_reruns_the_servers_on_each_cells_first_inputs(tmp_path, mp_spdz,
+                                                                     program_cache):
+    out = reproduce(_cfg(tmp_path, "table4", program_cache, program="local"))
+    raw = load_raw(out / RAW_FILE)
+    # the clients' figures are repetition 0's
     assert not raw[raw["repetition"] == 0]["inputs_reused"].any()
     assert raw[raw["repetition"] == 1]["inputs_reused"].all()
     first = raw[raw["repetition"] == 0].set_index(["cell", "party"])["prepare_s"]

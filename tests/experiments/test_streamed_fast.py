@@ -11,6 +11,7 @@ import pytest
 from harness.clients import read_share_file
 from harness.errors import VerificationError
 from harness.experiments import RunConfig, run
+from harness.stream import RING_CHUNKS, parse_schedule
 
 pytestmark = pytest.mark.mpspdz
 
@@ -40,14 +41,36 @@ def test_a_streamed_fast_run_verifies_from_its_streamed_files(tmp_path, mp_spdz,
     assert result["timings"]["stream_wall_s"] == result["timings"]["prepare_s"]
     assert ("stream_expand_s" in result["timings"]) == (sharing == "seeded")
     fmt = cfg.validate().share_format
+    chunk_words = R * K * 3 * fmt.words
     for i in range(parties):
         share = out / "work" / f"P{i}" / "Persistence" / f"Transactions-P{i}.data"
         assert oct(share.stat().st_mode & 0o777) == "0o600"
         words = read_share_file(share, fmt)
-        assert words.size == layout["file_rows"] * 3 * fmt.words
-    schedule = (out / "work" / "P0" / "Programs" / "Public-Input").iterdir()
-    numbers = np.array(next(schedule).read_text().split(), dtype=np.int64)
-    assert numbers[0] * K == numbers.size - 1 == layout["file_rows"] // R
+        # Fed: a ring of engine chunks, which the party read as they were written.
+        assert 0 < layout["ring_chunks"] <= RING_CHUNKS
+        assert words.size == layout["ring_chunks"] * chunk_words
+        # The schedule went through a FIFO; what stays is an empty plain file.
+        gate = out / "work" / f"P{i}" / "Programs" / "Public-Input" / "fast"
+        assert gate.is_file() and gate.stat().st_size == 0
+    # T_MPC is the parties' summing beside the stream; what follows the stream is apart.
+    assert all(p["mpc_time_s"] is not None and p["time_s"] > 0 for p in result["parties"])
+    assert result["t_end_to_end_s"] == pytest.approx(
+        result["timings"]["prepare_s"] + max(p["mpc_time_s"] for p in result["parties"]))
+
+
+def test_a_fed_fast_run_wraps_its_ring_and_stays_bit_exact(tmp_path, mp_spdz, program_cache):
+    # Over a hundred engine chunks through a ring of 64: every slot is rewritten, and a
+    # slot rewritten before its party had read it would show in the verification.
+    out = tmp_path / "out"
+    result = run(RunConfig(out=out, cache_dir=program_cache, timeout=300, program="fast",
+                           parties=3, keep_work=True, clients=250_000, dim=10, rows=50,
+                           sparsity=3, seed=9))
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    layout = result["parameters"]["layout"]
+    R, K = layout["block_rows"], layout["chunk_blocks"]
+    assert layout["file_rows"] // (R * K) > 1.5 * RING_CHUNKS == 1.5 * layout["ring_chunks"]
+    share = out / "work" / "P1" / "Persistence" / "Transactions-P1.data"
+    assert share.stat().st_size < 8 * (RING_CHUNKS * R * K * 10 + 64)
 
 
 def test_a_tampered_share_of_a_streamed_fast_run_is_reported(tmp_path, program_cache,
@@ -94,6 +117,6 @@ def test_the_data_owners_blocked_text_streams_and_verifies(tmp_path, mp_spdz, pr
     assert values.size == layout["file_rows"] * d
     assert np.count_nonzero(values) > n * s * d * 0.99  # padding rows are zeros
     schedule = next((work / "P0" / "Programs" / "Public-Input").iterdir())
-    numbers = np.array(schedule.read_text().split(), dtype=np.int64)
-    assert numbers[0] == layout["engine_chunks"] and numbers.size == 1 + numbers[0] * K
+    ring, block_acc = parse_schedule(schedule.read_bytes(), K)
+    assert ring == 0 and block_acc.size == layout["engine_chunks"] * K
     assert result["client_upload_bytes"] == [8 * n * s * d] + [0] * (parties - 1)
