@@ -158,8 +158,11 @@ def caption(spec: Spec, summary: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-END_TO_END_CAPTION = ("T_end_to_end: prepare + upload + expand + T_MPC per repetition, mean ± "
-                      "std (upload 0 where the share files are written in place).")
+END_TO_END_CAPTION = ("T_end_to_end: the clients' stream (prepare, with the upload and the "
+                      "seeds' expansion where they ran in it, else added) plus the MPC after "
+                      "it, per repetition, mean ± std (upload 0 where the share files are "
+                      "written in place; where the servers summed the stream, or the parties "
+                      "read it as it came, only the MPC after it is added).")
 
 
 def end_to_end_lines(raw: pd.DataFrame) -> list[str]:
