@@ -137,7 +137,8 @@ class LocalCluster(PartyStaging):
         dests = [party_input_file(self.party_dir(i), i) if job.as_input else self.share_file(i)
                  for i in range(self.parties)]
         # Fed parties (launch) take the schedule from their servers, each at its gate.
-        gates = self._waiting[1].gates if self._fed and self._waiting else None
+        gates = (list(zip(self._waiting[1].gates, self._waiting[1].pids, strict=True))
+                 if self._fed and self._waiting else None)
         schedule = (self.workdir / "public-input" if job.blocks is not None and not gates
                     else None)
         transport: TransportFactory = ShmTransport

@@ -72,6 +72,12 @@ class HeldParties:
         finally:
             group.stop()
 
+    @property
+    def pids(self) -> list[int]:
+        """Each party's process id, in order (for a server to see its party gone)."""
+        assert self.group is not None, "released"
+        return self.group.pids
+
     def check(self) -> None:
         """PartyError naming a party that has failed while held (else nothing)."""
         if self.group is not None:

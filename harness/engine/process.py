@@ -151,10 +151,12 @@ def _describe_exit(rc: int) -> str:
 def _culprit(failed: list[tuple[_Running, int]]) -> _Running:
     """The process to blame: the first to end, and among those seen in the same poll, one
     killed by a signal (its peers exit with status 1 once it is gone, often by the next
-    read, so party order must not decide)."""
+    read, so party order must not decide), SIGPIPE last: a peer that wrote to it got
+    that one."""
     earliest = min(r.ended or 0.0 for r, _ in failed)
     same_poll = [(r, rc) for r, rc in failed if (r.ended or 0.0) - earliest <= _POLL_SECONDS]
-    return min(same_poll, key=lambda pair: (pair[1] >= 0, pair[0].ended or 0.0))[0]
+    return min(same_poll, key=lambda pair: (pair[1] >= 0, pair[1] == -signal.SIGPIPE,
+                                            pair[0].ended or 0.0))[0]
 
 
 class Group:
@@ -188,6 +190,11 @@ class Group:
                 party=res.name, returncode=res.returncode, stdout=res.stdout,
                 stderr=res.stderr)
         return codes
+
+    @property
+    def pids(self) -> list[int]:
+        """Each command's process id, in order."""
+        return [r.proc.pid for r in self.running]
 
     def restart_clocks(self, at: Sequence[float]) -> None:
         """Time each command from ``at`` (``time.monotonic``) on, not from its start:

@@ -43,6 +43,7 @@ from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
 from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
+from harness.stream.procs import pid_alive
 from harness.stream.slots import write_owner_text
 
 __all__ = ["fed", "partial", "serve_file", "write_owner", "written"]
@@ -73,20 +74,22 @@ def written(dest: Path, schedule: Path | None) -> Iterator[tuple[BinaryIO, Binar
 
 
 @contextmanager
-def fed(dest: Path, gate: Path, timeout: float) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+def fed(dest: Path, gate: Path, party: int,
+        timeout: float) -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """``dest`` (0600, at its name: the party reads it as it is written) and the FIFO
-    ``gate`` its party waits at, opened once the party has it open (within
-    ``timeout``), its pipe shrunk to one schedule line. ``dest`` stays until the
-    run's work directory goes: the party may still read its last chunks."""
+    ``gate`` its party (process ``party``) waits at, opened once the party has it open
+    (within ``timeout``; Lost at once if the party is gone), its pipe shrunk to one
+    schedule line. ``dest`` stays until the run's work directory goes: the party may
+    still read its last chunks."""
     try:
-        with open_private(dest, "w+b") as fh, _open_gate(gate, timeout) as sh:
+        with open_private(dest, "w+b") as fh, _open_gate(gate, party, timeout) as sh:
             yield fh, sh
     except BrokenPipeError:  # the consequence: the party's own error says why
         raise Lost(f"its MPC party stopped reading {gate.name!r} before the stream "
                    "ended") from None
 
 
-def _open_gate(gate: Path, timeout: float) -> BinaryIO:
+def _open_gate(gate: Path, party: int, timeout: float) -> BinaryIO:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -95,6 +98,8 @@ def _open_gate(gate: Path, timeout: float) -> BinaryIO:
         except OSError as exc:
             if exc.errno != errno.ENXIO:  # ENXIO: no reader yet, the party still starts
                 raise
+        if not pid_alive(party):  # the consequence: the party's own error says why
+            raise Lost(f"its MPC party ended before it opened {gate.name!r}")
         if time.monotonic() > deadline:
             raise Lost(f"the MPC party never opened its public input {gate.name!r} within "
                        f"{timeout:g} s")
@@ -110,7 +115,8 @@ def _open_gate(gate: Path, timeout: float) -> BinaryIO:
 
 def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
                buffers: list[ChannelBuffer], dest: Path, shape: FileShape,
-               schedule: Path | None, reader: ChunkReader, *, gate: Path | None = None,
+               schedule: Path | None, reader: ChunkReader, *,
+               gate: tuple[Path, int] | None = None,
                timeout: float = 900.0) -> dict:
     """Write every chunk into ``dest`` in ``shape``'s layout, in the plan's order.
 
@@ -128,7 +134,8 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
     columns = SketchGroups(sketch, plan)  # chunks come in order: one drawer for all
     busy = 0.0
     ring = RING_CHUNKS if gate is not None else 0
-    with (fed(dest, gate, timeout) if gate is not None else written(dest, schedule)) as (fh, sh):
+    with (fed(dest, *gate, timeout) if gate is not None
+          else written(dest, schedule)) as (fh, sh):
         fh.write(plan.fmt.header)
         out = shape.open(fh, sh, plan, ring=ring)
         for k in range(plan.chunks):

@@ -106,7 +106,7 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                   fp: FixedPoint, dests: list[Path], *, as_input: bool, timeout: float,
                   transport: TransportFactory = ShmTransport, blocks: FileShape | None = None,
                   schedule: Path | None = None,
-                  gates: Sequence[Path] | None = None) -> Streamed:
+                  gates: Sequence[tuple[Path, int]] | None = None) -> Streamed:
     """Run the clients and servers of a streamed run; server i writes ``dests[i]``.
 
     ``as_input``: the aggregates as each server's MP-SPDZ input text (additive only),
@@ -118,8 +118,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
     files of this shape (``fast``'s blocked or ``reference``'s one row per slot,
     :mod:`.files`), and
     server 0 the public ``schedule`` the program reads beside them. With ``gates``
-    (blocked files only), server i feeds both to its MPC party, which waits at the
-    FIFO ``gates[i]`` and sums the chunks as they are written (:func:`.files.fed`).
+    (blocked files only), server i feeds both to its MPC party (process id
+    ``gates[i][1]``), which waits at the FIFO ``gates[i][0]`` and sums the chunks as
+    they are written (:func:`.files.fed`).
 
     The processes start through :mod:`multiprocessing`, so a Python script that
     calls this (or a streamed :func:`harness.experiments.run`) needs the usual
@@ -282,7 +283,7 @@ def _worker_main(w: int, plan: StreamPlan, sketch: Sketch, rows: Rows, noise: No
 
 def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
                  as_input: bool, blocks: FileShape | None, schedule: Path | None,
-                 gate: Path | None, timeout: float, report: Connection) -> None:
+                 gate: tuple[Path, int] | None, timeout: float, report: Connection) -> None:
     """Server ``party`` in its own process (:func:`serve_party`), reporting to the parent."""
     _quiet()
     try:

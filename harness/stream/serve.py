@@ -44,14 +44,14 @@ __all__ = ["serve_party"]
 
 def serve_party(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, dest: Path,
                 as_input: bool, blocks: FileShape | None = None,
-                schedule: Path | None = None, gate: Path | None = None,
+                schedule: Path | None = None, gate: tuple[Path, int] | None = None,
                 timeout: float = 900.0) -> dict[str, float]:
     """Server ``party``: sums its stream into ``dest`` (:func:`_serve`), or, with
     ``blocks``, writes it into its share file of that shape (and ``schedule``, the
-    public input, when given), or with ``gate`` as well, feeds both to its party as
-    they are written (:func:`harness.stream.files.fed`). Its figures: busy and CPU
-    seconds, seed expansion, and what the transport measured (the upload's seconds
-    and bytes)."""
+    public input, when given), or with ``gate`` (its FIFO and its process id) as well,
+    feeds both to its party as they are written (:func:`harness.stream.files.fed`).
+    Its figures: busy and CPU seconds, seed expansion, and what the transport measured
+    (the upload's seconds and bytes)."""
     try:
         cpu = time.process_time()
         buffers, conns = end.open(plan)

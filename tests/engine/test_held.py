@@ -139,6 +139,20 @@ def test_a_fast_run_s_parties_are_fed_the_stream_and_sum_it_as_it_comes(tmp_path
     assert _gone(cluster)
 
 
+def test_a_fed_party_killed_while_held_is_named_at_once(tmp_path, mp_spdz, program_cache):
+    # Its server waits for it at its FIFO; a party gone is seen there, not after --timeout.
+    _, program, cluster, job = _setup(mp_spdz, tmp_path, program_cache, program="fast")
+    with cluster.launch(job, program, timeout=60):
+        pids = _all_held(cluster)
+        os.kill(pids[1], signal.SIGKILL)
+        began = time.monotonic()
+        with pytest.raises(PartyError) as caught:
+            cluster.prepare(job)
+        assert time.monotonic() - began < 30  # job.timeout is 900 s
+    assert (caught.value.party, caught.value.returncode) == ("P1", -signal.SIGKILL)
+    assert _gone(cluster)
+
+
 @pytest.mark.parametrize("options", [{"program": "reference", "input_mode": "shares"},
                                      {"program": "fast", "tamper": 1}])
 def test_a_reference_or_tampered_run_is_not_held(tmp_path, mp_spdz, program_cache, options):
