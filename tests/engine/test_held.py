@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -149,6 +150,39 @@ def test_a_fed_party_killed_while_held_is_named_at_once(tmp_path, mp_spdz, progr
         with pytest.raises(PartyError) as caught:
             cluster.prepare(job)
         assert time.monotonic() - began < 30  # job.timeout is 900 s
+    assert (caught.value.party, caught.value.returncode) == ("P1", -signal.SIGKILL)
+    assert _gone(cluster)
+
+
+def test_a_fed_party_killed_mid_stream_is_named(tmp_path, mp_spdz, program_cache):
+    # Its server's next line finds the FIFO closed: the stream stops, the party is named.
+    cfg = RunConfig(out=tmp_path / "o", program="fast", parties=3, clients=400_000, rows=10,
+                    dim=10, sparsity=4, noise="none", seed=2,
+                    cache_dir=program_cache).validate()
+    work = build_workload(cfg)
+    program = program_for(mp_spdz, cfg, work)
+    cluster = make_cluster(cfg, mp_spdz, tmp_path / "w")
+    job = client_job(cfg, work)
+
+    def kill_once_fed(pid: int, ring: Path) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ring.exists() and ring.stat().st_size > 0 and not _waiting_at_a_fifo(pid):
+                os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.002)
+
+    with cluster.launch(job, program, timeout=60):
+        pids = _all_held(cluster)
+        killer = threading.Thread(target=kill_once_fed, args=(pids[1], cluster.share_file(1)))
+        killer.start()
+        began = time.monotonic()
+        try:
+            with pytest.raises(PartyError) as caught:
+                cluster.prepare(job)
+        finally:
+            killer.join()
+        assert time.monotonic() - began < 30
     assert (caught.value.party, caught.value.returncode) == ("P1", -signal.SIGKILL)
     assert _gone(cluster)
 
