@@ -1,10 +1,12 @@
 """The summaries the pages show add up, and name each figure as `ltm run` does.
 
 A shown ``T_end_to_end`` line of a streamed run ends with the term after the stream:
-``+ T_MPC x`` (the run's T_MPC, which its ``T_MPC`` line must show as the same x) or
-``+ MPC x (opening the sums)`` (``local``, whose T_MPC includes the servers' sums). A
-bare ``+ MPC x`` is the old name, which read as if it were T_MPC. Its terms add up to
-the total, to the printed digits.
+``+ T_MPC x`` (the run's T_MPC, which its ``T_MPC`` line must show as the same x),
+``+ MPC x (opening the sums)`` (``local``, whose T_MPC includes the servers' sums), or
+``+ MPC x after it (T_MPC y: the parties summed the stream as it came)`` (``fast`` fed
+the stream, whose ``T_MPC`` line must show the same y). A bare ``+ MPC x`` is the old
+name, which read as if it were T_MPC. Its terms add up to the total, to the printed
+digits.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from _examples import ROOT, doc_pages
 
 _E2E = re.compile(r"T_end_to_end (?P<total>[\d.]+) s = stream (?P<stream>[\d.]+) \(.*\)"
                   r"(?: \+ upload (?P<upload>[\d.]+))? \+ (?P<term>T_MPC|MPC) (?P<after>[\d.]+)"
-                  r"(?P<opening> \(opening the sums\))?")
+                  r"(?:(?P<opening> \(opening the sums\))|(?: after it \(T_MPC (?P<beside>[\d.]+): "
+                  r"the parties summed the stream as it came\)))?")
 _T_MPC = re.compile(r"T_MPC (?P<t>[\d.]+) s \(slowest party(?P<agg>, its aggregation while the "
                     r"shares arrived included)?\)")
 
@@ -40,12 +43,13 @@ def problems(line: str, t_mpc: str | None) -> list[str]:
     got = _E2E.fullmatch(line)
     if got is None:
         return ["not a summary line ltm run prints (the term after the stream is "
-                "'+ T_MPC x' or '+ MPC x (opening the sums)')"]
+                "'+ T_MPC x', '+ MPC x (opening the sums)' or '+ MPC x after it (T_MPC y: "
+                "...)')"]
     bad = []
-    if got["term"] == "MPC" and not got["opening"]:
+    if got["term"] == "MPC" and not (got["opening"] or got["beside"]):
         bad.append("'+ MPC x' without '(opening the sums)': ltm run prints '+ T_MPC x' here")
-    if got["term"] == "T_MPC" and got["opening"]:
-        bad.append("'+ T_MPC x (opening the sums)' is no line ltm run prints")
+    if got["term"] == "T_MPC" and (got["opening"] or got["beside"]):
+        bad.append("'+ T_MPC x' with a note on the MPC is no line ltm run prints")
     parts = [got["stream"], got["upload"], got["after"]]
     total = sum(float(p) for p in parts if p is not None)
     if abs(total - float(got["total"])) > 0.0015:
@@ -54,7 +58,9 @@ def problems(line: str, t_mpc: str | None) -> list[str]:
     if shown is not None:
         if got["term"] == "T_MPC" and shown["t"] != got["after"]:
             bad.append(f"'+ T_MPC {got['after']}' beside 'T_MPC {shown['t']} s'")
-        if (got["term"] == "MPC") != bool(shown["agg"]):
+        if got["beside"] and shown["t"] != got["beside"]:
+            bad.append(f"'(T_MPC {got['beside']}: ...)' beside 'T_MPC {shown['t']} s'")
+        if bool(got["opening"]) != bool(shown["agg"]):
             bad.append("the T_MPC line and the term after the stream disagree on whether "
                        "the servers summed inside the stream")
     return bad
@@ -77,6 +83,10 @@ def _pages() -> list[Path]:
     ("T_MPC 0.711 s (slowest party); C_MPC 6000.032 MB (model 6000.024 MB)",
      "T_end_to_end 4.790 s = stream 4.786 (clients 4.292 and servers 0.708 side by side, "
      "overlap 1.04x) + MPC 0.004 (opening the sums)", "disagree"),
+    ("T_MPC 0.023 s (slowest party); C_MPC 16.016 MB (model 16.016 MB)",
+     "T_end_to_end 0.315 s = stream 0.315 (clients 0.166 and servers 0.079 side by side, "
+     "overlap 0.78x) + MPC 0.000 after it (T_MPC 0.030: the parties summed the stream as it "
+     "came)", "beside 'T_MPC 0.023 s'"),
 ])
 def test_a_contradicting_summary_is_caught(t_mpc: str, line: str, why: str) -> None:
     assert any(why in p for p in problems(line, t_mpc)), problems(line, t_mpc)
@@ -90,6 +100,10 @@ def test_consistent_summaries_pass() -> None:
                     "by side, overlap 1.04x) + MPC 0.004 (opening the sums)",
                     "T_MPC 0.711 s (slowest party, its aggregation while the shares arrived "
                     "included); C_MPC 6000.032 MB (model 6000.024 MB)") == []
+    assert problems("T_end_to_end 0.315 s = stream 0.315 (clients 0.166 and servers 0.079 side "
+                    "by side, overlap 0.78x) + MPC 0.000 after it (T_MPC 0.023: the parties "
+                    "summed the stream as it came)",
+                    "T_MPC 0.023 s (slowest party); C_MPC 16.016 MB (model 16.016 MB)") == []
 
 
 def test_the_pages_show_summaries() -> None:
