@@ -322,8 +322,10 @@ def test_upload_is_measured_through_the_shaped_links(tmp_path, mp_spdz, program_
         sent = p["upload_bytes_sent"]
         assert sent >= result["client_upload_bytes"][p["party"]]  # + padding and header
         floor = (sent - netns.MIN_BUCKET) * 8 / (_SLOW.rate_mbit * 1e6)
-        # at the link's rate, give or take TCP/TLS overhead and a loaded machine
-        assert floor <= p["upload_s"] <= 2 * floor + 1.0, (p["upload_s"], floor)
+        # at the link's rate, give or take TCP/TLS overhead and a loaded machine; the
+        # server's clock starts when it first reads, which a loaded machine may delay by
+        # some milliseconds while the first bytes already cross
+        assert floor - 0.05 <= p["upload_s"] <= 2 * floor + 1.0, (p["upload_s"], floor)
     # The upload ran inside the stream (prepare_s), not after it.
     assert t["client_upload_s"] == t["stream_upload_s"]
     assert result["t_end_to_end_s"] == pytest.approx(t["prepare_s"] + result["t_mpc_s"])
