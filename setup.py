@@ -1,5 +1,6 @@
-"""The compiled parts: the clients' Gaussian sampler (harness/clients/_gaussian.c) and the
-sketch's per-slot loops (harness/clients/_sketch.c).
+"""The compiled parts: the clients' Gaussian sampler (harness/clients/_gaussian.c), the
+sketch's per-slot loops (harness/clients/_sketch.c) and the servers' copy of shares into
+fast's blocks (harness/stream/_blocks.c).
 
 Everything else is declared in pyproject.toml. The libraries are optional: without a C
 compiler the install goes on, and the same values come through numpy
@@ -17,5 +18,8 @@ setup(ext_modules=[
         extra_compile_args=["-O2", "-ffp-contract=off"], optional=True),
     Extension(
         "harness.clients._sketch", ["harness/clients/_sketch.c"],
+        extra_compile_args=["-O2"], optional=True),
+    Extension(
+        "harness.stream._blocks", ["harness/stream/_blocks.c"],
         extra_compile_args=["-O2"], optional=True),
 ])

@@ -27,7 +27,7 @@ from harness.errors import InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
-           "output_lock", "parents_made", "private_dir", "private_memory",
+           "open_fifo_writer", "output_lock", "parents_made", "private_dir", "private_memory",
            "short_writes_as_full_disk",
            "write_atomic", "write_private"]
 
@@ -122,6 +122,17 @@ def open_private(path: str | os.PathLike[str], mode: str = "wb"):
         return os.fdopen(fd, mode)
     except BaseException:
         os.close(fd)
+        raise
+
+
+def open_fifo_writer(path: str | os.PathLike[str]) -> int | None:
+    """A write descriptor (non-blocking, close-on-exec) of the FIFO at ``path`` if a
+    reader has it open, else None: opening it to write would otherwise wait for one."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet
+            return None
         raise
 
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         least_coins,
         server_noise,
     )
+    from harness.clients.native import find_library, load_library
     from harness.clients.noise import (
         CALIBRATIONS,
         NOISE_GENERATOR,
@@ -111,6 +112,8 @@ __all__ = [
     "SEED_BYTES",
     "choose_block_rows",
     "expand",
+    "find_library",
+    "load_library",
     "ADDITIVE",
     "ArrayRows",
     "EXPORT_LIMIT",

@@ -1,4 +1,5 @@
-"""The install's compiled loops (``_gaussian.c``, ``_sketch.c``), loaded with ctypes.
+"""The install's compiled loops (``_gaussian.c``, ``_sketch.c``, the stream's ``_blocks.c``),
+loaded with ctypes.
 
 The install builds them where it finds a C compiler (``setup.py``: they are optional).
 A library is loaded only if it loads on this system and its ABI function returns the
@@ -15,9 +16,10 @@ from pathlib import Path
 __all__ = ["find_library", "load_library"]
 
 
-def find_library(stem: str) -> Path | None:
-    """The built library ``stem`` (``_gaussian``, ...) beside this module, if any."""
-    here = Path(__file__).resolve().parent
+def find_library(stem: str, here: Path | None = None) -> Path | None:
+    """The built library ``stem`` (``_gaussian``, ...) in the package directory ``here``
+    (by default this one), if any."""
+    here = here or Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"{stem}{suffix}"
         if path.is_file():

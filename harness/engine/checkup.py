@@ -50,18 +50,23 @@ def compiled_loops() -> list[tuple[str, str | None]]:
     """The install's compiled loops: each one's name and how it runs, or None where it
     was not built (the clients then take numpy's path: the same values, more slowly)."""
     from harness.clients import compiled_gaussian, compiled_sketch, vector_gaussian
+    from harness.stream import compiled_placer
 
     gaussian = (("four draws at a time (AVX2)" if vector_gaussian() else "one draw at a time")
                 if compiled_gaussian() else None)
     sketch = "harness/clients/_sketch.c" if compiled_sketch() else None
     return [("Gaussian sampler", gaussian and f"harness/clients/_gaussian.c, {gaussian}"),
-            ("sketch's loops", sketch)]
+            ("sketch's loops", sketch),
+            ("servers' copy into fast's blocks",
+             "harness/stream/_blocks.c" if compiled_placer() else None)]
 
 
 _SLOWER = {"Gaussian sampler": "the clients' noise is drawn through numpy, about twice "
                                "the time",
            "sketch's loops": "the sketch's buckets are drawn through numpy, about twice "
-                             "the time"}
+                             "the time",
+           "servers' copy into fast's blocks": "fast's servers lay out their share files "
+                                               "through numpy, more slowly"}
 
 
 def doctor(

@@ -20,7 +20,6 @@ Only a program of one thread can be held so (each thread opens the file once).
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from harness.engine.process import Command, Completed, Group
 from harness.errors import PartyError
+from harness.fileio import open_fifo_writer
 
 __all__ = ["HeldParties", "holdable"]
 
@@ -111,12 +111,9 @@ class HeldParties:
 def _give(gate: Path) -> bool:
     """Close the FIFO, empty, if its party waits there (else False); the FIFO then
     becomes an empty plain file, as an unheld party's is."""
-    try:
-        fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # no reader yet: the party is still starting
-            return False
-        raise
+    fd = open_fifo_writer(gate)
+    if fd is None:  # no reader yet: the party is still starting
+        return False
     os.close(fd)
     # The party holds the FIFO open; what stays in the work directory is a plain file.
     gate.unlink()

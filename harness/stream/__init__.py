@@ -9,8 +9,8 @@ memory on this machine (:mod:`.transport`) or TLS to a server elsewhere
 (:mod:`.tls`, its wire format :mod:`.wire` and its port :mod:`.accept`). Each
 server reads its chunks (:mod:`.chunks`) into a sink (:mod:`.serve`): the sum
 of its shares, or its share file in the program's shape (:mod:`.files`,
-blocked per chunk of clients, :mod:`.blocks`, or a row per slot,
-:mod:`.slots`). :mod:`.launch` starts the workers and servers as processes
+blocked per chunk of clients, :mod:`.blocks` with its copy :mod:`.placing`, or a
+row per slot, :mod:`.slots`). :mod:`.launch` starts the workers and servers as processes
 (:mod:`.procs`) and reports what each did; :mod:`.spec` is the stream's
 description that a host's agent receives.
 
@@ -71,6 +71,7 @@ if TYPE_CHECKING:
         group_slots,
         run_starts,
     )
+    from harness.stream.placing import compiled_placer
     from harness.stream.plan import CHUNK_VALUES, SKETCH_GROUP_CLIENTS, SLACK, StreamPlan
     from harness.stream.procs import Processes, pid_alive
     from harness.stream.produce import ChunkSharer, ProducerTotals, StreamBroken, produce
@@ -112,6 +113,7 @@ __all__ = [
     "BlockShape",
     "BlockSink",
     "ChannelBuffer",
+    "compiled_placer",
     "check_counts",
     "chunk_frame",
     "chunk_groups",

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 import numpy as np
 
 from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
+from harness.stream.placing import Placer, placer
 
 if TYPE_CHECKING:
     from harness.stream.plan import StreamPlan
@@ -100,9 +101,18 @@ class BlockShape:
         while R > 1 and 2 * m * R * d * share_words * 8 > _CARRY_BYTES:
             R //= 2
         # At most every block of the run: a tiny run is not mostly padding.
-        most = -(-n * s // R) + 2 * m
-        K = max(1, min(CHUNK_SHARES // (R * d * share_words), most))
+        K = max(1, min(CHUNK_SHARES // (R * d * share_words), cls.most_blocks(n, m, s, R)))
         return cls(R, K)
+
+    @staticmethod
+    def most_blocks(n: int, m: int, s: int, block_rows: int) -> int:
+        """A bound on a run's blocks: its slots' whole blocks and one short per accumulator."""
+        return -(-n * s // block_rows) + 2 * m
+
+    def most_chunks(self, plan: StreamPlan) -> int:
+        """A bound on a run's engine chunks."""
+        return -(-self.most_blocks(plan.n, plan.m, plan.s, self.block_rows)
+                 // self.chunk_blocks)
 
 
 class ScheduleLines:
@@ -159,17 +169,18 @@ class BlockedFile:
     chunks, and what is short of a block into the carry (at most R - 1 rows per
     accumulator). A share is moved as one opaque element of ``8 * words`` bytes,
     so a transposing copy moves whole shares, and an engine chunk is written as
-    soon as its K blocks are in place. Blocks are padded only once, at the end.
+    soon as its K blocks are in place (the copy: :mod:`harness.stream.placing`).
+    Blocks are padded only once, at the end.
 
     With ``ring``, engine chunk c goes to the file's slot c mod ``ring`` (after the
     header), and the schedule (a FIFO) gets its line once it is there.
     """
 
     def __init__(self, fh: BinaryIO, schedule: BinaryIO | None, shape: BlockShape,
-                 plan: StreamPlan, text: bool = False, ring: int = 0) -> None:
+                 plan: StreamPlan, text: bool = False, ring: int = 0,
+                 placing: Placer | None = None) -> None:
         if ring:  # never more slots than the run has engine chunks
-            most_blocks = -(-plan.n * plan.s // shape.block_rows) + 2 * plan.m
-            ring = min(ring, -(-most_blocks // shape.chunk_blocks))
+            ring = min(ring, shape.most_chunks(plan))
         self.fh, self.text, self.ring = fh, text, ring
         self.shape, self.slots, self.m = shape, plan.n * plan.s, plan.m
         self.R, self.K = shape.block_rows, shape.chunk_blocks
@@ -177,7 +188,8 @@ class BlockedFile:
         self.share = np.dtype((np.void, 8 * words))
         self.zero = np.zeros((), dtype=self.share)
         self.carry = np.zeros((2 * plan.m, self.R, plan.d), dtype=self.share)
-        self.held = [0] * (2 * plan.m)
+        self.held = np.zeros(2 * plan.m, dtype=np.int64)  # rows carried, per accumulator
+        self.placer = placing or placer()
         if ring:  # the engine chunks are built in place, in the file's mapped slots
             fh.flush()  # the header
             start = fh.tell()
@@ -197,39 +209,16 @@ class BlockedFile:
                          if schedule else None)
 
     def add(self, counts: np.ndarray, shares: np.ndarray) -> None:
-        R, K, carry, held = self.R, self.K, self.carry, self.held
         d = shares.shape[0]
         src = np.ascontiguousarray(shares).view(self.share).reshape(d, -1)
-        first = 0
-        for a, c in enumerate(counts.tolist()):
-            if not c:
-                continue
-            run = src[:, first:first + c]  # (d, c): this accumulator's rows, by column
-            first += c
-            h = held[a]
-            if h + c < R:
-                carry[a, h:h + c] = run.T
-                held[a] = h + c
-                continue
-            p = 0
-            if h:  # the carried rows, then the run's first, make one block
-                p = R - h
-                block = self.building[:, self.filled]
-                block[:h] = carry[a, :h]
-                block[h:] = run[:, :p].T
-                self._placed(1, a)
-            full = (c - p) // R
-            while full:
-                j = min(full, K - self.filled)
-                # (d, j * R) -> (R, j, d): blocks j side by side in the engine chunk.
-                self.building[:, self.filled:self.filled + j] = \
-                    run[:, p:p + j * R].reshape(d, j, R).transpose(2, 1, 0)
-                self._placed(j, a)
-                p += j * R
-                full -= j
-            rest = c - p
-            carry[a, :rest] = run[:, p:].T
-            held[a] = rest
+        counts = np.ascontiguousarray(counts, dtype=np.int64)
+        state = np.zeros(3, dtype=np.int64)
+        while True:
+            self.filled = self.placer.place(src, counts, state, self.held, self.carry,
+                                            self.building, self.filled, self.block_acc)
+            if self.filled < self.K:
+                return
+            self._write()
 
     def _placed(self, blocks: int, acc: int) -> None:
         self.block_acc[self.filled:self.filled + blocks] = acc
@@ -253,7 +242,7 @@ class BlockedFile:
     def finish(self) -> dict:
         """The carried rows as one last block per accumulator, padded with zero rows;
         the last engine chunk completed with zero blocks (accumulator 2m)."""
-        for a, h in enumerate(self.held):
+        for a, h in enumerate(self.held.tolist()):
             if h:
                 block = self.building[:, self.filled]
                 block[:h] = self.carry[a, :h]

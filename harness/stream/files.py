@@ -26,7 +26,6 @@ server ever holds its whole share file.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
-from harness.fileio import open_private
+from harness.fileio import open_fifo_writer, open_private
 from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
@@ -91,13 +90,7 @@ def fed(dest: Path, gate: Path, party: int,
 
 def _open_gate(gate: Path, party: int, timeout: float) -> BinaryIO:
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            break
-        except OSError as exc:
-            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet, the party still starts
-                raise
+    while (fd := open_fifo_writer(gate)) is None:  # no reader yet: the party still starts
         if not pid_alive(party):  # the consequence: the party's own error says why
             raise Lost(f"its MPC party ended before it opened {gate.name!r}")
         if time.monotonic() > deadline:

@@ -343,6 +343,7 @@ def test_doctor_reports_the_compiled_loops_and_how_the_sampler_runs(tmp_path: Pa
     how = "four draws at a time (AVX2)" if _avx2() else "one draw at a time"
     assert sampler.split()[0] == "ok" and sampler.endswith(how)
     assert next(x for x in lines if "sketch's loops" in x).split()[0] == "ok"
+    assert next(x for x in lines if "fast's blocks" in x).split()[0] == "ok"
 
 
 @pytest.mark.usefixtures("healthy_env")
@@ -351,13 +352,15 @@ def test_doctor_names_a_loop_not_built_and_the_fix_and_stays_healthy(
     # An install without a C compiler: the same values through numpy, more slowly.
     import harness.clients.gaussian as gaussian
     import harness.clients.picks as picks
+    import harness.stream.placing as placing
 
     monkeypatch.setattr(gaussian, "_library", lambda: None)
     monkeypatch.setattr(picks, "_library", lambda: None)
+    monkeypatch.setattr(placing, "_library", lambda: None)
     root = make_tree(tmp_path / "mp")
     out = io.StringIO()
     assert checkup.doctor(root, out=out) is True
-    for name in ("Gaussian sampler", "sketch's loops"):
+    for name in ("Gaussian sampler", "sketch's loops", "servers' copy into fast's blocks"):
         line = next(x for x in out.getvalue().splitlines() if name in x)
         assert line.split()[0] == "slower" and "not built" in line and "C compiler" in line
 

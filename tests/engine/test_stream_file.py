@@ -36,6 +36,7 @@ from harness.stream import (
     stream_inputs,
 )
 from harness.stream.noisy import group_slots
+from harness.stream.placing import CompiledPlacer, NumpyPlacer, compiled_placer, placer
 
 
 def _schedule(path: Path, shape: BlockShape) -> tuple[int, np.ndarray]:
@@ -126,12 +127,40 @@ def _blocked_by_rows(chunks: list[tuple[np.ndarray, np.ndarray]], shape: BlockSh
     return np.ascontiguousarray(stored).tobytes(), owners
 
 
+def test_the_servers_copy_shares_into_blocks_compiled():
+    # The install builds it (a server on this machine copies 2 GB a cell through it);
+    # without it the copy goes through numpy, five times the servers' time.
+    assert compiled_placer() and isinstance(placer(), CompiledPlacer), (
+        "harness/stream/_blocks.c is not built: reinstall with a C compiler")
+
+
+@pytest.mark.parametrize("placing", [NumpyPlacer(), None], ids=["numpy", "compiled"])
+def test_a_chunk_whose_counts_do_not_add_up_to_its_shares_is_refused(placing):
+    # The compiled copy trusts its pointers: a chunk claiming more rows than it has
+    # would read past its buffer, so the shapes are checked before it runs.
+    placing = placing or placer()
+    share = np.dtype((np.void, 16))
+    src = np.zeros((3, 10), dtype=share)
+    carry = np.zeros((4, 8, 3), dtype=share)
+    building = np.zeros((8, 2, 3), dtype=share)
+    state, held, block_acc = (np.zeros(k, dtype=np.int64) for k in (3, 4, 2))
+    with pytest.raises(ValueError, match="do not agree"):
+        placing.place(src, np.array([5, 5, 5, 0]), state, held, carry, building, 0,
+                      block_acc)
+    with pytest.raises(ValueError, match="do not agree"):
+        placing.place(src, np.array([5, 5, 0, 0]), state, held, carry[:3], building, 0,
+                      block_acc)
+    assert placing.place(src, np.array([5, 5, 0, 0]), state, held, carry, building, 0,
+                         block_acc) == 0 and held.tolist() == [5, 5, 0, 0]
+
+
 # Runs of many blocks (several side by side in an engine chunk, some crossing into the
 # next), runs shorter than a block, empty accumulators, chunks that complete nothing.
+@pytest.mark.parametrize("placing", [NumpyPlacer(), None], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("fmt", [ADDITIVE, REPLICATED])
 @pytest.mark.parametrize("shape", [BlockShape(4, 3), BlockShape(2, 5), BlockShape(8, 1),
-                                   BlockShape(16, 4)])
-def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape):
+                                   BlockShape(16, 4), BlockShape(1, 2)])
+def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape, placing):
     m, d = 3, 3
     rng = np.random.default_rng(shape.block_rows * 10 + shape.chunk_blocks)
     sizes = [0, 1, 5, 40, 3, 90, 17]
@@ -145,7 +174,7 @@ def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape):
     slots = sum(int(c.sum()) for c, _ in chunks)
     plan = StreamPlan(slots, d, m, 1, 3, fmt.name, workers=1, chunk=max(sizes))
     out, text = io.BytesIO(), io.BytesIO()
-    blocked = BlockedFile(out, text, shape, plan)
+    blocked = BlockedFile(out, text, shape, plan, placing=placing or placer())
     for counts, shares in chunks:
         blocked.add(counts, shares)
     shaped = blocked.finish()
@@ -158,7 +187,7 @@ def test_the_blocked_file_is_the_layout_built_row_by_row(fmt, shape):
     assert shaped["padding_rows"] == shaped["file_rows"] - slots
     if fmt.words == 1:  # the data owner's text: the same layout, as signed decimals
         words = io.BytesIO()
-        as_text = BlockedFile(words, None, shape, plan, text=True)
+        as_text = BlockedFile(words, None, shape, plan, text=True, placing=placing or placer())
         for counts, shares in chunks:
             as_text.add(counts, shares)
         as_text.finish()
