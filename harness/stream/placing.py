@@ -79,6 +79,7 @@ def _check(src: np.ndarray, counts: np.ndarray, state: np.ndarray, held: np.ndar
     if not (d == d2 and carry.shape == (accs, R, d) and held.shape == (accs,)
             and building.dtype == carry.dtype == src.dtype and block_acc.shape == (K,)
             and state.shape == (3,) and int(counts.sum()) == slots
+            and (not accs or int(counts.min()) >= 0)
             and all(a.flags.c_contiguous for a in (src, carry, building))
             and all(a.dtype == np.int64 and a.flags.c_contiguous
                     for a in (counts, state, held, block_acc))

@@ -150,6 +150,9 @@ def test_a_chunk_whose_counts_do_not_add_up_to_its_shares_is_refused(placing):
     with pytest.raises(ValueError, match="do not agree"):
         placing.place(src, np.array([5, 5, 0, 0]), state, held, carry[:3], building, 0,
                       block_acc)
+    with pytest.raises(ValueError, match="do not agree"):  # they add up, one below 0
+        placing.place(src, np.array([15, -5, 0, 0]), state, held, carry, building, 0,
+                      block_acc)
     assert placing.place(src, np.array([5, 5, 0, 0]), state, held, carry, building, 0,
                          block_acc) == 0 and held.tolist() == [5, 5, 0, 0]
 
