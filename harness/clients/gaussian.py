@@ -50,17 +50,12 @@ def _library() -> ctypes.CDLL | None:
 
 def _load(path: Path | None) -> ctypes.CDLL | None:
     """The library at ``path``, if it loads here and speaks this module's convention."""
-    lib = load_library(path, "ltm_gaussian_abi", _ABI)
-    if lib is None:
-        return None
-    fn = lib.ltm_add_gaussian
-    fn.restype = ctypes.c_int64
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
-                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                   ctypes.c_void_p, ctypes.c_void_p]
-    lib.ltm_gaussian_vector.restype = ctypes.c_int
-    lib.ltm_gaussian_vector.argtypes = [ctypes.c_int]
-    return lib
+    return load_library(path, "ltm_gaussian_abi", _ABI, {
+        "ltm_add_gaussian": (ctypes.c_int64, [
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+            ctypes.c_void_p, ctypes.c_void_p]),
+        "ltm_gaussian_vector": (ctypes.c_int, [ctypes.c_int])})
 
 
 def compiled_gaussian() -> bool:

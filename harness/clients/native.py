@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["find_library", "load_library"]
+__all__ = ["Signature", "find_library", "load_library"]
 
 
 def find_library(stem: str, here: Path | None = None) -> Path | None:
@@ -27,8 +29,14 @@ def find_library(stem: str, here: Path | None = None) -> Path | None:
     return None
 
 
-def load_library(path: Path | None, abi_function: str, abi: int) -> ctypes.CDLL | None:
-    """The library at ``path``, if it loads here and ``abi_function()`` returns ``abi``."""
+# A C function's ctypes signature: its result's type (None for void) and its arguments'.
+Signature = tuple[Any, list[Any]]
+
+
+def load_library(path: Path | None, abi_function: str, abi: int,
+                 signatures: Mapping[str, Signature] | None = None) -> ctypes.CDLL | None:
+    """The library at ``path``, if it loads here and ``abi_function()`` returns ``abi``,
+    with each function of ``signatures`` given its result and argument types."""
     if path is None:
         return None
     try:
@@ -39,4 +47,7 @@ def load_library(path: Path | None, abi_function: str, abi: int) -> ctypes.CDLL 
     check.restype, check.argtypes = ctypes.c_int, []
     if check() != abi:  # built from an older source: reinstalling rebuilds it
         return None
+    for name, (restype, argtypes) in (signatures or {}).items():
+        fn = getattr(lib, name)  # present: the ABI number names its functions
+        fn.restype, fn.argtypes = restype, argtypes
     return lib

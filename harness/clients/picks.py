@@ -60,16 +60,11 @@ def _library() -> ctypes.CDLL | None:
 
 
 def _load(path: Path | None) -> ctypes.CDLL | None:
-    lib = load_library(path, "ltm_sketch_abi", _ABI)
-    if lib is None:
-        return None
-    lib.ltm_distinct_picks.restype = None
-    lib.ltm_distinct_picks.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 3 + \
-        [ctypes.c_int] + [ctypes.c_void_p] * 3
-    lib.ltm_group_slots.restype = ctypes.c_int
-    lib.ltm_group_slots.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 3 + \
-        [ctypes.c_void_p] * 2
-    return lib
+    return load_library(path, "ltm_sketch_abi", _ABI, {
+        "ltm_distinct_picks": (None, [ctypes.c_void_p] + [ctypes.c_int64] * 3
+                               + [ctypes.c_int] + [ctypes.c_void_p] * 3),
+        "ltm_group_slots": (ctypes.c_int, [ctypes.c_void_p] + [ctypes.c_int64] * 3
+                            + [ctypes.c_void_p] * 2)})
 
 
 def compiled_sketch() -> bool:

@@ -46,15 +46,13 @@ class Placer(Protocol):
 
 @cache
 def _library() -> ctypes.CDLL | None:
-    lib = load_library(find_library("_blocks", Path(__file__).resolve().parent),
-                       "ltm_blocks_abi", _ABI)
-    if lib is None:
-        return None
-    lib.ltm_place_blocks.restype = ctypes.c_int64
-    lib.ltm_place_blocks.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 3 + \
-        [ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] + \
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    return lib
+    return load_library(
+        find_library("_blocks", Path(__file__).resolve().parent), "ltm_blocks_abi", _ABI,
+        {"ltm_place_blocks": (ctypes.c_int64, [
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_void_p])})
 
 
 def compiled_placer() -> bool:
