@@ -62,9 +62,8 @@ class HeldParties:
             if fed:
                 group.check()
                 released = [time.monotonic()] * len(self.gates)
-                for gate in self.gates:  # read and closed: a plain file stays, as unfed
-                    gate.unlink(missing_ok=True)
-                    gate.write_bytes(b"")
+                for gate in self.gates:  # read and closed by its server
+                    _leave_plain(gate)
             else:
                 released = self._open_gates(group, timeout)
             group.restart_clocks(released)
@@ -115,7 +114,12 @@ def _give(gate: Path) -> bool:
     if fd is None:  # no reader yet: the party is still starting
         return False
     os.close(fd)
-    # The party holds the FIFO open; what stays in the work directory is a plain file.
-    gate.unlink()
-    gate.write_bytes(b"")
+    _leave_plain(gate)
     return True
+
+
+def _leave_plain(gate: Path) -> None:
+    """An empty plain file in the FIFO's place, as an unheld party's public input is
+    (the party holds the FIFO itself open while it needs it)."""
+    gate.unlink(missing_ok=True)
+    gate.write_bytes(b"")
