@@ -323,8 +323,9 @@ def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
     MPC: appended to ``path`` after its aggregate (``append``), else the whole file,
     0600 in a 0700 directory. Returns the number of cells drawn, nothing of the noise."""
     drawn = noise.sample(noise_rng(), shape)
-    private_dir(os.path.dirname(os.path.abspath(path)))
-    with open_private(path, "ab" if append else "wb") as fh:
+    # The run's own directory, never made here; the file itself, never through a link.
+    private_dir(os.path.dirname(os.path.abspath(path)), create=False)
+    with open_private(path, "ab" if append else "wb", follow=False) as fh:
         fh.write(format_integers(drawn.ravel()))
     cells = int(drawn.size)
     del drawn  # nothing of a server's noise is kept

@@ -89,3 +89,60 @@ def test_server_noise_parameters_round_trip_through_json():
     for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
                                           frac_bits=16, cells=8, grid_bits=0)):
         assert type(noise).from_json(noise.to_json()) == noise
+
+
+def _refused(done: subprocess.CompletedProcess, needle: str) -> None:
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("agent noise: ") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr and needle in done.stderr, done.stderr
+
+
+def test_malformed_noise_parameters_and_cell_counts_are_one_line_before_any_draw(tmp_path):
+    good = json.loads(_noise().to_json())
+    cases = [
+        ("{}", ["1", "1"], "is not the noise's parameters"),
+        ("[]", ["1", "1"], "not a JSON object"),
+        ("nonsense", ["1", "1"], "is not the noise's parameters"),
+        (json.dumps({**good, "bogus": 1}), ["1", "1"], "unexpected keyword argument 'bogus'"),
+        (json.dumps({**good, "layout": 5}), ["1", "1"], "is not the noise's parameters"),
+        (json.dumps({**good, "server_mu": "x"}), ["1", "1"], "server_mu is 'x'"),
+        (json.dumps({**good, "server_mu": -5}), ["1", "1"], "server_mu is -5"),
+        (json.dumps(good), ["0", "3"], "--cells 0 3: the sketch has at least one row"),
+        (json.dumps(good), ["-1", "2"], "--cells -1 2"),
+        # far more cells than any machine holds: refused, not a numpy MemoryError
+        (json.dumps(good), ["100000000", "100000000"], "GB of memory, but only"),
+    ]
+    for params, cells, needle in cases:
+        done = agent("noise", params, "out", "--cells", *cells, cwd=tmp_path)
+        _refused(done, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_noise_step_writes_through_no_link_and_makes_no_directory(tmp_path):
+    params = _noise().to_json()
+    work = tmp_path / "work"
+    (work / "Player-Data").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    target = elsewhere / "victim"
+    target.write_text("mine\n")
+    target.chmod(0o644)
+    (work / "Player-Data" / "Input-P0-0").symlink_to(target)
+    (work / "linked").symlink_to(elsewhere)
+    for dest, needle in [
+        ("Player-Data/Input-P0-0", "Player-Data/Input-P0-0 is a symbolic link"),
+        ("linked/Input-P0-0", "linked is a symbolic link"),
+        ("missing/deeper/Input-P0-0", "its directory missing is not in the run's working "
+                                      "directory"),
+        (str(elsewhere / "new"), "must be a path inside the run's working directory"),
+        ("../elsewhere/new", "must be a path inside the run's working directory"),
+        ("Player-Data", "exists and is not a regular file"),
+    ]:
+        for append in ([], ["--append"]):
+            _refused(agent("noise", params, dest, "--cells", "2", "2", *append, cwd=work),
+                     needle)
+    # The link's target is untouched, its mode too; nothing was created anywhere.
+    assert target.read_text() == "mine\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim"]
+    assert sorted(p.name for p in work.iterdir()) == ["Player-Data", "linked"]
