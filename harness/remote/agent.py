@@ -14,11 +14,13 @@ installed there. A streamed run (:mod:`harness.remote.streaming`) takes two step
 
 Between a streamed run's stream and its MPC, ``--mechanism dng`` takes one more:
 
-* ``noise NOISE DEST --cells M D [--append]``: a server draws its own noise for
+* ``noise NOISE DEST --cells M D --digest-key HEX [--append]``: a server draws its own noise for
   each of the M x D cells from the public parameters NOISE (JSON,
   :meth:`harness.clients.ServerNoise.to_json`) and writes it into DEST, its input
   file (after its aggregate, with ``--append``), 0600; only the count of cells
-  is printed. DEST is a path inside the working directory whose directories are
+  and the noise's digest under the public weights of ``--digest-key HEX``
+  (:mod:`harness.clients.digest`), by which the runner checks the release exactly,
+  are printed. DEST is a path inside the working directory whose directories are
   there already: none is created, and no symbolic link is followed (the file is
   opened with ``O_NOFOLLOW``). Malformed parameters, a count of cells that could
   not be held in memory, or such a DEST are refused before anything is drawn.
@@ -80,8 +82,23 @@ def noise(args: argparse.Namespace) -> None:
     params = _noise_params(args.noise)
     shape = _cells(*args.cells)
     _check_dest(args.dest)
-    cells = input_server_noise(params, shape, args.dest, append=args.append)
-    _reply("noise", cells=cells, seconds=time.perf_counter() - started)
+    key = _digest_key(args.digest_key)
+    cells, digest = input_server_noise(params, shape, args.dest, append=args.append,
+                                       digest_key=key)
+    _reply("noise", cells=cells, digest=digest, seconds=time.perf_counter() - started)
+
+
+def _digest_key(text: str) -> bytes:
+    from harness.clients import DIGEST_KEY_BYTES
+    from harness.errors import InputError
+
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != DIGEST_KEY_BYTES:
+        raise InputError(f"--digest-key must be {DIGEST_KEY_BYTES} bytes in hex, got {text!r}")
+    return key
 
 
 def _noise_params(text: str):
@@ -175,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("dest", type=Path)
     s.add_argument("--cells", type=int, nargs=2, required=True, metavar=("M", "D"))
     s.add_argument("--append", action="store_true", help="after the aggregate in DEST")
+    s.add_argument("--digest-key", required=True, metavar="HEX",
+                   help="the run's public key of the weights the noise's digest is taken under")
     return p
 
 

@@ -88,6 +88,8 @@ def test_dng_noise_is_drawn_on_each_host_and_verifies_bit_for_bit(
     assert privacy["certified_epsilon"] <= 4.0
     # The noise the MPC added (revealed by the test aid) is the sum of what the hosts'
     # own files held: each drew its own there, every one different.
+    # and exactly the noise the hosts drew, by the digests their agents reported
+    assert v["noise_check"]["digest_match"] is True
     assert sorted(held) == list(range(parties))
     assert all(np.any(held[i] != held[j]) for i in held for j in held if i < j)
     work = tmp_path / "out" / "work"
@@ -118,3 +120,4 @@ def test_a_host_whose_agent_cannot_draw_fails_the_run_naming_it(
     assert "only dng noise is drawn outside the MPC" in message
     assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []
     assert not (tmp_path / "out").exists()
+
