@@ -52,8 +52,8 @@ TAMPER = option("--tamper", type=int, metavar="PARTY",
                 help="test aid (local parties only): after preparation, change one word of "
                      "PARTY's input; malicious protocols must abort, semi-honest ones reveal "
                      "a wrong sketch that verification reports (with --mechanism dng, by the "
-                     "servers' digests of their noise; refused with central, whose noise no "
-                     "one knows)")
+                     "servers' digests of their noise; with central, whose noise no one "
+                     "knows, refused under them)")
 INPUT = option("--input", dest="input_mode", choices=INPUT_MODES,
                unset="party for reference, shares otherwise",
                help="shares: each server reads its own share file; party: party 0 inputs the "
