@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -88,13 +89,21 @@ def write_atomic(path: str | os.PathLike[str],
     return path
 
 
-def private_dir(path: str | os.PathLike[str]) -> Path:
+def private_dir(path: str | os.PathLike[str], *, create: bool = True) -> Path:
     """``path`` as a directory only its owner can enter; missing parents are made 0700 too.
 
     An existing ``path`` is narrowed to 0700 (it is ours: a working directory);
-    existing parents are left as they are.
+    existing parents are left as they are. ``create=False`` makes nothing: ``path``
+    must already be a directory itself, not a symbolic link to one (NotADirectoryError
+    or FileNotFoundError otherwise), so that nothing is narrowed or written elsewhere.
     """
     path = Path(path)
+    if not create:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory (or a link to one)",
+                                     str(path))
+        os.chmod(path, PRIVATE_DIR_MODE)
+        return path
     missing = []
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -109,13 +118,17 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def open_private(path: str | os.PathLike[str], mode: str = "wb"):
+def open_private(path: str | os.PathLike[str], mode: str = "wb", *, follow: bool = True):
     """``open(path, mode)`` for writing (``w+b``: and reading, as a mapping needs), the file
-    0600 from its creation (and if it existed)."""
+    0600 from its creation (and if it existed). ``follow=False`` refuses a symbolic link
+    at ``path`` (``O_NOFOLLOW``: ELOOP), which would otherwise be narrowed and written
+    through to its target."""
     if mode not in ("wb", "ab", "w", "a", "w+b"):
         raise ValueError(f"open_private opens for writing only, not {mode!r}")
     flags = (os.O_RDWR if "+" in mode else os.O_WRONLY) | os.O_CREAT | os.O_CLOEXEC
     flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
+    if not follow:
+        flags |= os.O_NOFOLLOW
     fd = os.open(path, flags, PRIVATE_FILE_MODE)
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)

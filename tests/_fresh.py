@@ -36,6 +36,25 @@ from harness.remote.loopback import host_keypair, sshd_config, start_server, wai
 
 _START_SECONDS = 15.0
 
+# A host whose /dev its users cannot enter (mode 0700, as some machines start): sshd runs
+# in a mount namespace of its own over a /dev of that mode holding the usual devices
+# (root, sshd itself, still opens them; the login user cannot). This machine's /dev is
+# never changed.
+_CLOSED_DEV = r"""set -e
+mount --make-rprivate /
+old=$(mktemp -d)
+mount --rbind /dev "$old"
+mount -t tmpfs -o mode=0700,size=1m ltm-closed-dev /dev
+for f in null zero full random urandom tty; do
+  touch "/dev/$f"; mount --bind "$old/$f" "/dev/$f"
+done
+mkdir /dev/pts /dev/shm
+mount --rbind "$old/pts" /dev/pts
+umount -l "$old"; rmdir "$old"
+exec "$@"
+"""
+CLOSED_DEV = ("unshare", "--mount", "sh", "-c", _CLOSED_DEV, "closed-dev")
+
 
 def sh(*argv: str) -> str:
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60,
@@ -104,6 +123,7 @@ class FreshHost:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = field(default=None, repr=False)
     uid: int = -1
+    wrap: tuple[str, ...] = ()  # what sshd is started under (e.g. CLOSED_DEV)
 
     @property
     def home(self) -> Path:
@@ -132,7 +152,7 @@ class FreshHost:
                                       allow_users=self.user, env=self.env))
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         prefix = ("ip", "netns", "exec", self.netns) if self.netns else ()
-        self.proc = start_server(config, self.root / "sshd.log", prefix)
+        self.proc = start_server(config, self.root / "sshd.log", (*prefix, *self.wrap))
         proc = self.proc
         wait_ready(self.address, self.port, lambda: proc.poll() is None, self.log, self.name,
                    timeout=_START_SECONDS)
@@ -204,7 +224,8 @@ class FreshCluster:
         sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.laptop_dev)
         sh("ip", "link", "set", self.laptop_dev, "up")
 
-    def add(self, name: str, env: dict[str, str] | None = None) -> FreshHost:
+    def add(self, name: str, env: dict[str, str] | None = None,
+            wrap: tuple[str, ...] = ()) -> FreshHost:
         i = len(self.hosts)
         user = f"ltmr{self.tag}{name}"
         if self.profile is not None:
@@ -226,6 +247,7 @@ class FreshCluster:
         else:
             port = _free_port()
             host = FreshHost(name, user, self.root / name, "127.0.0.1", port, None, env or {})
+        host.wrap = wrap
         self.hosts.append(host)
         host.create(self.client_key.with_suffix(".pub").read_text())
         host.start()

@@ -51,7 +51,9 @@ CORRUPT_CLIENTS = option("--corrupt-clients", type=int, metavar="t'",
 TAMPER = option("--tamper", type=int, metavar="PARTY",
                 help="test aid (local parties only): after preparation, change one word of "
                      "PARTY's input; malicious protocols must abort, semi-honest ones reveal "
-                     "a wrong sketch that verification reports")
+                     "a wrong sketch that verification reports (with --mechanism dng, by the "
+                     "servers' digests of their noise; with central, whose noise no one "
+                     "knows, refused under them)")
 INPUT = option("--input", dest="input_mode", choices=INPUT_MODES,
                unset="party for reference, shares otherwise",
                help="shares: each server reads its own share file; party: party 0 inputs the "
@@ -65,7 +67,10 @@ MECHANISM = option("--mechanism", choices=MECHANISMS,
                         "draws its own for every cell and inputs it (the honest servers' "
                         "noise suffices); central, the servers jointly draw binomial noise "
                         "inside the MPC, which no party learns (--program local; default "
-                        "{default})")
+                        "{default}). A noisy release is verified statistically against the "
+                        "certified noise, which sees noise of the wrong size or shape but not "
+                        "a small change such as one word; dng's also exactly, against each "
+                        "server's digest of its own noise")
 GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the finest grid within 2^16 "
                    "coins per cell",
                    help="--mechanism central: round the sketch inside the MPC to the grid "

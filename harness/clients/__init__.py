@@ -21,6 +21,7 @@ from harness.optional import lazy_package
 
 if TYPE_CHECKING:
     from harness.clients.certificates import central_sigma, certificate
+    from harness.clients.digest import DIGEST_KEY_BYTES, digest_weights, noise_digest
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
         AesWords,
@@ -109,6 +110,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CHUNK_SHARES",
     "Components",
+    "DIGEST_KEY_BYTES",
+    "digest_weights",
+    "noise_digest",
     "SEED_BYTES",
     "choose_block_rows",
     "expand",

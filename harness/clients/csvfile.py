@@ -6,9 +6,9 @@ its shape as it goes: a blank line between rows, or a row with more or fewer val
 than the first (where the separator is a comma or a tab and can be counted), is
 refused there, before anything is drawn. The values are parsed a range of rows at a
 time, by :meth:`CsvRows.read_into`, whether the range is a streamed chunk or the whole
-file; a text cell, an empty one, NaN or infinity is refused there. Every refusal is
-one line naming the line as an editor numbers it (1-based, the header line counted)
-and the fix.
+file; a text cell, an empty one, NaN or infinity, or an invisible character such as
+a no-break space beside a number is refused there. Every refusal is one line naming
+the line as an editor numbers it (1-based, the header line counted) and the fix.
 
 What spreadsheets and editors write loads every row: UTF-8 with or without a
 byte-order mark, LF or CRLF line ends, a last line with or without its newline,
@@ -23,6 +23,7 @@ import csv
 import io
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +42,16 @@ _SCAN_BYTES = 1 << 24
 _PARSE_ROWS = 1 << 16
 
 
+# The white space the parser skips: ASCII only (str.split and str.strip would also take a
+# no-break space, which the parser reads as part of the number).
+_SPACE = " \t\n\r\x0b\x0c"
+_SPACES = re.compile(f"[{_SPACE}]+")
+
+
 def _fields(text: str, sep: str | None) -> list[str]:
     """One line's fields: split at ``sep`` (quotes respected), or at runs of white space."""
     if sep is None:
-        return [f.strip('"') for f in text.split()]
+        return [f.strip('"') for f in _SPACES.split(text.strip(_SPACE)) if f]
     try:
         return next(csv.reader([text], delimiter=sep), [])
     except csv.Error:  # a quote left open, a stray control character: not numbers anyway
@@ -58,7 +65,7 @@ _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infi
 
 
 def _is_number(text: str) -> bool:
-    return _NUMBER.fullmatch(text.strip()) is not None
+    return _NUMBER.fullmatch(text.strip(_SPACE)) is not None
 
 
 def detect_header(first: list[str], second: list[str] | None, comment: bool) -> bool:
@@ -173,11 +180,21 @@ class CsvRows:
             return (f"{values} where the first row has {self.d} (a {kind} "
                     f"row); {fix}, or remove the line")
         for c, field in enumerate(fields):
-            cell = field.strip()
+            cell = field.strip(_SPACE)
             if not cell:
                 if missing_ok:
                     continue
                 return f"{self._column(c)} is empty; fill it in, or remove the line"
+            # A no-break space or another invisible character: shown, the cell would look
+            # like a number.
+            odd = next((ch for ch in cell if not ch.isascii()
+                        and unicodedata.category(ch)[0] in "ZC"), None)
+            if odd is not None:
+                shown = cell if len(cell) <= 40 else cell[:37] + "..."
+                name = unicodedata.name(odd, "unnamed").lower()
+                return (f"{self._column(c)} holds {shown!r}, whose character U+{ord(odd):04X} "
+                        f"({name}) is not part of a number; delete it (or save the file "
+                        "with plain ASCII digits), or remove the line")
             if not _is_number(cell):
                 shown = cell if len(cell) <= 40 else cell[:37] + "..."
                 return (f"{self._column(c)} holds {shown!r}, not a number; write a number "

@@ -78,8 +78,11 @@ def _map_npy(path: Path) -> np.ndarray:
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise InputError(f"cannot read data file {path}: {npy_error(exc)} (save it with "
-                         "numpy.save)") from exc
+        reason = npy_error(exc)
+        fix = ("convert it to numbers (array.astype(float)) and save that with numpy.save"
+               if reason.startswith(_OBJECTS)
+               else "save the matrix with numpy.save, or as a .csv file")
+        raise InputError(f"cannot read data file {path}: {reason}; {fix}") from exc
     if mapped.dtype.kind not in "biuf":
         raise InputError(f"data file {path} holds {mapped.dtype} values; it must be numeric "
                          "(integers or floats)")
@@ -89,9 +92,20 @@ def _map_npy(path: Path) -> np.ndarray:
     return mapped[:, None] if mapped.ndim == 1 else mapped
 
 
+_OBJECTS = "it holds Python objects"
+
+
 def npy_error(exc: BaseException) -> str:
-    """numpy's reason for refusing a .npy file, in one line (numpy's own may take three)."""
+    """numpy's reason for refusing a .npy file, in one line (numpy's own may take three),
+    in words that say what is wrong with the file rather than how numpy could be told to
+    load it anyway."""
     text = str(exc)
+    if "pickled" in text:
+        # No .npy header: numpy then takes the file for a pickle, whatever it is.
+        return ("it is not a numpy array file (it lacks the header numpy.save writes: a "
+                "pickle, or another format renamed .npy)")
+    if "Python objects" in text or "Object arrays" in text:
+        return f"{_OBJECTS} (an object array), not numbers"
     if text.startswith("Header info length"):
         # numpy refuses headers over max_header_size (10000 bytes) as unsafe to parse;
         # a real array's header is a few hundred bytes.

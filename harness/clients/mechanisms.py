@@ -45,6 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from harness.clients.digest import noise_digest
 from harness.clients.noise import noise_rng
 from harness.clients.prepare import format_integers
 from harness.clients.privacy import (
@@ -317,18 +318,22 @@ def central_noise(*, eta: float, s: int, d: int, epsilon: float, delta: float,
 
 
 def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
-                       path: str | os.PathLike[str], *, append: bool) -> int:
+                       path: str | os.PathLike[str], *, append: bool,
+                       digest_key: bytes) -> tuple[int, int]:
     """One server's own dng noise for every cell, drawn where this runs from a fresh
     CSPRNG (:func:`~harness.clients.noise_rng`) and written as its private input to the
     MPC: appended to ``path`` after its aggregate (``append``), else the whole file,
-    0600 in a 0700 directory. Returns the number of cells drawn, nothing of the noise."""
+    0600 in a 0700 directory. Returns the number of cells drawn and the noise's digest
+    under the run's public ``digest_key`` (:mod:`harness.clients.digest`), by which the
+    release is checked exactly; nothing else of the noise."""
     drawn = noise.sample(noise_rng(), shape)
-    private_dir(os.path.dirname(os.path.abspath(path)))
-    with open_private(path, "ab" if append else "wb") as fh:
+    # The run's own directory, never made here; the file itself, never through a link.
+    private_dir(os.path.dirname(os.path.abspath(path)), create=False)
+    with open_private(path, "ab" if append else "wb", follow=False) as fh:
         fh.write(format_integers(drawn.ravel()))
-    cells = int(drawn.size)
+    cells, digest = int(drawn.size), noise_digest(drawn, digest_key)
     del drawn  # nothing of a server's noise is kept
-    return cells
+    return cells, digest
 
 
 def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: int, d: int,

@@ -151,12 +151,14 @@ class Cluster(Protocol):
         ...
 
     def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool) -> None:
+                            after_aggregate: bool, digest_key: bytes) -> int:
         """dng, after :meth:`prepare` and inside :meth:`session`: each server draws its
         own noise for every cell (``shape``) where it runs and inputs it to the MPC,
         appended to its input file after its aggregate when it inputs that too
-        (``after_aggregate``). Only the noise's public parameters leave this machine;
-        nothing of any server's noise comes back."""
+        (``after_aggregate``). Only the noise's public parameters (and the run's public
+        ``digest_key``) leave this machine; of any server's noise only its digest comes
+        back (:mod:`harness.clients.digest`). Returns the sum of the servers' digests
+        mod 2^64, which the release is checked against."""
         ...
 
     def session(self) -> AbstractContextManager[None]:

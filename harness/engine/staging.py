@@ -50,15 +50,20 @@ class PartyStaging:
         return nullcontext(False)
 
     def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool) -> None:
+                            after_aggregate: bool, digest_key: bytes) -> int:
         """dng: each server draws its own noise for every cell as its private input to
         the MPC (after its aggregate, when it inputs that too). Every party runs on this
-        machine, each in its own directory, so each draws here."""
+        machine, each in its own directory, so each draws here; the sum of their
+        digests comes back."""
         from harness.clients import input_server_noise
 
+        total = 0
         for i in range(self.parties):
-            input_server_noise(noise, shape, party_input_file(self.party_dir(i), i),
-                               append=after_aggregate)
+            _, digest = input_server_noise(noise, shape,
+                                           party_input_file(self.party_dir(i), i),
+                                           append=after_aggregate, digest_key=digest_key)
+            total += digest
+        return total % 2**64
 
     def share_file(self, i: int) -> Path:
         return self.party_dir(i) / "Persistence" / f"Transactions-P{i}.data"

@@ -220,6 +220,14 @@ def check_mechanism(cfg: RunConfig) -> None:
     if cfg.grid_bits is not None and cfg.mechanism != "central":
         raise InputError("--grid-bits is the central mechanism's grid; use --mechanism "
                          "central or drop it")
+    if cfg.mechanism == "central" and cfg.tamper is not None and not cfg.spec.malicious:
+        # A malicious protocol aborts on the changed word; a semi-honest one reveals it
+        # inside noise that no one knows, where no check can tell it.
+        raise InputError(f"--tamper under the semi-honest {cfg.protocol} cannot be detected "
+                         "with --mechanism central: its noise is known to no one, and a "
+                         "changed word hides in it; use --mechanism dng (checked against the "
+                         "servers' digests of their noise), a malicious protocol, or drop "
+                         "--tamper")
 
 
 def check_numbers(cfg: RunConfig) -> None:

@@ -11,6 +11,7 @@ elements, and the servers' inputs for a caller that reruns on them).
 from __future__ import annotations
 
 import math
+import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.clients import (
+    DIGEST_KEY_BYTES,
     NOISE_GENERATOR,
     NoiseSpec,
     Prepared,
@@ -110,11 +112,15 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         timings["prepare_s"] = prepared.seconds
         timings.update(prepared.stages)
         # One session (an emulated network) carries the upload and then the MPC.
+        digest = None
         with cluster.session():
             if work.servers_noise is not None and work.servers_noise.kind == "dng":
-                # Each server draws its own where it runs (on a host, its agent there).
-                cluster.input_servers_noise(work.servers_noise, (work.sketch.m, work.d),
-                                            after_aggregate=cfg.inputs_aggregates)
+                # Each server draws its own where it runs (on a host, its agent there), and
+                # reports its noise's digest under weights drawn now, for the exact check.
+                key = os.urandom(DIGEST_KEY_BYTES)
+                digest = (key, cluster.input_servers_noise(
+                    work.servers_noise, (work.sketch.m, work.d),
+                    after_aggregate=cfg.inputs_aggregates, digest_key=key))
             if cfg.tamper is not None:  # after the upload: a server changes what it received
                 tamper_input(cfg, work, cluster)
             launched = time.perf_counter()
@@ -128,7 +134,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                 raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
     revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
-                                                cfg.reveal_noise)
+                                                cfg.reveal_noise, digest)
     parties = _party_results(cfg, runs, prepared)
     expand = [p.expand_s for p in parties if p.expand_s is not None]
     if expand:
@@ -186,9 +192,11 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
 
 
 def _verify(runs: list[PartyRun], expected: np.ndarray, noise: ServerNoise | None = None,
-            reveal_noise: bool = False) -> tuple[np.ndarray, int, dict | None]:
+            reveal_noise: bool = False, digest: tuple[bytes, int] | None = None,
+            ) -> tuple[np.ndarray, int, dict | None]:
     """P0's revealed ring elements, the most entries any party's view got wrong, and
-    for the servers' noise, its statistics against the noise certified."""
+    for the servers' noise, its statistics against the noise certified (and for dng,
+    the release against the servers' ``digest``: key and sum)."""
     m, d = expected.shape
     # The test aid reveals the noise (and central's rounded sketch) after the sketch.
     views = 1 + (0 if noise is None or not reveal_noise else
@@ -206,7 +214,7 @@ def _verify(runs: list[PartyRun], expected: np.ndarray, noise: ServerNoise | Non
     extra = printed[0][1:]
     mismatches, stats = check_noise_release(
         noise, expected, revealed, extra[0] if len(extra) else None,
-        extra[1] if len(extra) > 1 else None)
+        extra[1] if len(extra) > 1 else None, digest=digest)
     return revealed, differ + mismatches, stats
 
 
@@ -215,7 +223,9 @@ def _verification(mismatches: int, entries: int, noise: ServerNoise | None,
     if noise is None or noise_check is None:
         return Verification(ok=mismatches == 0, mismatches=mismatches, entries=entries)
     return Verification(ok=mismatches == 0 and noise_check["ok"], mismatches=mismatches,
-                        entries=entries, method=method(noise, noise_check["exact"]),
+                        entries=entries,
+                        method=method(noise, noise_check["exact"],
+                                      noise_check.get("digest_match") is not None),
                         noise_check=noise_check)
 
 

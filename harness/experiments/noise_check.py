@@ -4,10 +4,19 @@ Such a sketch is not bit-equal to the plaintext one, so the revealed sketch
 minus the plaintext sketch (on the central mechanism's grid) is checked against
 the noise the accountant certified: its mean, its variance and a chi-square
 goodness-of-fit p-value against the exact distribution, recorded in result.json;
-a run far outside fails. With the test aid ``reveal_noise`` the MPC also reveals
-the noise (and the rounded sketch), and every entry is checked bit for bit:
-released = (rounded + noise) << (F - g), with rounded the plaintext sketch
-truncated down or up.
+a run far outside fails. That check is statistical: it sees noise of the wrong
+size or shape, never a small change such as one changed word of a server's input,
+which moves a few cells by a few steps inside the noise.
+
+dng's noise is known where it was drawn, so its release is also checked exactly:
+each server's digest of its noise (:mod:`harness.clients.digest`) must add up to
+the digest of the release minus the plaintext sketch, in Z_2^64 (``digest_match``).
+central's noise is known to no one: nothing can check its release exactly, and
+``--tamper`` under a semi-honest protocol is refused for it before the run.
+
+With the test aid ``reveal_noise`` the MPC also reveals the noise (and the
+rounded sketch), and every entry is checked bit for bit: released = (rounded +
+noise) << (F - g), with rounded the plaintext sketch truncated down or up.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import ServerNoise
+from harness.clients import ServerNoise, noise_digest
 
 __all__ = ["FAIL_P", "FAIL_Z", "check_noise_release", "method"]
 
@@ -30,11 +39,15 @@ FAIL_Z = 8.0
 _SKELLAM_EXACT = 1e6
 
 
-def method(noise: ServerNoise, exact: bool) -> str:
+def method(noise: ServerNoise, exact: bool, digest: bool = False) -> str:
     rounded = (f"the plaintext sketch truncated to the grid 2^-{noise.grid_bits}"
                if noise.kind == "central" else "the plaintext sketch")
     test = (f"revealed - {rounded} is the {noise.kind} noise: mean, variance and a "
             "chi-square goodness-of-fit against its exact distribution")
+    if digest:
+        test += ("; and exactly the noise the servers drew: the sum of their digests of "
+                 "it (weighted sums mod 2^64 under public random weights) equals the "
+                 f"release's minus {rounded}'s")
     if exact:
         test += ("; and, with the noise revealed too (a test aid), released = "
                  f"{rounded} + noise bit for bit")
@@ -79,16 +92,23 @@ def _as_signed(values: np.ndarray) -> np.ndarray:
 
 def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.ndarray,
                         revealed_noise: np.ndarray | None = None,
-                        revealed_rounded: np.ndarray | None = None) -> tuple[int, dict]:
+                        revealed_rounded: np.ndarray | None = None, *,
+                        digest: tuple[bytes, int] | None = None) -> tuple[int, dict]:
     """(mismatches, statistics) of a noisy release against the plaintext ``expected``
-    (both uint64 ring elements); mismatches only from the bit-exact check."""
+    (both uint64 ring elements); mismatches only from the bit-exact check. ``digest``
+    (dng): the run's digest key and the sum of the servers' digests of their noise,
+    which the release minus ``expected`` must match exactly."""
     from scipy import stats
 
     plain = _as_signed(expected).ravel()
     out = _as_signed(released).ravel()
     mismatches = 0
+    digest_match = None
     if noise.kind == "dng":
         errors = (out - plain).astype(np.int64)  # wraps as the ring does
+        if digest is not None:
+            key, servers = digest
+            digest_match = noise_digest(errors, key) == servers
         variance = noise.servers * noise.server_mu
         mean_shift = np.zeros(errors.size)
         if variance <= _SKELLAM_EXACT:
@@ -130,10 +150,14 @@ def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.n
     mean_z = float(centred.mean() / math.sqrt(expected_var / cells))
     var_z = float((observed_var / expected_var - 1) / math.sqrt(2 / max(cells - 1, 1)))
     p_value = _gof(errors, cdf)
-    ok = p_value >= FAIL_P and abs(mean_z) < FAIL_Z and abs(var_z) < FAIL_Z
+    ok = (p_value >= FAIL_P and abs(mean_z) < FAIL_Z and abs(var_z) < FAIL_Z
+          and digest_match is not False)
     statistics = {"cells": cells, "mean": float(centred.mean()), "mean_z": mean_z,
                   "variance": observed_var, "expected_variance": expected_var,
                   "variance_z": var_z, "gof_p_value": p_value, "ok": ok,
+                  # dng: the release against the servers' digests of their noise, exactly
+                  # (None where nothing knows the noise: central)
+                  "digest_match": digest_match,
                   "units": "lattice steps 2^-F" if noise.kind == "dng"
                   else f"grid steps 2^-{noise.grid_bits}",
                   "exact": revealed_noise is not None}

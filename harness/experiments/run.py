@@ -107,6 +107,10 @@ def failure(result: RunResult) -> str:
         return (f"the revealed sketch differs from the plaintext computation in "
                 f"{v.mismatches} of {v.entries} entries")
     c = v.noise_check
+    if c.get("digest_match") is False:
+        return ("the revealed sketch minus the plaintext sketch is not the noise the servers "
+                "drew: the sum of their digests of it differs from the release's, so a "
+                "server's input or the computation changed after the draw")
     return (f"the revealed sketch minus the plaintext sketch is not the "
             f"{result.parameters.mechanism} noise the accountant certified: mean z "
             f"{c['mean_z']:.2f}, variance {c['variance']:.4g} for {c['expected_variance']:.4g}"
@@ -119,6 +123,12 @@ def verified_line(result: RunResult) -> str:
         return f"  verified: {'yes, bit-exact' if v.ok else 'NO'}"
     c = v.noise_check
     exact = ", bit-exact with the noise revealed" if c["exact"] else ""
+    # What the check can see: the noise's size and shape always; a small change (one
+    # word) only where the noise is known, by the servers' digests (dng).
+    if c.get("digest_match") is not None:
+        exact += ", and exactly the servers' own draws by their digests"
+    elif not c["exact"]:
+        exact += " (statistical only: a small change, such as one word, hides in the noise)"
     return (f"  verified: {'yes' if v.ok else 'NO'}, the release minus the plaintext sketch "
             f"is the noise (mean z {c['mean_z']:.2f}, variance z {c['variance_z']:.2f}, "
             f"goodness-of-fit p {c['gof_p_value']:.3g}){exact}")

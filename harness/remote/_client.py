@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,7 @@ from harness.remote._shell import (
     exec_anyhow,
     exec_command,
     harness_check,
+    killed_by,
     read_steps,
     shell_path,
     use_workdir,
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
     pass
 
 __all__ = ["ClientHost", "StreamCut"]
-
-_SIGNALS = {int(s): s.name for s in signal.Signals}
-
 
 class StreamCut(LtmError):
     """A client host's step ended because a server closed its streams: the consequence
@@ -133,10 +130,10 @@ class ClientHost:
             reply = read_steps(out).get(step)
         except ValueError as exc:
             reply, err = None, f"{err}\n{exc}"
-        if rc > 128 and rc - 128 in _SIGNALS:
-            # The shell's own "Killed" line says less than the signal's name.
-            raise LtmError(f"{self.label}: `agent {step}` was killed by "
-                           f"{_SIGNALS[rc - 128]} there (status {rc})")
+        signal_name = killed_by(rc)
+        if signal_name is not None:
+            raise LtmError(f"{self.label}: `agent {step}` was killed by {signal_name} there "
+                           f"(status {rc})")
         transport = self.client.get_transport()
         if rc < 0 and (transport is None or not transport.is_active()):
             raise LtmError(f"{self.label}: the SSH connection was lost while `agent {step}` "

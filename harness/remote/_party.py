@@ -32,6 +32,7 @@ from harness.remote._shell import (
     exec_anyhow,
     exec_command,
     harness_check,
+    killed_by,
     read_steps,
     shell_path,
     use_workdir,
@@ -221,9 +222,16 @@ class RemoteParty(Listening):
             reply = read_steps(out).get(args[0])
         except ValueError:
             reply = None
+        step = f"{self.label}: its agent's {args[0]} step"
+        signal_name = killed_by(rc)
+        if signal_name is not None:  # named: the shell's "Killed" line quotes its wrapper
+            raise LtmError(f"{step} was killed by {signal_name} there (status {rc})")
+        if rc < 0:
+            raise LtmError(f"{step} ended with no exit status (killed there, or the "
+                           "connection was lost)")
         if rc != 0 or reply is None:
             tail = " | ".join(err.strip().splitlines()[-3:]) or f"status {rc}"
-            raise LtmError(f"{self.label}: its agent's {args[0]} step failed: {tail}")
+            raise LtmError(f"{step} failed: {tail}")
         return reply
 
     # --- the run -------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from harness.remote.hosts import REMOTE_PYTHON, Host
 
 __all__ = ["BAD_WORKDIR", "EXEC_TIMEOUT", "NO_HARNESS", "RemoteShell", "SessionDir",
            "agent_command", "exec_anyhow", "exec_command", "guarded", "harness_check",
-           "put_atomic", "read_steps", "shell_join", "shell_path", "use_workdir",
+           "killed_by", "put_atomic", "read_steps", "shell_join", "shell_path", "use_workdir",
            "workdir_problem"]
 
 EXEC_TIMEOUT = 60.0
@@ -45,6 +46,18 @@ def shell_path(path: str) -> str:
 def shell_join(argv: Sequence[str]) -> str:
     """A command line for the remote shell; each word quoted by :func:`shell_path`."""
     return " ".join(shell_path(word) for word in argv)
+
+
+def killed_by(status: int) -> str | None:
+    """The signal's name if a remote command's exit ``status`` says one killed it (the
+    shell's 128 + its number), else None: the shell's own "Killed" line would quote the
+    whole command that ran (:func:`guarded`'s wrapper) and say less."""
+    if status > 128:
+        try:
+            return signal.Signals(status - 128).name
+        except ValueError:
+            return None
+    return None
 
 
 def agent_command(*args: str) -> str:

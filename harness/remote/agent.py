@@ -14,11 +14,16 @@ installed there. A streamed run (:mod:`harness.remote.streaming`) takes two step
 
 Between a streamed run's stream and its MPC, ``--mechanism dng`` takes one more:
 
-* ``noise NOISE DEST --cells M D [--append]``: a server draws its own noise for
+* ``noise NOISE DEST --cells M D --digest-key HEX [--append]``: a server draws its own noise for
   each of the M x D cells from the public parameters NOISE (JSON,
   :meth:`harness.clients.ServerNoise.to_json`) and writes it into DEST, its input
   file (after its aggregate, with ``--append``), 0600; only the count of cells
-  is printed.
+  and the noise's digest under the public weights of ``--digest-key HEX``
+  (:mod:`harness.clients.digest`), by which the runner checks the release exactly,
+  are printed. DEST is a path inside the working directory whose directories are
+  there already: none is created, and no symbolic link is followed (the file is
+  opened with ``O_NOFOLLOW``). Malformed parameters, a count of cells that could
+  not be held in memory, or such a DEST are refused before anything is drawn.
 
 Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
@@ -71,12 +76,93 @@ def stream(args: argparse.Namespace) -> None:
 
 
 def noise(args: argparse.Namespace) -> None:
-    from harness.clients import ServerNoise, input_server_noise
+    from harness.clients import input_server_noise
 
     started = time.perf_counter()
-    cells = input_server_noise(ServerNoise.from_json(args.noise), tuple(args.cells),
-                               args.dest, append=args.append)
-    _reply("noise", cells=cells, seconds=time.perf_counter() - started)
+    params = _noise_params(args.noise)
+    shape = _cells(*args.cells)
+    _check_dest(args.dest)
+    key = _digest_key(args.digest_key)
+    cells, digest = input_server_noise(params, shape, args.dest, append=args.append,
+                                       digest_key=key)
+    _reply("noise", cells=cells, digest=digest, seconds=time.perf_counter() - started)
+
+
+def _digest_key(text: str) -> bytes:
+    from harness.clients import DIGEST_KEY_BYTES
+    from harness.errors import InputError
+
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) != DIGEST_KEY_BYTES:
+        raise InputError(f"--digest-key must be {DIGEST_KEY_BYTES} bytes in hex, got {text!r}")
+    return key
+
+
+def _noise_params(text: str):
+    """The noise's public parameters from their JSON, or one line saying what is wrong."""
+    import math
+
+    from harness.clients import ServerNoise
+    from harness.errors import InputError
+
+    what = "NOISE is not the noise's parameters as the runner writes them (ServerNoise.to_json)"
+    try:
+        if not isinstance(json.loads(text), dict):
+            raise ValueError("not a JSON object")
+        params = ServerNoise.from_json(text)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{what}: {exc}") from exc
+    mu = params.server_mu
+    if not isinstance(mu, int | float) or isinstance(mu, bool) or not math.isfinite(mu) \
+            or mu < 0:
+        raise InputError(f"NOISE's server_mu is {mu!r}; a variance is a finite number >= 0")
+    return params
+
+
+# What the draw holds per cell at its peak: two Poisson arrays and their difference, and
+# the text written (at most 21 bytes a value).
+_BYTES_PER_CELL = 48
+
+
+def _cells(m: int, d: int) -> tuple[int, int]:
+    from harness.errors import InputError, check_memory
+
+    if m < 1 or d < 1:
+        raise InputError(f"--cells {m} {d}: the sketch has at least one row and one column")
+    check_memory(_BYTES_PER_CELL * m * d, f"--cells {m} {d} ({m * d:,} cells of noise)",
+                 "the runner asks for the m x d cells of its sketch only")
+    return m, d
+
+
+def _check_dest(dest: Path) -> None:
+    """DEST lies in the run's working directory (this one), under directories that are
+    there already and themselves, not links; the file itself, if there, is no link (it
+    is then opened with O_NOFOLLOW, so none can take its place meanwhile)."""
+    import stat
+
+    from harness.errors import InputError
+
+    if dest.is_absolute() or ".." in dest.parts or not dest.name:
+        raise InputError(f"DEST {dest} must be a path inside the run's working directory "
+                         "(relative, without ..)")
+    for part in [*reversed(dest.parents[:-1]), dest]:
+        try:
+            mode = os.lstat(part).st_mode
+        except FileNotFoundError:
+            if part == dest:
+                return
+            raise InputError(f"DEST {dest}: its directory {part} is not in the run's working "
+                             "directory; the runner uploads it before this step") from None
+        if stat.S_ISLNK(mode):
+            raise InputError(f"DEST {dest}: {part} is a symbolic link; the noise is written "
+                             "only into the run's own files, never through a link")
+        if part != dest and not stat.S_ISDIR(mode):
+            raise InputError(f"DEST {dest}: {part} is not a directory")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"DEST {dest} exists and is not a regular file")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -106,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("dest", type=Path)
     s.add_argument("--cells", type=int, nargs=2, required=True, metavar=("M", "D"))
     s.add_argument("--append", action="store_true", help="after the aggregate in DEST")
+    s.add_argument("--digest-key", required=True, metavar="HEX",
+                   help="the run's public key of the weights the noise's digest is taken under")
     return p
 
 

@@ -111,7 +111,10 @@ def _probe_script(mp_dir: str, names: list[str]) -> str:
         sums = (f"if cd {shell_path(mp_dir)} 2>/dev/null; then "
                 f"for f in {' '.join(q(n) for n in names)}; do "
                 '[ -f "$f" ] && sha256sum -- "$f" | sed "s/^/sum /"; done; cd; fi; ')
-    return ('echo "home $HOME"; echo "arch $(uname -m)"; '
+    # /dev/null first: every "2>/dev/null" below fails where the login user cannot open it
+    # (a /dev of mode 0700), which would look like a missing python3.
+    return ('{ [ -r /dev/null ] && [ -w /dev/null ] && echo "devnull ok"; }; '
+            'echo "home $HOME"; echo "arch $(uname -m)"; '
             "echo \"py $(python3 -c 'import sys, venv, ensurepip; "
             "print(\"%d.%d\" % sys.version_info[:2])' 2>/dev/null)\"; "
             'mkdir -p "$HOME" && echo "free $(df -Pk "$HOME" | awk \'NR==2 {print $4}\')"; '
@@ -216,6 +219,10 @@ def _mp_recorded(record: dict, plan: _Plan) -> bool:
 
 def _check_host(host: Host, info: dict, plan: _Plan) -> None:
     where = describe(host)
+    if info.get("devnull") != "ok":
+        raise InputError(f"{where}: the login user cannot open /dev/null there (is /dev not "
+                         "searchable, e.g. mode 0700, or /dev/null not a 0666 character "
+                         "device?); as root there: chmod 0755 /dev; chmod 0666 /dev/null")
     if info.get("arch") != os.uname().machine and plan.mode == "local":
         raise InputError(f"{where}: the host is {info.get('arch') or 'of unknown architecture'}"
                          f", this machine's MP-SPDZ is built for {os.uname().machine}; use "

@@ -165,23 +165,31 @@ class SshCluster(PartyStaging):
         return streamed.outcome()
 
     def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool) -> None:
+                            after_aggregate: bool, digest_key: bytes) -> int:
         """Each server's agent draws its noise on its host, into its input file there
         (0600, in its private working directory, removed with it): only the noise's
-        public parameters and the cells' shape go there, and only the count of cells
-        comes back."""
+        public parameters, the cells' shape and the run's public digest key go there,
+        and only the count of cells and the noise's digest come back."""
         group = self._open_group
         if group is None:  # the table of modes routes dng's streams to the servers' agents
             raise LtmError("the servers' noise is drawn by each host's agent, and this run "
                            "reached its hosts without them")
         m, d = shape
         args = [["noise", noise.to_json(), input_file_there(i), "--cells", str(m), str(d),
-                 *(["--append"] if after_aggregate else [])] for i in range(self.parties)]
+                 "--digest-key", digest_key.hex(), *(["--append"] if after_aggregate else [])]
+                for i in range(self.parties)]
         replies = group.agent_step(args, "--mechanism dng draws each server's noise there")
+        total = 0
         for party, reply in zip(group.parties, replies, strict=True):
             if reply.get("cells") != m * d:
                 raise LtmError(f"{party.label}: its agent drew {reply.get('cells')} cells of "
                                f"noise, not {m * d}")
+            digest = reply.get("digest")
+            if not isinstance(digest, int) or not 0 <= digest < 2**64:
+                raise LtmError(f"{party.label}: its agent reported no digest of its noise "
+                               f"({digest!r}); run `ltm hosts setup` again")
+            total += digest
+        return total % 2**64
 
     def _remove_clients(self) -> None:
         # Each its own connection; one that is gone must not keep the others' files.

@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import json
 import os
+import pickle
 import subprocess
 from pathlib import Path
 
@@ -112,7 +113,26 @@ def _npy_cases(tmp: Path) -> list[tuple[Path, str]]:
         # fast streams it, and its parties' share files cannot fit on the disk
         (_header_only(tmp / "huge.npy", (rows, 1000), 8 * rows * 1000), "GB of disk"),
         (tmp / "garbage.npy", "cannot read data file"),
+        # Not an array file at all, or an array of Python objects: said in words, not by
+        # numpy's advice to load it with allow_pickle
+        (_written(tmp / "text.npy", b"1,2\n3,4\n"), "text.npy: it is not a numpy array file "
+         "(it lacks the header numpy.save writes: a pickle, or another format renamed .npy); "
+         "save the matrix with numpy.save, or as a .csv file"),
+        (_written(tmp / "pickle.npy", pickle.dumps([[1.0, 2.0]])), "not a numpy array file"),
+        (_saved(tmp / "objects.npy", np.array([[1, "a"]], dtype=object)),
+         "objects.npy: it holds Python objects (an object array), not numbers; convert it to "
+         "numbers (array.astype(float)) and save that with numpy.save"),
     ]
+
+
+def _written(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+def _saved(path: Path, array: np.ndarray) -> Path:
+    np.save(path, array, allow_pickle=True)
+    return path
 
 
 def test_npy_files_that_cannot_be_a_matrix(tmp_path, capsys, mp_spdz):

@@ -167,6 +167,11 @@ def test_a_bad_row_far_into_a_large_file_is_named_by_its_line(tmp_path, small_bl
     # Python's float() takes these, the parser does not: named, not a garbled error
     (b"a,b\n1,2\n1_0,4\n", "line 3: column 1 ('a') holds '1_0', not a number"),
     ("a,b\n1,2\n\u0661,4\n".encode(), "line 3: column 1 ('a') holds '\u0661', not a number"),
+    # A spreadsheet's no-break space beside a number: named, not "a quoted value spans lines"
+    ("a,b\n1,2\n3,\u00a04\n".encode(), "line 3: column 2 ('b') holds '\\xa04', whose "
+     "character U+00A0 (no-break space) is not part of a number; delete it"),
+    ("1,2\n3,4\u200b\n".encode(), "line 2: column 2 holds '4\\u200b', whose character "
+     "U+200B (zero width space) is not part of a number"),
 ])
 def test_unreadable_files_are_one_line(tmp_path, content, needle):
     path = tmp_path / "e.csv"
@@ -174,6 +179,20 @@ def test_unreadable_files_are_one_line(tmp_path, content, needle):
     with pytest.raises(InputError) as caught:
         load_matrix(path)
     assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_no_break_space_between_values_of_a_text_file_is_named(tmp_path):
+    # White space separates a .txt file's values, but only ASCII's: the parser reads a
+    # no-break space as part of the value, so "3\u00a04" is no two values.
+    path = tmp_path / "f.txt"
+    path.write_bytes("1 2\n3 \u00a04\n5 6\n".encode())
+    for call in (lambda: load_matrix(path), lambda: open_rows(path, 9.0).read(1, 3)):
+        with pytest.raises(InputError) as caught:
+            call()
+        assert str(caught.value) == (
+            f"data file {path}, line 2: column 2 holds '\\xa04', whose character U+00A0 "
+            "(no-break space) is not part of a number; delete it (or save the file with "
+            "plain ASCII digits), or remove the line")
 
 
 def test_missing_cells_are_dropped_only_on_request(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.clients import mechanisms
-from harness.errors import InputError, VerificationError
+from harness.errors import InputError, TamperDetectedError, VerificationError
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
 
@@ -66,6 +66,8 @@ def test_each_servers_noise_is_input_and_verified_bit_for_bit(
     privacy = _check(result, tmp_path / "out", "dng", exact=True)
     honest = 1 if protocol in ("semi2k", "spdz2k") else 2
     assert (privacy["servers"], privacy["honest_servers"]) == (parties, honest)
+    # and exactly the servers' own draws, by their digests
+    assert result["verification"]["noise_check"]["digest_match"] is True
 
 
 def test_many_coins_in_lanes_and_rounds(tmp_path, mp_spdz, program_cache, monkeypatch):
@@ -89,6 +91,51 @@ def test_without_the_test_aid_the_release_is_checked_against_the_noise(
     text = summary(result, tmp_path / "out")
     assert "the release minus the plaintext sketch is the noise" in text
     assert "central noise std" in text and "the central Gaussian's" in text
+    # what nobody knows cannot be checked exactly: the summary says so
+    assert c["digest_match"] is None
+    assert "(statistical only: a small change, such as one word, hides in the noise)" in text
+
+
+# Semi-honest protocols reveal what a changed word makes of the release; under dng the
+# servers' digests of their own noise find it, which the statistics cannot. (Under the
+# replicated ones the neighbour that shares the word also sees another sketch.)
+@pytest.mark.parametrize(("protocol", "parties", "tamper"),
+                         [("semi2k", 2, 1), ("semi2k", 3, 0)])
+def test_a_tampered_dng_run_is_caught_by_the_servers_digests(
+        tmp_path, mp_spdz, program_cache, protocol, parties, tamper):
+    with pytest.raises(VerificationError) as err:
+        run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
+                    mechanism="dng", tamper=tamper, rows=40, dim=5, clients=2000))
+    message = str(err.value)
+    assert "\n" not in message
+    assert "is not the noise the servers drew: the sum of their digests of it differs" in message
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.mismatch").exists()
+    saved = json.loads((tmp_path / "out.mismatch" / "result.json").read_text())
+    check = saved["verification"]["noise_check"]
+    assert saved["verification"]["ok"] is False and check["digest_match"] is False
+    # the change is far inside the noise: every statistic alone would have passed it
+    assert check["gof_p_value"] > 1e-9 and abs(check["mean_z"]) < 8
+    assert abs(check["variance_z"]) < 8
+    assert saved["parameters"]["tamper"] == tamper
+
+
+def test_untampered_dng_says_its_release_is_exactly_the_servers_draws(
+        tmp_path, mp_spdz, program_cache):
+    result = run(_config(tmp_path, program_cache, mechanism="dng", rows=40, dim=5,
+                         clients=2000))
+    _check(result, tmp_path / "out", "dng", exact=False)
+    assert result["verification"]["noise_check"]["digest_match"] is True
+    assert "exactly the noise the servers drew" in result["verification"]["method"]
+    text = summary(result, tmp_path / "out")
+    assert "and exactly the servers' own draws by their digests" in text
+
+
+def test_a_tampered_central_run_under_a_malicious_protocol_still_aborts(
+        tmp_path, mp_spdz, program_cache):
+    with pytest.raises(TamperDetectedError, match="the servers detected tampering"):
+        run(_config(tmp_path, program_cache, protocol="malicious-rep-ring", parties=3,
+                    mechanism="central", grid_bits=0, tamper=1))
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("kw", "words"), [
@@ -98,6 +145,12 @@ def test_without_the_test_aid_the_release_is_checked_against_the_noise(
     ({"mechanism": "ltm", "grid_bits": 2}, "--mechanism central"),
     ({"mechanism": "laplace"}, "unknown --mechanism"),
     ({"mechanism": "central", "clients": 2**40, "eta": 100.0}, "past 2^62"),
+    # nobody knows central's noise: a changed word in it could not be seen
+    ({"mechanism": "central", "tamper": 0}, "--tamper under the semi-honest semi2k cannot "
+                                            "be detected with --mechanism central"),
+    ({"mechanism": "central", "tamper": 0, "protocol": "replicated-ring", "parties": 3},
+     "use --mechanism dng (checked against the servers' digests of their noise), a "
+     "malicious protocol, or drop --tamper"),
 ])
 def test_a_mechanism_the_run_cannot_carry_is_refused_in_one_line(tmp_path, kw, words):
     cfg = _config(tmp_path, None, **kw)

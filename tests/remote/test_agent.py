@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 
 import harness
+from harness.clients import DIGEST_KEY_BYTES, noise_digest
 from harness.clients.mechanisms import dng_noise
 
 TREE = Path(harness.__file__).resolve().parent.parent
+KEY = ["--digest-key", "ab" * DIGEST_KEY_BYTES]  # the run's public weights' key
 
 
 def agent(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
@@ -56,20 +58,27 @@ def test_the_noise_step_appends_a_servers_own_draw_privately_and_prints_only_its
     dest = data / "Input-P0-0"
     dest.write_text("+1 -2 +3 -4 +5 -6 +7 -8\n")  # the server's aggregate, before its noise
     dest.chmod(0o644)
+    key = os.urandom(DIGEST_KEY_BYTES)
     done = agent("noise", noise.to_json(), "Player-Data/Input-P0-0", "--cells", "4", "2",
-                 "--append", cwd=tmp_path)
+                 "--digest-key", key.hex(), "--append", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [line] = done.stdout.splitlines()
     reply = json.loads(line)
     assert reply["step"] == "noise" and reply["cells"] == 8
-    assert set(reply) == {"step", "cells", "seconds"}  # nothing of the noise itself
+    # nothing of the noise itself but its digest under the run's weights
+    assert set(reply) == {"step", "cells", "digest", "seconds"}
     words = np.array(dest.read_text().split(), dtype=np.int64)
     assert words[:8].tolist() == [1, -2, 3, -4, 5, -6, 7, -8] and words.size == 16
     assert np.any(words[8:] != 0)  # Skellam of variance server_mu (in the thousands)
+    assert reply["digest"] == noise_digest(words[8:], key)  # of what it input, exactly
+    changed = words[8:].copy()
+    changed[3] += 5
+    assert reply["digest"] != noise_digest(changed, key)
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
     # A second draw is another one: from a fresh CSPRNG, never a seed
-    again = agent("noise", noise.to_json(), "second", "--cells", "4", "2", cwd=tmp_path)
+    again = agent("noise", noise.to_json(), "second", "--cells", "4", "2", "--digest-key",
+                  key.hex(), cwd=tmp_path)
     assert again.returncode == 0
     second = np.array((tmp_path / "second").read_text().split(), dtype=np.int64)
     assert second.size == 8 and not np.array_equal(second, words[8:])
@@ -77,7 +86,7 @@ def test_the_noise_step_appends_a_servers_own_draw_privately_and_prints_only_its
 
 def test_the_noise_step_draws_only_dng_noise(tmp_path):
     central = dataclasses.replace(_noise(), kind="central")
-    done = agent("noise", central.to_json(), "out", "--cells", "1", "1", cwd=tmp_path)
+    done = agent("noise", central.to_json(), "out", "--cells", "1", "1", *KEY, cwd=tmp_path)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == "agent noise: only dng noise is drawn outside the MPC\n"
     assert not (tmp_path / "out").exists()
@@ -89,3 +98,63 @@ def test_server_noise_parameters_round_trip_through_json():
     for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
                                           frac_bits=16, cells=8, grid_bits=0)):
         assert type(noise).from_json(noise.to_json()) == noise
+
+
+def _refused(done: subprocess.CompletedProcess, needle: str) -> None:
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("agent noise: ") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr and needle in done.stderr, done.stderr
+
+
+def test_malformed_noise_parameters_and_cell_counts_are_one_line_before_any_draw(tmp_path):
+    good = json.loads(_noise().to_json())
+    cases = [
+        ("{}", ["1", "1"], "is not the noise's parameters"),
+        ("[]", ["1", "1"], "not a JSON object"),
+        ("nonsense", ["1", "1"], "is not the noise's parameters"),
+        (json.dumps({**good, "bogus": 1}), ["1", "1"], "unexpected keyword argument 'bogus'"),
+        (json.dumps({**good, "layout": 5}), ["1", "1"], "is not the noise's parameters"),
+        (json.dumps({**good, "server_mu": "x"}), ["1", "1"], "server_mu is 'x'"),
+        (json.dumps({**good, "server_mu": -5}), ["1", "1"], "server_mu is -5"),
+        (json.dumps(good), ["0", "3"], "--cells 0 3: the sketch has at least one row"),
+        (json.dumps(good), ["-1", "2"], "--cells -1 2"),
+        # far more cells than any machine holds: refused, not a numpy MemoryError
+        (json.dumps(good), ["100000000", "100000000"], "GB of memory, but only"),
+    ]
+    for params, cells, needle in cases:
+        done = agent("noise", params, "out", "--cells", *cells, *KEY, cwd=tmp_path)
+        _refused(done, needle)
+    good = json.dumps(good)
+    _refused(agent("noise", good, "out", "--cells", "1", "1", "--digest-key", "abc",
+                   cwd=tmp_path), "--digest-key must be 16 bytes in hex")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_noise_step_writes_through_no_link_and_makes_no_directory(tmp_path):
+    params = _noise().to_json()
+    work = tmp_path / "work"
+    (work / "Player-Data").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    target = elsewhere / "victim"
+    target.write_text("mine\n")
+    target.chmod(0o644)
+    (work / "Player-Data" / "Input-P0-0").symlink_to(target)
+    (work / "linked").symlink_to(elsewhere)
+    for dest, needle in [
+        ("Player-Data/Input-P0-0", "Player-Data/Input-P0-0 is a symbolic link"),
+        ("linked/Input-P0-0", "linked is a symbolic link"),
+        ("missing/deeper/Input-P0-0", "its directory missing is not in the run's working "
+                                      "directory"),
+        (str(elsewhere / "new"), "must be a path inside the run's working directory"),
+        ("../elsewhere/new", "must be a path inside the run's working directory"),
+        ("Player-Data", "exists and is not a regular file"),
+    ]:
+        for append in ([], ["--append"]):
+            _refused(agent("noise", params, dest, "--cells", "2", "2", *KEY, *append,
+                           cwd=work), needle)
+    # The link's target is untouched, its mode too; nothing was created anywhere.
+    assert target.read_text() == "mine\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o755
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim"]
+    assert sorted(p.name for p in work.iterdir()) == ["Player-Data", "linked"]

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import stat
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _sshd import trusted_inventory
+from _sshd import processes_under, trusted_inventory
 
 from harness.clients import ServerNoise
 from harness.engine import parse_output
@@ -88,6 +91,8 @@ def test_dng_noise_is_drawn_on_each_host_and_verifies_bit_for_bit(
     assert privacy["certified_epsilon"] <= 4.0
     # The noise the MPC added (revealed by the test aid) is the sum of what the hosts'
     # own files held: each drew its own there, every one different.
+    # and exactly the noise the hosts drew, by the digests their agents reported
+    assert v["noise_check"]["digest_match"] is True
     assert sorted(held) == list(range(parties))
     assert all(np.any(held[i] != held[j]) for i in held for j in held if i < j)
     work = tmp_path / "out" / "work"
@@ -118,3 +123,44 @@ def test_a_host_whose_agent_cannot_draw_fails_the_run_naming_it(
     assert "only dng noise is drawn outside the MPC" in message
     assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []
     assert not (tmp_path / "out").exists()
+
+
+def _kill_noise_agent(root: Path, killed: list[int], stop: threading.Event) -> None:
+    """SIGKILL the host agent's noise step under ``root`` as soon as it runs."""
+    while not stop.is_set() and not killed:
+        for pid, _ in processes_under(root):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"harness.remote.agent" in cmdline and b"noise" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                break
+        time.sleep(0.002)
+
+
+def test_a_noise_agent_killed_on_its_host_is_named_by_step_and_host(
+        tmp_path, farm, mp_spdz, program_cache):
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2)
+    victim = fakes[1]
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_noise_agent, args=(victim.workdir, killed, stop))
+    killer.start()
+    cfg = RunConfig(out=tmp_path / "out", clients=300, rows=4, dim=2, seed=5,
+                    cache_dir=program_cache, parties=2, program="local", protocol="semi2k",
+                    hosts=path, mechanism="dng", epsilon=4.0, delta=1e-3)
+    try:
+        with pytest.raises(HostGroupError) as info:
+            run(cfg)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "the victim's noise agent was never seen"
+    message = str(info.value)
+    # the step and its host, not the shell wrapper it ran in
+    assert message == (f"p1 (root@127.0.0.1:{victim.port}): its agent's noise step was "
+                       "killed by SIGKILL there (status 137) (no party was started)")
+    assert not (tmp_path / "out").exists()
+    assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _fresh import FreshCluster
+from _fresh import CLOSED_DEV, FreshCluster
 
 from harness.cli import main
 from harness.remote.bundle import debian_package
@@ -151,6 +151,33 @@ def test_a_system_library_missing_on_the_host_is_named_with_its_package(tmp_path
         assert "apt-get install libltmfake7" in line
         for host in hosts:
             assert not (host.home / ".local/share/ltm-harness/setup.json").exists()
+    finally:
+        left = cluster.close()
+    assert left == []
+
+
+def test_a_host_whose_user_cannot_open_dev_null_is_told_so_not_that_python_is_missing(
+        tmp_path, capsys):
+    # Every "2>/dev/null" of the probe fails there first: python3 looked missing.
+    mp = _fake_mpspdz(tmp_path / "mp", binary="#!/bin/sh\nexit 0\n")
+    cluster = FreshCluster(tmp_path / "cluster")
+    try:
+        hosts = [cluster.add(name, wrap=CLOSED_DEV) for name in ("a", "b")]
+        entries = [{"name": h.name, "ssh_host": h.address, "ssh_port": h.port, "user": h.user,
+                    "key": str(cluster.client_key), "mpc_host": h.address} for h in hosts]
+        inv = _inventory(tmp_path / "hosts.toml", entries)
+        assert main(["hosts", "trust", str(inv), "--yes"]) == 0
+        capsys.readouterr()
+        assert main(["hosts", "setup", str(inv), "--yes", "--mp-spdz-dir", str(mp)]) == 1
+        line = _one_error_line(capsys)
+        for host in hosts:
+            assert (f"{host.name} ({host.user}@127.0.0.1:{host.port}): the login user cannot "
+                    "open /dev/null there (is /dev not searchable, e.g. mode 0700, or "
+                    "/dev/null not a 0666 character device?); as root there: chmod 0755 "
+                    "/dev; chmod 0666 /dev/null") in line
+            assert not (host.home / ".local").exists()  # nothing uploaded
+        assert "python3" not in line
+        assert os.stat("/dev").st_mode & 0o777 == 0o755  # this machine's /dev untouched
     finally:
         left = cluster.close()
     assert left == []
