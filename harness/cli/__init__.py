@@ -181,6 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"ltm: error: this command needs {exc.name}, which is not installed; install "
              f"it with: pip install 'ltm-harness[{extra}]'")
         return 1
+    except BrokenPipeError as exc:
+        if not _stdout_gone():
+            return _internal_error(command, exc, debug)
+        # The reader of the output left (`ltm ... | head`): end as a program that
+        # SIGPIPE ends, quietly, every cleanup having run on the way here.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # Every cleanup ran on the way here: no partial directory is left behind.
@@ -282,6 +291,19 @@ def _internal_error(command: str, exc: BaseException, debug: bool) -> int:
     _say(f"ltm: internal error in `{command}`: {what}; {hint}report it to the harness's "
          "maintainers with the command line and this output")
     return 1
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader closed it (a broken pipe of the
+    command's own output, not of one of its processes')."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _say(line: str) -> None:

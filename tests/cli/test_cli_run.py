@@ -159,3 +159,22 @@ def test_bare_run_works_with_defaults(tmp_path, capsys, mp_spdz, program_cache, 
     assert json.loads(capsys.readouterr().out)["psi"] >= 0
     mode = stat.S_IMODE(os.stat(result_dir).st_mode)
     assert mode & 0o700 == 0o700
+
+
+def test_a_closed_output_pipe_ends_quietly_as_sigpipe_would(tmp_path):
+    """`ltm ... | head`: the reader gone is no internal error, but the exit status of a
+    program that SIGPIPE ends, and a broken pipe of the harness's own is still a bug."""
+    import signal
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has left before the first line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness", "doctor"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "LTM_NO_INSTALL": "1"}, cwd=tmp_path)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 128 + signal.SIGPIPE, proc.stderr
+    assert proc.stderr == ""
