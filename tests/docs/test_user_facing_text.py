@@ -229,3 +229,16 @@ def test_plots_name_nothing_outside_the_project() -> None:
     for path in _tracked("*.png"):
         bad += _report(str(path.relative_to(ROOT)), problems(png_text(path.read_bytes())))
     assert not bad, "\n".join(bad)
+
+
+def test_the_docs_show_the_result_format_version_runs_write() -> None:
+    """A page that shows result.json's ``format_version`` shows the one runs write now."""
+    from harness.experiments.results import FORMAT_VERSION
+
+    shown = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for hit in re.finditer(r'"format_version": (\d+)|\(format version (\d+);', text):
+            shown.append((page.relative_to(ROOT).as_posix(), int(hit.group(1) or hit.group(2))))
+    assert shown, "no page shows result.json's format_version"
+    assert all(version == FORMAT_VERSION for _, version in shown), (FORMAT_VERSION, shown)
