@@ -242,3 +242,23 @@ def test_the_docs_show_the_result_format_version_runs_write() -> None:
             shown.append((page.relative_to(ROOT).as_posix(), int(hit.group(1) or hit.group(2))))
     assert shown, "no page shows result.json's format_version"
     assert all(version == FORMAT_VERSION for _, version in shown), (FORMAT_VERSION, shown)
+
+
+# Words that meant something to the project's own work, not to a user: what the
+# summary's stream ratio is, what a comparison is against and what it aims at.
+UNDECODED = [
+    (re.compile(r"overlap \d+(?:\.\d+)?x"), "an unexplained ratio: say what it sums"),
+    (re.compile(r"edaBit prototype|reference prototype"), "a comparison no user can place"),
+    (re.compile(r"target: within|target within|(?:meets|misses) the target"),
+     "a target the user never set"),
+]
+
+
+def test_the_pages_use_words_a_user_can_decode() -> None:
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+    bad = [f"{page.relative_to(ROOT)}:{number}: {hit.group(0)!r}: {why}"
+           for page in pages
+           for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+           for pattern, why in UNDECODED for hit in pattern.finditer(line)]
+    assert not bad, "\n".join(bad)
