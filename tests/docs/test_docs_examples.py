@@ -80,6 +80,11 @@ def test_the_readme_tour_is_found() -> None:
     assert any(c.startswith("ltm reproduce") for c in commands), commands
     assert any(c.startswith("ltm utility figure") for c in commands), commands
     assert any("--hosts" in c for c in commands), commands
+    # The mechanisms compared: the central model's run beside the LTM's, and where the
+    # whole comparison is.
+    assert any(c.startswith("ltm run") and "--mechanism central" in c for c in commands)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "ltm reproduce mechanisms" in readme and "docs/results/mechanisms.md" in readme
     assert all(c.shown for e in tour for c in e.commands if c.text.startswith("ltm run"))
     # The --hosts run can be followed on one machine: the tour starts its hosts, pins
     # their keys, runs on the inventory it wrote, and stops them.
