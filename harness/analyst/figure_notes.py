@@ -26,6 +26,7 @@ import numpy as np
 
 from harness.analyst import baselines
 from harness.analyst.figure_grid import FigureSpec
+from harness.analyst.mechanisms import one_blas_thread
 
 __all__ = ["bound_notes", "data_bounds", "figure_report", "indefinite_notes"]
 
@@ -64,30 +65,43 @@ def _lowrank_transform(n: int, d: int, k: int, children: list[np.random.SeedSequ
     return lambda X: X @ M
 
 
-def data_bounds(spec: FigureSpec) -> list[dict]:
+def data_bounds(spec: FigureSpec, *, progress: bool = False) -> list[dict]:
     """One explicit draw of the figure's data at each n: its largest row norm and entry.
 
     Low rank: one row per rank k of the panels; ridge: the rows [a | a x] with
-    x ~ N(0, n I), the paper's mu^2 = n.
+    x ~ N(0, n I), the paper's mu^2 = n. BLAS on one thread: each chunk's Gram and
+    product are small, and OpenBLAS's threads on a busy machine made them some
+    hundred times slower (the quick figure waited 17 s after its grid on a loaded
+    two-core machine).
     """
+    from tqdm import tqdm
+
     ranks: list[int | None] = [*sorted({p.k for p in spec.panels if p.k is not None})]
     ranks = ranks or [None]
     out = []
-    for n in spec.n:
-        for k in ranks:
-            seed = np.random.SeedSequence([spec.seed, n, _STREAM, k or 0])
-            data_seed, side = seed.spawn(2)
-            rng = np.random.default_rng(side)
-            children = data_seed.spawn(math.ceil(n / _CHUNK))
-            if spec.problem == "lowrank" and k is not None:
-                # two passes over the same chunks: R from the whole X, then the rows
-                transform = _lowrank_transform(n, spec.d, k, children, rng)
-            else:
-                x = rng.normal(0.0, math.sqrt(n), size=spec.d)
-                transform = lambda X, x=x: np.column_stack([X, X @ x])  # noqa: E731
-            norm, entry = _bounds(n, spec.d, transform, children)
-            out.append({"n": n, "k": k, "max_row_norm": norm, "max_entry": entry})
+    with one_blas_thread(), tqdm(total=len(spec.n) * len(ranks), disable=not progress,
+                                 desc=f"figure {spec.name} data bounds", unit="draw") as bar:
+        for n in spec.n:
+            for k in ranks:
+                bar.set_postfix(n=n, refresh=False)
+                out.append({"n": n, "k": k, **_bounds_at(spec, n, k)})
+                bar.update()
     return out
+
+
+def _bounds_at(spec: FigureSpec, n: int, k: int | None) -> dict:
+    seed = np.random.SeedSequence([spec.seed, n, _STREAM, k or 0])
+    data_seed, side = seed.spawn(2)
+    rng = np.random.default_rng(side)
+    children = data_seed.spawn(math.ceil(n / _CHUNK))
+    if spec.problem == "lowrank" and k is not None:
+        # two passes over the same chunks: R from the whole X, then the rows
+        transform = _lowrank_transform(n, spec.d, k, children, rng)
+    else:
+        x = rng.normal(0.0, math.sqrt(n), size=spec.d)
+        transform = lambda X, x=x: np.column_stack([X, X @ x])  # noqa: E731
+    norm, entry = _bounds(n, spec.d, transform, children)
+    return {"max_row_norm": norm, "max_entry": entry}
 
 
 def _assumed(spec: FigureSpec) -> tuple[float, float]:

@@ -208,12 +208,13 @@ def make_output_dir(out: Path) -> None:
 
 
 def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds: float = 0.0,
-                 force: bool = False) -> dict[str, Path]:
-    """The long CSV (CSV_COLUMNS), the multi-panel PNG and the report, each written whole."""
+                 force: bool = False, bounds: list[dict] | None = None) -> dict[str, Path]:
+    """The long CSV (CSV_COLUMNS), the multi-panel PNG and the report, each written whole
+    (``bounds``: the data's, from :func:`data_bounds`, drawn here if not given)."""
     paths = check_figure_outputs(out_dir, spec, force)
     make_output_dir(Path(out_dir))
     summary = summarize_runs(frame)
-    bounds = data_bounds(spec)
+    bounds = data_bounds(spec) if bounds is None else bounds
     indefinite = indefinite_notes(frame, spec)
     png = io.BytesIO()
     plot_figure(summary, spec, png, notes=bound_notes(spec, bounds))
@@ -226,10 +227,13 @@ def write_figure(frame, spec: FigureSpec, out_dir: str | os.PathLike, *, seconds
 
 def reproduce_figure(spec: FigureSpec, out_dir: str | os.PathLike, *, force: bool = False,
                      progress: bool = True) -> tuple[pd.DataFrame, dict[str, Path], float]:
-    """Check the outputs, run the whole grid, write everything: (summary, paths, seconds)."""
+    """Check the outputs, run the whole grid, draw the data's bounds, write everything:
+    (summary, paths, seconds), the seconds all of it took."""
     check_figure_outputs(out_dir, spec, force)
     start = time.perf_counter()
     frame = run_figure(spec, progress=progress)
+    bounds = data_bounds(spec, progress=progress)
+    paths = write_figure(frame, spec, out_dir, seconds=time.perf_counter() - start,
+                         force=force, bounds=bounds)
     seconds = time.perf_counter() - start
-    paths = write_figure(frame, spec, out_dir, seconds=seconds, force=force)
     return summarize_runs(frame), paths, seconds

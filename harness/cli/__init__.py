@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import difflib
 import errno
 import importlib
 import os
@@ -81,7 +82,23 @@ class _Parser(argparse.ArgumentParser):
         self.register("action", "parsers", _Subcommands)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(1, f"ltm: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(1, f"ltm: error: {message}{self._suggestion(message)} "
+                     f"(see `{self.prog} --help`)\n")
+
+    def _suggestion(self, message: str) -> str:
+        """``; did you mean --clients?`` for a mistyped option (Python 3.11's argparse
+        suggests nothing): the closest of this parser's options to each unknown one."""
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        # Compared without their dashes, which every option shares.
+        known = {o[2:]: o for o in self._option_string_actions if o.startswith("--")}
+        guesses = [known[close[0]] for word in message[len(prefix):].split()
+                   if word.startswith("--")
+                   for close in [difflib.get_close_matches(word[2:].split("=")[0], known, n=1,
+                                                           cutoff=0.65)]
+                   if close]
+        return f"; did you mean {', '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 class _Subcommands(argparse._SubParsersAction):

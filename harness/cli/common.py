@@ -171,7 +171,12 @@ CALIBRATION = option("--calibration", choices=CALIBRATIONS,
                           "(epsilon, delta)-DP at every d: a run whose certified epsilon "
                           "exceeds --epsilon is refused), or analytic, the analytic Gaussian "
                           "mechanism, exact for every epsilon (default {default})")
-PROGRAM = option("--program", choices=PROGRAMS, help="server program (default {default})")
+PROGRAM = option("--program", choices=PROGRAMS,
+                 help="what the servers run on their shares: fast, MP-SPDZ sums the shares "
+                      "in blocks as they stream in; reference, the textbook program that "
+                      "adds one row at a time; local, each server sums its own shares and "
+                      "MP-SPDZ only opens the sums (default {default}; see the docs page "
+                      "Concepts > Programs)")
 # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
 PROTOCOL = option("--protocol", metavar="NAME",
                   help=f"MP-SPDZ protocol: {', '.join(PROTOCOLS)} (default {{default}}; the "

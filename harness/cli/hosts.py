@@ -7,6 +7,7 @@ The handlers only translate arguments; the work is in :mod:`harness.remote._trus
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,17 @@ def add_commands(subparsers: Any) -> None:
     _add_loopback(commands)
 
 
-# `ltm hosts loopback start|stop`: where the hosts live unless --dir says otherwise.
-LOOPBACK_DIR = Path("loopback-hosts")
+# `ltm hosts loopback start|stop`: where the hosts live unless --dir says otherwise, in
+# the user's state directory: never in the working directory, which may be a checkout
+# (the hosts' directory holds the private key that logs in to them).
+LOOPBACK_DIR_SHOWN = ("~/.local/state/ltm-harness/loopback-hosts, or under $XDG_STATE_HOME if "
+                      "set")
+
+
+def default_loopback_dir() -> Path:
+    """The hosts' directory without --dir (a function: tests change HOME after import)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "ltm-harness" / "loopback-hosts"
 
 
 def _add_loopback(commands: Any) -> None:
@@ -100,9 +110,10 @@ def _add_loopback(commands: Any) -> None:
                        default=0, metavar="K",
                        help="also K client hosts ([[client]] entries), which stream the "
                             "clients' shares to the servers (default: 0, this machine does)")
-    start.add_argument("--dir", type=Path, default=LOOPBACK_DIR, metavar="DIR",
-                       help="a new (or empty) directory for the hosts' keys, homes and "
-                            f"inventory (default: {LOOPBACK_DIR})")
+    start.add_argument("--dir", type=Path, default=None, metavar="DIR",
+                       help="a new (or empty) directory for the hosts' keys (your login "
+                            "key among them), homes and inventory (default: "
+                            f"{LOOPBACK_DIR_SHOWN})")
     start.add_argument("--mp-spdz", type=Path, default=None, metavar="DIR",
                        help="the MP-SPDZ the hosts run (default: $MP_SPDZ_HOME or "
                             "~/.local/share/ltm-harness/mp-spdz, installed on first use)")
@@ -113,8 +124,8 @@ def _add_loopback(commands: Any) -> None:
                     "every session and party they run, and remove DIR: its keys, the "
                     "hosts' homes and working directories, the inventory and its pinned "
                     "keys.")
-    stop.add_argument("--dir", type=Path, default=LOOPBACK_DIR, metavar="DIR",
-                      help=f"the directory given to start (default: {LOOPBACK_DIR})")
+    stop.add_argument("--dir", type=Path, default=None, metavar="DIR",
+                      help=f"the directory given to start (default: {LOOPBACK_DIR_SHOWN})")
     stop.set_defaults(func=_loopback_stop)
 
 
@@ -163,9 +174,10 @@ def _loopback_start(args: argparse.Namespace) -> int:
     from harness.engine import ensure_mpspdz, find_free_ports
     from harness.remote import check_loopback, start_loopback
 
-    check_loopback(args.count, args.dir, args.client_hosts)  # before any install
+    directory = args.dir or default_loopback_dir()
+    check_loopback(args.count, directory, args.client_hosts)  # before any install
     mp = ensure_mpspdz(args.mp_spdz)
-    start_loopback(args.count, args.dir, mp.root, base_port=find_free_ports(args.count),
+    start_loopback(args.count, directory, mp.root, base_port=find_free_ports(args.count),
                    client_hosts=args.client_hosts)
     return 0
 
@@ -173,5 +185,5 @@ def _loopback_start(args: argparse.Namespace) -> int:
 def _loopback_stop(args: argparse.Namespace) -> int:
     from harness.remote import stop_loopback
 
-    stop_loopback(args.dir)
+    stop_loopback(args.dir or default_loopback_dir())
     return 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.cli.common import MP_SPDZ
 from harness.engine import (
     NO_INSTALL_ENV_VAR,
+    SHA256_ENV_VAR,
     SUPPORTED_VERSION,
     URL_ENV_VAR,
     default_home,
@@ -71,6 +72,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p_install.add_argument(
         "--force", action="store_true", help="replace an existing installation at the prefix"
     )
+    p_install.add_argument(
+        "--sha256",
+        metavar="DIGEST",
+        help=f"the archive's expected sha256 (default ${SHA256_ENV_VAR}); a mismatch is "
+        "refused before anything is unpacked, and without one the digest is only printed",
+    )
     p_install.set_defaults(func=_cmd_install)
 
 
@@ -96,5 +103,6 @@ def _cmd_install(args: argparse.Namespace) -> int:
         archive=args.archive,
         url=args.url,
         force=args.force,
+        sha256=args.sha256,
     )
     return 0

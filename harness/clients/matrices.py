@@ -25,7 +25,8 @@ __all__ = ["ArrayRows", "CsvRows", "NpyRows", "Rows", "SUFFIXES", "SyntheticRows
            "check_matrix", "load_matrix", "open_rows"]
 
 SUFFIXES = (".csv", ".txt", ".npy")
-_FORMATS = "a .csv, .txt or .npy file"
+_KINDS = ".csv, .txt or .npy file"
+_FORMATS = f"a {_KINDS}"
 
 
 def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
@@ -42,7 +43,7 @@ def load_matrix(path: str | os.PathLike, *, header: bool | None = None,
     if path.exists() and not path.is_file():
         raise InputError(f"data file {path} is not a regular file; pass {_FORMATS}")
     if not path.is_file():
-        raise InputError(f"data file {path} does not exist; pass an existing {_FORMATS}")
+        raise InputError(f"data file {path} does not exist; pass an existing {_KINDS}")
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise InputError(f"data file {path}: unknown format {path.suffix!r}; use {_FORMATS}")

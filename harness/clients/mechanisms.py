@@ -230,8 +230,9 @@ class ServerNoise:
 
     def accountant(self) -> str:
         if self.kind == "dng":
+            servers = "server's" if self.honest == 1 else "servers'"
             return (f"dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5) for the "
-                    f"{self.honest} honest servers' noise")
+                    f"{self.honest} honest {servers} noise")
         return ("dp-accounting PLD from the exact Binomial pmfs (pessimistic), over the "
                 "entries one client moves")
 

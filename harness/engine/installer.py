@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import posixpath
+import re
 import shutil
 import sys
 import tempfile
@@ -27,7 +28,9 @@ from harness.engine.mpspdz import (
     ENV_VAR,
     INSTALL_RECORD,
     NO_INSTALL_ENV_VAR,
+    RELEASE_SHA256,
     RELEASE_URL,
+    SHA256_ENV_VAR,
     SUPPORTED_VERSION,
     MpSpdz,
     default_home,
@@ -43,6 +46,40 @@ __all__ = ["ensure_mpspdz", "install"]
 
 DOWNLOAD_TIMEOUT = 60.0  # seconds without data before a download is abandoned
 _CHUNK = 1 << 20
+
+
+def _expected_sha256(given: str | None, url: str | None) -> tuple[str, str]:
+    """(the digest the archive must have, or "", and where that digest comes from).
+
+    ``--sha256``, else ``$LTM_MPSPDZ_SHA256``, else the official release's pinned
+    digest when downloading from its URL. A malformed one is refused before any work.
+    """
+    if given:
+        digest, origin = given, "--sha256"
+    elif os.environ.get(SHA256_ENV_VAR):
+        digest, origin = os.environ[SHA256_ENV_VAR], SHA256_ENV_VAR
+    elif url == RELEASE_URL and RELEASE_SHA256:
+        digest, origin = RELEASE_SHA256, "the official release's pinned digest"
+    else:
+        return "", ""
+    digest = digest.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise MpSpdzError(f"{origin} must be a sha256 digest, 64 hexadecimal digits, not "
+                          f"{given or os.environ.get(SHA256_ENV_VAR)!r}; copy it from where "
+                          "you got the release (`sha256sum FILE` prints it)")
+    return digest, origin
+
+
+def _check_sha256(actual: str, expected: str, origin: str, label: str, out: IO[str]) -> None:
+    """Print the archive's digest; refuse it, before it is unpacked, unless it is expected."""
+    if expected and actual != expected:
+        raise MpSpdzError(
+            f"{label} has sha256 {actual}, not {expected} ({origin}): it is not the release "
+            "you meant to install (damaged, or tampered with); nothing was unpacked. Fetch "
+            "it again from the official release page, or fix the digest you gave")
+    check = (f"matches {origin}" if expected else
+             f"not checked: give --sha256 or {SHA256_ENV_VAR} to check it")
+    print(f"  sha256 {actual} ({check})", file=out, flush=True)
 
 
 def _occupied(root: Path) -> bool:
@@ -76,7 +113,9 @@ def ensure_mpspdz(
     with _install_lock(root, out):
         if _occupied(root):  # another process installed it while this one waited
             return find_mpspdz(explicit)
-        return _install(root.absolute(), None, release_url(), False, out, first_use=True)
+        url = release_url()
+        return _install(root.absolute(), None, url, False, out,
+                        expected=_expected_sha256(None, url), first_use=True)
 
 
 def _host() -> tuple[str, str]:
@@ -230,10 +269,14 @@ def install(
     url: str | None = None,
     force: bool = False,
     out: IO[str] | None = None,
+    sha256: str | None = None,
 ) -> MpSpdz:
     """Download (or take ``archive``), unpack, set up and verify a release at ``prefix``.
 
-    ``url`` defaults to :func:`release_url`. All work happens in a scratch
+    ``url`` defaults to :func:`release_url`. The archive's sha256 is printed, and
+    must equal ``sha256`` (else ``$LTM_MPSPDZ_SHA256``, else the official release's
+    pinned digest when it is downloaded from its URL) where one is given: a mismatch
+    is refused before anything is unpacked. All work happens in a scratch
     directory next to ``prefix`` (same file system, so the final rename is
     atomic); on any failure it is removed and an existing installation is left
     as it was. Concurrent installs into one prefix run one after the other.
@@ -244,16 +287,18 @@ def install(
     source_path = Path(archive).expanduser().absolute() if archive else None
     if source_path is not None and not source_path.is_file():
         raise MpSpdzError(f"archive {source_path} does not exist or is not a file")
+    url = url or release_url()
+    expected = _expected_sha256(sha256, None if source_path else url)
     # Checked before the lock too, so a refused --prefix creates no parent directory.
     _check_host()
     _check_prefix(target, force)
     with _install_lock(target, out):
-        return _install(target, source_path, url or release_url(), force, out)
+        return _install(target, source_path, url, force, out, expected=expected)
 
 
 def _install(
     target: Path, source_path: Path | None, url: str, force: bool, out: IO[str],
-    first_use: bool = False,
+    expected: tuple[str, str] = ("", ""), first_use: bool = False,
 ) -> MpSpdz:
     """:func:`install` under its lock (``ensure_mpspdz`` holds it already)."""
     from harness.engine.release import extract, set_up, verify
@@ -272,6 +317,8 @@ def _install(
             print(f"Using archive {source_path}", file=out)
             sha256 = _sha256(source_path)
             source, label = str(source_path), str(source_path)
+        _check_sha256(sha256, *expected, f"the download of {url}" if source_path is None
+                      else f"archive {source_path}", out)
 
         print("Unpacking", file=out)
         tree = extract(archive_file, scratch / "unpacked", label)

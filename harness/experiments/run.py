@@ -153,7 +153,9 @@ def end_to_end_parts(result: RunResult) -> str:
         stages.append(f"servers {t['stream_servers_s']:.3f}")
         if "stream_expand_s" in t:  # seeded: expanding the seeds is part of the servers' time
             stages[-1] += f", expanding {t['stream_expand_s']:.3f}"
-        overlap = f", overlap {t['stream_overlap']:.2f}x" if "stream_overlap" in t else ""
+        # Above 1x the stages ran at the same time; below, the stream also waited.
+        overlap = (f"; their times add up to {t['stream_overlap']:.2f}x the stream's"
+                   if "stream_overlap" in t else "")
         return (f"stream {t['prepare_s']:.3f} ({', '.join(stages[:-1])} and {stages[-1]} "
                 f"side by side{overlap}){sent} + {_after_stream(result, after)}")
     upload = (f"upload {t['client_upload_s']:.3f}" if result.upload_measured

@@ -307,12 +307,14 @@ def check_zero_output(cfg: RunConfig, noise: NoiseSpec, dense: bool) -> None:
         return
     bound = zero_output_bound(noise.m, noise.d, noise.s, noise.t_prime, noise.delta)
     most = largest_rows(noise, dense)
-    fix = (f"use --rows {most} or fewer" if most is not None else
+    fix = (f"use --rows {most} or fewer sketch rows" if most is not None else
            "no --rows works at this n: use more rows of data or raise --delta")
     raise InputError(
-        f"--data has n={noise.n} rows, too few for m={noise.m}: R_D would send zeros (it "
-        f"needs n > 8 m ln(dm/delta) + s + t' = {bound:.1f}); {fix}, or pass "
-        "--allow-zero-output to run the paper's randomizer as it is")
+        f"--data has n={noise.n} rows, too few for m={noise.m} sketch rows: the paper's "
+        f"client randomizer R_D would send zeros (it needs n > 8 m ln(dm/delta) + s + t' "
+        f"= {bound:.1f}, t' the corrupt clients of --corrupt-clients; see the docs page "
+        f"Privacy of the client noise); {fix}, or pass --allow-zero-output to run the "
+        "paper's randomizer as it is")
 
 
 def build_workload(cfg: RunConfig) -> Workload:

@@ -96,13 +96,21 @@ def trust_hosts(inventory_path: str | os.PathLike[str], *, replace: bool = False
             "console and rerun with --replace. Nothing was written")
     new = [(r.target, r.key) for r in seen.values() if r.status in ("added", "replaced")]
     if not new:
-        echo(f"All {len(seen)} host key(s) were already pinned in {known_hosts}.")
+        echo(f"All {len(seen)} host key(s) were already pinned in {_shown(known_hosts)}.")
         return results
     if confirm is not None and not confirm(f"Pin {len(new)} host key(s) in {known_hosts}?"):
         raise LtmError("not confirmed; nothing was written (pass --yes to skip the question)")
     write_pinned(known_hosts, new, replace=replace)
-    echo(f"Pinned {len(new)} host key(s) in {known_hosts}.")
+    echo(f"Pinned {len(new)} host key(s) in {_shown(known_hosts)}.")
     return results
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as the user would type it here: relative below the working directory."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def _progress(hosts: Sequence[Host], finished: int, what: str) -> str:

@@ -285,6 +285,8 @@ def start_loopback(count: int, directory: Path, mp_spdz: Path, *, base_port: int
         raise
     for host in hosts:
         echo(f"{host.name}  sshd on 127.0.0.1 port {host.port}")
+    echo(f"your key to log in to them: {shown / 'client_key'} (private, 0600; `stop` "
+         "removes it with the hosts)")
     clients = f" and {client_hosts} client host(s)" if client_hosts else ""
     echo(f"wrote {shown / INVENTORY}: {count} loopback hosts{clients} with this machine's "
          f"harness and MP-SPDZ; stop them with `ltm hosts loopback stop --dir "

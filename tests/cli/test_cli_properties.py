@@ -433,6 +433,8 @@ def test_hosts_loopback(tmp_path_factory, capsys, monkeypatch, count, clients, d
     root = tmp_path_factory.mktemp("loopback")
     monkeypatch.setattr(loopback, "SSHD", root / "no-sshd")
     monkeypatch.chdir(root)
+    # Without --dir the hosts' directory is the user's state directory: never the real one.
+    monkeypatch.setenv("XDG_STATE_HOME", str(root / "state"))
     before = sorted(root.iterdir())
     dir_args = ["--dir", directory] if directory is not None else []
     if stop:

@@ -40,10 +40,12 @@ def test_own_data_below_r_d_s_threshold_is_refused_naming_the_rows_that_work(
     out = tmp_path / "out"
     code, _, err = _ltm(capsys, "--data", str(path), "--out", str(out))
     assert code == 1 and err.count("\n") == 1, err
-    assert err == (f"ltm: error: --data has n=2000 rows, too few for m=100: R_D would send "
-                   f"zeros (it needs n > 8 m ln(dm/delta) + s + t' = {_threshold(100):.1f}); "
-                   f"use --rows {most} or fewer, or pass --allow-zero-output to run the "
-                   "paper's randomizer as it is\n")
+    assert err == (f"ltm: error: --data has n=2000 rows, too few for m=100 sketch rows: the "
+                   f"paper's client randomizer R_D would send zeros (it needs n > 8 m "
+                   f"ln(dm/delta) + s + t' = {_threshold(100):.1f}, t' the corrupt clients of "
+                   f"--corrupt-clients; see the docs page Privacy of the client noise); use "
+                   f"--rows {most} or fewer sketch rows, or pass --allow-zero-output to run "
+                   "the paper's randomizer as it is\n")
     assert not out.exists()
 
     # The largest m it names runs, with noise, and the summary says what was read.
@@ -69,6 +71,18 @@ def test_the_help_of_data_names_the_threshold():
     text = " ".join(commands.choices["run"].format_help().split())
     assert "n > 8 m ln(dm/delta) + s + t' rows, else R_D would send zeros" in text
     assert "--allow-zero-output" in text and "--header, --no-header" in text
+
+
+def test_the_help_of_program_says_what_each_program_does():
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    for command in ("run", "reproduce"):
+        text = " ".join(commands.choices[command].format_help().split())
+        for said in ("fast, MP-SPDZ sums the shares in blocks as they stream in",
+                     "reference, the textbook program that adds one row at a time",
+                     "local, each server sums its own shares and MP- SPDZ only opens the sums"):
+            assert said.replace("MP- SPDZ", "MP-SPDZ") in text.replace("MP- SPDZ", "MP-SPDZ"), (
+                command, said)
 
 
 @pytest.mark.parametrize(("given", "header"), [([], True), (["--header"], True),

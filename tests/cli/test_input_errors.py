@@ -436,3 +436,31 @@ def test_npy_with_a_huge_header_is_one_line(tmp_path, capsys, no_drawing):
     _huge_header(directory / "output.npy")
     one_line_error(capsys, ["analyze", "lowrank", "--k", "2", str(directory)], "its header is")
     nothing_in(tmp_path, "huge.npy", "run")
+
+
+
+def argparse_error(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 1 and err.startswith("ltm: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_mistyped_option_is_answered_with_the_closest_one(capsys):
+    err = argparse_error(capsys, ["run", "--clinets", "5"])
+    assert "did you mean --clients?" in err and "`ltm run --help`" in err
+    err = argparse_error(capsys, ["run", "--clinets=5", "--protocl", "semi2k"])
+    assert "did you mean --clients, --protocol?" in err
+    # nothing close: no guess
+    err = argparse_error(capsys, ["run", "--zzzz"])
+    assert "--zzzz" in err and "did you mean" not in err
+
+
+def test_a_missing_data_file_names_what_to_pass(tmp_path):
+    from harness.clients import load_matrix
+    from harness.errors import InputError
+
+    with pytest.raises(InputError, match="does not exist; pass an existing .csv, .txt or "
+                                         "[.]npy file$"):
+        load_matrix(tmp_path / "rows.csv")

@@ -104,6 +104,11 @@ def test_dng_honest_servers_alone_certify_epsilon():
         # every server adds its share: the price is sqrt(S / (S - t)) and Skellam's own
         assert math.sqrt(servers / (servers - corrupt)) <= noise.std_ratio \
             <= 1.15 * math.sqrt(servers / (servers - corrupt))
+        # the accountant's line agrees in number with the honest servers it names
+        honest = servers - corrupt
+        assert noise.accountant().endswith(
+            "for the 1 honest server's noise" if honest == 1
+            else f"for the {honest} honest servers' noise"), noise.accountant()
 
 
 def test_central_noise_is_certified_on_its_grid_and_reports_its_price():

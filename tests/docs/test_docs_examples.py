@@ -12,6 +12,7 @@ hold the lines the page shows.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -52,9 +53,23 @@ def test_the_page_s_examples_print_what_it_shows(page: Path, tmp_path: Path, mp_
                 missing = missing_lines(command.shown, done.stdout)
                 assert not missing, (f"{where} did not print these shown lines:\n  "
                                      + "\n  ".join(missing) + f"\nit printed:\n{done.stdout}")
+        if page.name == "README.md":
+            run = work / "results" / "tour-run"
+            assert sorted(p.name for p in run.iterdir()) == sorted(tour_run_files()), (
+                "README.md says what results/tour-run/ holds; the run wrote "
+                f"{sorted(p.name for p in run.iterdir())}")
     finally:
         for left in work.rglob("loopback.json"):  # hosts a failed command left running
             stop_loopback(left.parent, echo=lambda line: None)
+
+
+def tour_run_files() -> list[str]:
+    """The files README.md says its tour's run writes: those its sentence
+    "`results/tour-run/` holds ..." names, up to what it says is not there."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    start = text.index("`results/tour-run/` holds")
+    sentence = text[start:text.index("The public sketch", start)]
+    return re.findall(r"`([\w.-]+\.\w+)`", sentence)
 
 
 def test_the_readme_tour_is_found() -> None:
@@ -65,6 +80,11 @@ def test_the_readme_tour_is_found() -> None:
     assert any(c.startswith("ltm reproduce") for c in commands), commands
     assert any(c.startswith("ltm utility figure") for c in commands), commands
     assert any("--hosts" in c for c in commands), commands
+    # The mechanisms compared: the central model's run beside the LTM's, and where the
+    # whole comparison is.
+    assert any(c.startswith("ltm run") and "--mechanism central" in c for c in commands)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "ltm reproduce mechanisms" in readme and "docs/results/mechanisms.md" in readme
     assert all(c.shown for e in tour for c in e.commands if c.text.startswith("ltm run"))
     # The --hosts run can be followed on one machine: the tour starts its hosts, pins
     # their keys, runs on the inventory it wrote, and stops them.
@@ -76,6 +96,7 @@ def test_the_readme_tour_is_found() -> None:
     start, trust, run = (shlex.split(commands[w[0]]) for w in where[:3])
     inventory = Path(start[start.index("--dir") + 1]) / "hosts.toml"
     assert Path(trust[3]) == inventory and Path(run[run.index("--hosts") + 1]) == inventory
+    assert "result.json" in tour_run_files() and len(tour_run_files()) >= 2, tour_run_files()
     quick = [e for p in doc_pages() if p.name != "README.md" for e in examples(p)]
     assert len(quick) >= 4, [e.page for e in quick]
 

@@ -94,15 +94,16 @@ def test_a_contradicting_summary_is_caught(t_mpc: str, line: str, why: str) -> N
 
 def test_consistent_summaries_pass() -> None:
     assert problems("T_end_to_end 0.667 s = stream 0.650 (clients 0.168 and servers 0.059 "
-                    "side by side, overlap 0.35x) + T_MPC 0.017",
+                    "side by side; their times add up to 0.35x the stream's) + T_MPC 0.017",
                     "T_MPC 0.017 s (slowest party); C_MPC 16.016 MB (model 16.016 MB)") == []
     assert problems("T_end_to_end 4.790 s = stream 4.786 (clients 4.292 and servers 0.708 side "
-                    "by side, overlap 1.04x) + MPC 0.004 (opening the sums)",
+                    "by side; their times add up to 1.04x the stream's) + MPC 0.004 (opening "
+                    "the sums)",
                     "T_MPC 0.711 s (slowest party, its aggregation while the shares arrived "
                     "included); C_MPC 6000.032 MB (model 6000.024 MB)") == []
     assert problems("T_end_to_end 0.315 s = stream 0.315 (clients 0.166 and servers 0.079 side "
-                    "by side, overlap 0.78x) + MPC 0.000 after it (T_MPC 0.023: the parties "
-                    "summed the stream as it came)",
+                    "by side; their times add up to 0.78x the stream's) + MPC 0.000 after it "
+                    "(T_MPC 0.023: the parties summed the stream as it came)",
                     "T_MPC 0.023 s (slowest party); C_MPC 16.016 MB (model 16.016 MB)") == []
 
 

@@ -229,3 +229,36 @@ def test_plots_name_nothing_outside_the_project() -> None:
     for path in _tracked("*.png"):
         bad += _report(str(path.relative_to(ROOT)), problems(png_text(path.read_bytes())))
     assert not bad, "\n".join(bad)
+
+
+def test_the_docs_show_the_result_format_version_runs_write() -> None:
+    """A page that shows result.json's ``format_version`` shows the one runs write now."""
+    from harness.experiments.results import FORMAT_VERSION
+
+    shown = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for hit in re.finditer(r'"format_version": (\d+)|\(format version (\d+);', text):
+            shown.append((page.relative_to(ROOT).as_posix(), int(hit.group(1) or hit.group(2))))
+    assert shown, "no page shows result.json's format_version"
+    assert all(version == FORMAT_VERSION for _, version in shown), (FORMAT_VERSION, shown)
+
+
+# Words that meant something to the project's own work, not to a user: what the
+# summary's stream ratio is, what a comparison is against and what it aims at.
+UNDECODED = [
+    (re.compile(r"overlap \d+(?:\.\d+)?x"), "an unexplained ratio: say what it sums"),
+    (re.compile(r"edaBit prototype|reference prototype"), "a comparison no user can place"),
+    (re.compile(r"target: within|target within|(?:meets|misses) the target"),
+     "a target the user never set"),
+]
+
+
+def test_the_pages_use_words_a_user_can_decode() -> None:
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+    bad = [f"{page.relative_to(ROOT)}:{number}: {hit.group(0)!r}: {why}"
+           for page in pages
+           for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+           for pattern, why in UNDECODED for hit in pattern.finditer(line)]
+    assert not bad, "\n".join(bad)

@@ -766,3 +766,39 @@ def test_download_progress_reaches_the_total_on_a_terminal_only(
         assert progress.endswith("\n")
     else:
         assert progress == ""  # a log gets the lines before and after, no bar
+
+
+def test_install_prints_the_archive_s_digest_and_refuses_a_mismatch_before_unpacking(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = make_release(tmp_path / "mp-spdz-0.4.2.tar.xz")
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    prefix = tmp_path / "p"
+    unpacked: list[Path] = []
+    real_extract = release.extract
+    monkeypatch.setattr(release, "extract",
+                        lambda path, *a: unpacked.append(path) or real_extract(path, *a))
+    argv = ["mpspdz", "install", "--archive", str(archive), "--prefix", str(prefix)]
+
+    def refused(*extra: str) -> str:
+        assert cli.main([*argv, *extra]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("ltm: error: ") and err.count("\n") == 1, err
+        assert not prefix.exists() and unpacked == [] and leftovers(tmp_path) == []
+        return err
+
+    wrong = "0" * 64
+    err = refused("--sha256", wrong)
+    assert f"has sha256 {digest}, not {wrong} (--sha256)" in err and "nothing was unpacked" in err
+    monkeypatch.setenv("LTM_MPSPDZ_SHA256", wrong)
+    assert f"not {wrong} (LTM_MPSPDZ_SHA256)" in refused()
+    assert "64 hexadecimal digits, not 'xyz'" in refused("--sha256", "xyz")
+    # the given digest is checked, and said
+    monkeypatch.setenv("LTM_MPSPDZ_SHA256", digest.upper())
+    assert cli.main(argv) == 0
+    assert f"sha256 {digest} (matches LTM_MPSPDZ_SHA256)" in capsys.readouterr().out
+    # without one the digest is printed, unchecked
+    monkeypatch.delenv("LTM_MPSPDZ_SHA256")
+    assert cli.main([*argv, "--force"]) == 0
+    assert f"sha256 {digest} (not checked: give --sha256" in capsys.readouterr().out
+    assert len(unpacked) == 2

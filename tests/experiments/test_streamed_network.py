@@ -60,7 +60,7 @@ def test_a_streamed_network_run_verifies_and_reports_each_stage(tmp_path, mp_spd
     assert "expand_s" not in t
     line = next(x for x in summary(result, out).splitlines() if "T_end_to_end" in x)
     assert f"upload {t['stream_upload_s']:.3f}" in line
-    assert f"overlap {t['stream_overlap']:.2f}x" in line
+    assert f"their times add up to {t['stream_overlap']:.2f}x the stream's" in line
     assert ("expanding" in line) == (sharing == "seeded")
     work = out / "work"
     # No outbox: nothing went through files on the clients' side.

@@ -25,8 +25,11 @@ from harness.remote import load_inventory, start_loopback, stop_loopback
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def ltm(*args: str, cwd: Path, cache: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ltm(*args: str, cwd: Path, cache: Path | None = None,
+        state: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LTM_NO_INSTALL": "1"}
+    if state is not None:
+        env["XDG_STATE_HOME"] = str(state)
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache)
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, env=env,
@@ -105,6 +108,38 @@ def test_start_trust_run_stop_runs_on_the_hosts_and_leaves_nothing(
     finally:
         if (hosts / "loopback.json").exists():
             stop_loopback(hosts, echo=lambda line: None)
+
+
+@pytest.mark.mpspdz
+def test_without_dir_the_hosts_and_their_key_live_outside_the_working_directory(
+        tmp_path: Path, mp_spdz) -> None:
+    """The working directory may be a checkout: the login key must not land in it, and
+    the output says where it is."""
+    work, state = tmp_path / "checkout", tmp_path / "state"
+    work.mkdir()
+    hosts = state / "ltm-harness" / "loopback-hosts"
+    try:
+        started = ltm("hosts", "loopback", "start", "2", "--mp-spdz", str(mp_spdz.root),
+                      cwd=work, state=state)
+        assert started.returncode == 0, started.stderr
+        assert list(work.iterdir()) == []
+        assert (hosts / "hosts.toml").is_file() and (hosts / "client_key").is_file()
+        assert (f"your key to log in to them: {hosts / 'client_key'} (private, 0600; `stop` "
+                "removes it with the hosts)") in started.stdout.splitlines()
+        stopped = ltm("hosts", "loopback", "stop", cwd=work, state=state)
+        assert stopped.returncode == 0, stopped.stderr
+        assert not hosts.exists() and running_under(hosts) == []
+    finally:
+        for left in (hosts, work / "loopback-hosts"):  # where a failed check left them
+            if (left / "loopback.json").exists():
+                stop_loopback(left, echo=lambda line: None)
+
+
+def test_the_tour_s_hosts_directory_is_ignored_by_git() -> None:
+    """The README's tour starts its hosts with --dir hosts in the checkout."""
+    for path in ("hosts/client_key", "hosts/hosts.toml", "loopback-hosts/client_key"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
+        assert ignored.returncode == 0, f"{path} is not ignored by .gitignore"
 
 
 def test_a_bad_count_is_one_line_and_starts_nothing(tmp_path: Path, monkeypatch,
