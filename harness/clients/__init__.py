@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         CoinLayout,
         ServerNoise,
         binomial_epsilon,
+        check_dng_draws,
         grid_sensitivity,
         input_server_noise,
         least_coins,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         compiled_sketch,
         sketch_loops,
     )
+    from harness.clients.poisson import EXACT_BELOW, MAX_POISSON_MEAN, poisson, skellam
     from harness.clients.prepare import (
         Prepared,
         format_integers,
@@ -137,6 +139,11 @@ __all__ = [
     "CoinLayout",
     "ServerNoise",
     "binomial_epsilon",
+    "check_dng_draws",
+    "EXACT_BELOW",
+    "MAX_POISSON_MEAN",
+    "poisson",
+    "skellam",
     "grid_sensitivity",
     "least_coins",
     "server_noise",

@@ -46,6 +46,7 @@ from functools import lru_cache
 import numpy as np
 
 from harness.clients.noise import noise_rng
+from harness.clients.poisson import MAX_POISSON_MEAN, skellam
 from harness.clients.prepare import format_integers
 from harness.clients.privacy import (
     analytic_gaussian_sigma,
@@ -57,7 +58,7 @@ from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
 __all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise",
-           "binomial_epsilon", "central_noise", "dng_noise", "grid_sensitivity",
+           "binomial_epsilon", "central_noise", "check_dng_draws", "dng_noise", "grid_sensitivity",
            "input_server_noise", "least_coins", "server_noise"]
 
 MECHANISMS = ("ltm", "dng", "central")
@@ -69,6 +70,7 @@ COIN_TARGET = 1 << 16
 # dp-accounting's discretisation of the privacy loss (pessimistic either way).
 _DISCRETIZATION = 1e-4
 _TAIL_SDS = 40.0  # binomial mass beyond 40 standard deviations is below 1e-300
+_NOISE_BLOCK = 1 << 20  # cells a dng server draws and writes at once
 
 
 def grid_sensitivity(eta: float, frac_bits: int, grid_bits: int) -> int:
@@ -205,8 +207,8 @@ class ServerNoise:
         """One server's dng noise per cell, int64 lattice steps."""
         if self.kind != "dng":
             raise ValueError("only dng noise is drawn outside the MPC")
-        half = self.server_mu / 2
-        return rng.poisson(half, size=shape) - rng.poisson(half, size=shape)
+        # numpy's own Poisson is biased at the means dng asks for (harness.clients.poisson)
+        return skellam(rng, self.server_mu, shape)
 
     def to_json(self) -> str:
         """Its parameters as JSON: all public (what a server is told to draw its noise)."""
@@ -316,19 +318,37 @@ def central_noise(*, eta: float, s: int, d: int, epsilon: float, delta: float,
                        coins=coins, grid_bits=grid, steps=steps, layout=layout)
 
 
+def check_dng_draws(noise: ServerNoise) -> None:
+    """Refuse, in one line, dng noise whose Poissons no exact draw reaches: each server
+    draws two Poisson(server_mu / 2) per cell, exact up to :data:`MAX_POISSON_MEAN`."""
+    mean = noise.server_mu / 2
+    if noise.kind != "dng" or mean <= MAX_POISSON_MEAN:
+        return
+    raise InputError(
+        f"--mechanism dng needs each server to draw Poissons of mean 2^{math.log2(mean):.1f} "
+        f"per cell for epsilon {noise.epsilon:g}, delta {noise.delta:g} at --frac-bits "
+        f"{noise.frac_bits}, beyond the 2^{math.log2(MAX_POISSON_MEAN):.0f} an exact draw "
+        "reaches; raise --epsilon or --delta, or lower --frac-bits, --eta, --dim or "
+        "--sparsity")
+
+
 def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
                        path: str | os.PathLike[str], *, append: bool) -> int:
     """One server's own dng noise for every cell, drawn where this runs from a fresh
     CSPRNG (:func:`~harness.clients.noise_rng`) and written as its private input to the
     MPC: appended to ``path`` after its aggregate (``append``), else the whole file,
     0600 in a 0700 directory. Returns the number of cells drawn, nothing of the noise."""
-    drawn = noise.sample(noise_rng(), shape)
+    rng = noise_rng()
+    rows, cols = shape
+    # A block of rows at a time: what is held stays small however many cells there are.
+    step = max(1, _NOISE_BLOCK // max(cols, 1))
     private_dir(os.path.dirname(os.path.abspath(path)))
     with open_private(path, "ab" if append else "wb") as fh:
-        fh.write(format_integers(drawn.ravel()))
-    cells = int(drawn.size)
-    del drawn  # nothing of a server's noise is kept
-    return cells
+        for start in range(0, rows, step):
+            drawn = noise.sample(rng, (min(step, rows - start), cols))
+            fh.write(format_integers(drawn.ravel()))
+            del drawn  # nothing of a server's noise is kept
+    return rows * cols
 
 
 def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: int, d: int,

@@ -28,6 +28,7 @@ from harness.clients import (
     all_rows,
     certificate,
     check_dimensions,
+    check_dng_draws,
     concentration_failure,
     open_rows,
     server_noise,
@@ -169,17 +170,21 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
 
 def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | None:
     """The servers' noise of a dng or central run, certified (None for the LTM); an
-    (epsilon, delta) that would need too many coins is refused in one line."""
+    (epsilon, delta) that would need too many coins, or Poissons beyond an exact draw,
+    is refused in one line."""
     scale = 2.0**cfg.frac_bits
     if cfg.mechanism == "central" and s * n * cfg.eta * scale >= 2.0**62:
         # Its probabilistic truncation reads the sketch as a 63-bit signed value.
         raise InputError(f"n={n} clients could sum past 2^62 in one bucket, beyond what "
                          "--mechanism central rounds inside the MPC; use --clients <= "
                          f"{int(2.0**62 / (s * cfg.eta * scale))} or lower --frac-bits")
-    return server_noise(cfg.mechanism, servers=cfg.party_count,
-                        corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
-                        m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
-                        frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+    noise = server_noise(cfg.mechanism, servers=cfg.party_count,
+                         corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
+                         m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
+                         frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+    if noise is not None:
+        check_dng_draws(noise)
+    return noise
 
 
 def check_noise(cfg: RunConfig) -> None:
