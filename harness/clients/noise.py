@@ -128,9 +128,10 @@ class NoiseSpec:
             # which a Gamma passes at 40 beta with probability below e^-40.
             if not 40 * self.laplace_lattice_scale < _POISSON_MAX:
                 most = math.floor(math.log2(_POISSON_MAX / (40 * self.laplace_scale)))
+                fix = (f"use --frac-bits {most} or less, or raise --epsilon" if most >= 0
+                       else "raise --epsilon, or lower --eta (rescale the data)")
                 raise InputError(f"Laplace noise of scale {self.laplace_scale:.4g} is too wide "
-                                 f"for the lattice at --frac-bits {self.frac_bits}; use "
-                                 f"--frac-bits {max(0, most)} or less, or raise --epsilon")
+                                 f"for the lattice at --frac-bits {self.frac_bits}; {fix}")
 
     def _check_tight(self) -> None:
         """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
