@@ -6,18 +6,19 @@ falls below the Poisson log-probability log p(k) = -lam + k log(lam) - lgamma(k 
 numpy computes that as written: three terms of size lam log(lam) whose difference
 is of order one, so their rounding errors grow with lam. The rounding of log(lam)
 alone moves every k's test by the same amount, up to lam ulp(log lam) / 2 (0.05 at
-lam = 3e13), which reweights the slow path against the fast one: measured with 1e8
-draws, variance / lam is 1.0002 at 1e9 (within its standard error 1.4e-4), 1.0003
-at 1e13, 1.018 at 3e13, and was 0.974 at 8.8e13 and 1.095 at 3e14.
+lam = 3e13), which reweights the slow path against the fast one. Measured with 1e8
+draws (standard error 1.4e-4), variance / lam is 1.0002 at 1e9, 1.0003 at 1e13 and
+1.018 at 3e13; with 2^22, 0.974 at 8.8e13, 1.096 at 3e14 and 1.4 to 1.8 from 1e16.
 
 :func:`poisson` runs the same algorithm (the same hat, squeeze and constants, so the
 same proof of exactness) with log p(k) in Loader's saddle-point form (2000, the one
 R's dpois uses): -stirlerr(k) - bd0(k, lam) - log(2 pi k) / 2, where bd0 = k log(k /
 lam) + lam - k is summed from a series in (k - lam) / (k + lam) and stirlerr from
-Stirling's series. Each term is of order one wherever a candidate can be accepted,
-so the test is as exact at lam = 2^62 as numpy's is at lam = 10 (errors of order
-1e-15, not of lam 1e-16), and a draw costs the same at every mean. The candidate is
-kept as k - floor(lam), which a double holds exactly however large lam is.
+Stirling's series. Its terms stay below a few tens wherever a candidate can be
+accepted, so the test's rounding error is of order 1e-14 at lam = 2^62 as at lam =
+10 (not of order lam 1e-16), and a draw costs the same at every mean (about twice
+numpy's). The candidate is kept as its offset k - floor(lam), exact however large
+lam is.
 
 Below :data:`EXACT_BELOW` numpy's own draw is used: there the rounding error of its
 test is under lam log(lam) 2^-51, less than 1e-9 (and its draw is faster).
