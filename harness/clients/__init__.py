@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         CoinLayout,
         ServerNoise,
         binomial_epsilon,
+        check_dng_draws,
         grid_sensitivity,
         input_server_noise,
         least_coins,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
         compiled_sketch,
         sketch_loops,
     )
+    from harness.clients.poisson import EXACT_BELOW, MAX_POISSON_MEAN, poisson, skellam
     from harness.clients.prepare import (
         Prepared,
         format_integers,
@@ -141,6 +143,11 @@ __all__ = [
     "CoinLayout",
     "ServerNoise",
     "binomial_epsilon",
+    "check_dng_draws",
+    "EXACT_BELOW",
+    "MAX_POISSON_MEAN",
+    "poisson",
+    "skellam",
     "grid_sensitivity",
     "least_coins",
     "server_noise",

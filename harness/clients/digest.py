@@ -32,7 +32,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["DIGEST_KEY_BYTES", "digest_weights", "noise_digest"]
+__all__ = ["DIGEST_KEY_BYTES", "digest_weights", "noise_digest", "weighted_digest"]
 
 DIGEST_KEY_BYTES = 16
 
@@ -47,7 +47,13 @@ def digest_weights(key: bytes, cells: int) -> np.ndarray:
 def noise_digest(values: np.ndarray, key: bytes) -> int:
     """sum_k w_k values[k] mod 2^64 of integer ``values`` (int64 lattice steps, or ring
     elements as uint64), in row-major order, under :func:`digest_weights` of ``key``."""
+    return weighted_digest(values, digest_weights(key, np.size(values)))
+
+
+def weighted_digest(values: np.ndarray, weights: np.ndarray) -> int:
+    """sum_k weights[k] values[k] mod 2^64: one block's part of :func:`noise_digest`,
+    the block's own slice of the weights given (parts add up modulo 2^64)."""
     flat = np.ascontiguousarray(values).ravel()
     ring = flat.view(np.uint64) if flat.dtype == np.int64 else flat.astype(np.uint64)
     # Unsigned products and sums wrap modulo 2^64, as the ring does.
-    return int((digest_weights(key, ring.size) * ring).sum(dtype=np.uint64))
+    return int((weights * ring).sum(dtype=np.uint64))

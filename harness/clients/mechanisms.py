@@ -40,13 +40,15 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from harness.clients.digest import noise_digest
+from harness.clients.digest import digest_weights, weighted_digest
 from harness.clients.noise import noise_rng
+from harness.clients.poisson import MAX_POISSON_MEAN, skellam
 from harness.clients.prepare import format_integers
 from harness.clients.privacy import (
     analytic_gaussian_sigma,
@@ -58,7 +60,7 @@ from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
 __all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise",
-           "binomial_epsilon", "central_noise", "dng_noise", "grid_sensitivity",
+           "binomial_epsilon", "central_noise", "check_dng_draws", "dng_noise", "grid_sensitivity",
            "input_server_noise", "least_coins", "server_noise"]
 
 MECHANISMS = ("ltm", "dng", "central")
@@ -70,6 +72,7 @@ COIN_TARGET = 1 << 16
 # dp-accounting's discretisation of the privacy loss (pessimistic either way).
 _DISCRETIZATION = 1e-4
 _TAIL_SDS = 40.0  # binomial mass beyond 40 standard deviations is below 1e-300
+_NOISE_BLOCK = 1 << 20  # cells a dng server draws and writes at once
 
 
 def grid_sensitivity(eta: float, frac_bits: int, grid_bits: int) -> int:
@@ -206,8 +209,8 @@ class ServerNoise:
         """One server's dng noise per cell, int64 lattice steps."""
         if self.kind != "dng":
             raise ValueError("only dng noise is drawn outside the MPC")
-        half = self.server_mu / 2
-        return rng.poisson(half, size=shape) - rng.poisson(half, size=shape)
+        # numpy's own Poisson is biased at the means dng asks for (harness.clients.poisson)
+        return skellam(rng, self.server_mu, shape)
 
     def to_json(self) -> str:
         """Its parameters as JSON: all public (what a server is told to draw its noise)."""
@@ -318,6 +321,20 @@ def central_noise(*, eta: float, s: int, d: int, epsilon: float, delta: float,
                        coins=coins, grid_bits=grid, steps=steps, layout=layout)
 
 
+def check_dng_draws(noise: ServerNoise) -> None:
+    """Refuse, in one line, dng noise whose Poissons no exact draw reaches: each server
+    draws two Poisson(server_mu / 2) per cell, exact up to :data:`MAX_POISSON_MEAN`."""
+    mean = noise.server_mu / 2
+    if noise.kind != "dng" or mean <= MAX_POISSON_MEAN:
+        return
+    raise InputError(
+        f"--mechanism dng needs each server to draw Poissons of mean 2^{math.log2(mean):.1f} "
+        f"per cell for epsilon {noise.epsilon:g}, delta {noise.delta:g} at --frac-bits "
+        f"{noise.frac_bits}, beyond the 2^{math.log2(MAX_POISSON_MEAN):.0f} an exact draw "
+        "reaches; raise --epsilon or --delta, or lower --frac-bits, --eta, --dim or "
+        "--sparsity")
+
+
 def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
                        path: str | os.PathLike[str], *, append: bool,
                        digest_key: bytes) -> tuple[int, int]:
@@ -327,14 +344,26 @@ def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
     0600 in a 0700 directory. Returns the number of cells drawn and the noise's digest
     under the run's public ``digest_key`` (:mod:`harness.clients.digest`), by which the
     release is checked exactly; nothing else of the noise."""
-    drawn = noise.sample(noise_rng(), shape)
+    rng = noise_rng()
+    rows, cols = shape
+    weights = digest_weights(digest_key, rows * cols)
+    digest = 0
+    # A block of rows at a time: what is held stays small however many cells there are.
+    step = max(1, _NOISE_BLOCK // max(cols, 1))
+    blocks: Iterator[np.ndarray | None] = (
+        noise.sample(rng, (min(step, rows - start), cols)) for start in range(0, rows, step))
+    drawn = next(blocks, None)  # noise that cannot be drawn here is refused before any file opens
+    done = 0
     # The run's own directory, never made here; the file itself, never through a link.
     private_dir(os.path.dirname(os.path.abspath(path)), create=False)
     with open_private(path, "ab" if append else "wb", follow=False) as fh:
-        fh.write(format_integers(drawn.ravel()))
-    cells, digest = int(drawn.size), noise_digest(drawn, digest_key)
-    del drawn  # nothing of a server's noise is kept
-    return cells, digest
+        while drawn is not None:
+            fh.write(format_integers(drawn.ravel()))
+            digest += weighted_digest(drawn, weights[done:done + drawn.size])
+            done += drawn.size
+            del drawn  # nothing of a server's noise is kept
+            drawn = next(blocks, None)
+    return done, digest % (1 << 64)
 
 
 def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: int, d: int,

@@ -42,6 +42,7 @@ import numpy as np
 
 from harness.clients import lattice, privacy
 from harness.clients.certificates import certificate
+from harness.clients.poisson import MAX_POISSON_MEAN, poisson, skellam
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
@@ -50,8 +51,8 @@ __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calib
 NOISE_KINDS = ("gaussian", "laplace", "skellam", "none")
 CALIBRATIONS = ("corollary", "analytic")
 NOISE_GENERATOR = "randomgen.AESCounter (AES-128-CTR, AES-NI where present; key from os.urandom)"
-# numpy's Poisson sampler refuses larger means.
-_POISSON_MAX = 1e18
+# The largest Poisson mean drawn exactly (harness.clients.poisson).
+_POISSON_MAX = MAX_POISSON_MEAN
 # The ring Z_2^64 holds +-2^63; a bucket's noise stays below 2^62 with margin to spare.
 _NOISE_BOUND = 2.0**62
 _TAILS = 40.0
@@ -123,13 +124,14 @@ class NoiseSpec:
                                  "use --dense or --noise gaussian")
             if self.n / self.m - self.t_prime <= 0:
                 raise InputError("Laplace calibration needs n/m > t'; lower --corrupt-clients")
-            # A Polya draw is Poisson(Gamma(shape, ~beta)): numpy's Poisson stops at 1e18,
+            # A Polya draw is Poisson(Gamma(shape, ~beta)): an exact Poisson stops at 2^62,
             # which a Gamma passes at 40 beta with probability below e^-40.
             if not 40 * self.laplace_lattice_scale < _POISSON_MAX:
                 most = math.floor(math.log2(_POISSON_MAX / (40 * self.laplace_scale)))
+                fix = (f"use --frac-bits {most} or less, or raise --epsilon" if most >= 0
+                       else "raise --epsilon, or lower --eta (rescale the data)")
                 raise InputError(f"Laplace noise of scale {self.laplace_scale:.4g} is too wide "
-                                 f"for the lattice at --frac-bits {self.frac_bits}; use "
-                                 f"--frac-bits {max(0, most)} or less, or raise --epsilon")
+                                 f"for the lattice at --frac-bits {self.frac_bits}; {fix}")
 
     def _check_tight(self) -> None:
         """Analytic and Skellam noise need delta_E < delta, and a ring that holds the noise."""
@@ -278,9 +280,13 @@ class NoiseSpec:
             np.rint(out, out=out)
             return out.astype(np.int64)
         if self.kind == "laplace":
-            p = -math.expm1(-1.0 / self.laplace_lattice_scale)
+            # Polya(k, p) = Poisson(Gamma(k, (1 - p) / p)), p = 1 - exp(-1/beta), as numpy's
+            # negative_binomial draws it, with a Poisson exact at the Gamma's large draws.
+            q = math.exp(-1.0 / self.laplace_lattice_scale)
+            scale = q / -math.expm1(-1.0 / self.laplace_lattice_scale)  # (1 - p) / p
             k = self.gamma_shape
-            return rng.negative_binomial(k, p, size=shape) - rng.negative_binomial(k, p, size=shape)
+            return (poisson(rng, rng.gamma(k, scale, size=shape), shape)
+                    - poisson(rng, rng.gamma(k, scale, size=shape), shape))
         return self.sample(rng, shape)
 
     def sample(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -289,8 +295,7 @@ class NoiseSpec:
         if self.kind == "skellam":
             if self.zero_output:
                 return np.zeros(shape, dtype=np.int64)
-            half = self.client_mu / 2
-            return rng.poisson(half, size=shape) - rng.poisson(half, size=shape)
+            return skellam(rng, self.client_mu, shape)
         if self.kind == "gaussian" and not self.zero_output:
             return rng.normal(0.0, math.sqrt(self.sigma2), size=shape)
         if self.kind == "laplace":

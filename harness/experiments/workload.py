@@ -28,6 +28,7 @@ from harness.clients import (
     all_rows,
     certificate,
     check_dimensions,
+    check_dng_draws,
     concentration_failure,
     open_rows,
     server_noise,
@@ -47,7 +48,8 @@ from harness.experiments.config import RunConfig
 from harness.stream import BlockShape, SlotShape
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
-           "check_noise", "check_ring", "check_workload_size", "check_zero_output",
+           "check_noise", "check_ring", "check_sketch_ring", "check_workload_size",
+           "check_zero_output",
            "client_job", "coin_technique", "largest_rows", "noise_for", "servers_noise_for",
            "prepare_cluster", "program_for", "upload_model_mb"]
 
@@ -158,6 +160,10 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
                       calibration=cfg.calibration, frac_bits=cfg.frac_bits)
+    if noise.kind == "gaussian" and not noise.zero_output and not noise.epsilon <= 100:
+        # The lattice's accountant (as the analytic calibration's range) stops at 100.
+        raise InputError(f"--epsilon must lie in (0, 100] for gaussian noise, got "
+                         f"{noise.epsilon:g}; no accountant here certifies a larger one")
     # Encodable first: absurd numbers (an epsilon of 1e-300) overflow the variance,
     # which that check words; the accountant needs a finite one.
     fp = FixedPoint(cfg.frac_bits)
@@ -169,17 +175,54 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
 
 def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | None:
     """The servers' noise of a dng or central run, certified (None for the LTM); an
-    (epsilon, delta) that would need too many coins is refused in one line."""
-    scale = 2.0**cfg.frac_bits
-    if cfg.mechanism == "central" and s * n * cfg.eta * scale >= 2.0**62:
-        # Its probabilistic truncation reads the sketch as a 63-bit signed value.
-        raise InputError(f"n={n} clients could sum past 2^62 in one bucket, beyond what "
-                         "--mechanism central rounds inside the MPC; use --clients <= "
-                         f"{int(2.0**62 / (s * cfg.eta * scale))} or lower --frac-bits")
-    return server_noise(cfg.mechanism, servers=cfg.party_count,
-                        corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
-                        m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
-                        frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+    (epsilon, delta) that would need too many coins, or Poissons beyond an exact
+    draw, or a sketch that could pass the ring, is refused in one line."""
+    if cfg.mechanism == "ltm":
+        return None
+    if round(cfg.eta * 2.0**cfg.frac_bits) < 1:  # no sensitivity to calibrate the noise to
+        least = next((f for f in range(53) if round(cfg.eta * 2.0**f) >= 1), None)
+        fix = (f"use --frac-bits {least} or more" if least is not None
+               else "rescale the data to a larger --eta")
+        raise InputError(f"--eta {cfg.eta:g} is below half a step of the lattice at --frac-bits "
+                         f"{cfg.frac_bits}: every value would encode to 0, and --mechanism "
+                         f"{cfg.mechanism} has no sensitivity to calibrate its noise to; {fix}")
+    # central's probabilistic truncation reads the sketch as a 63-bit signed value.
+    limit = 2.0**62 if cfg.mechanism == "central" else 2.0**63
+    if cfg.mechanism == "central" or s * cfg.eta * 2.0**cfg.frac_bits >= limit:
+        # dng's noise first where it can be computed: its limit names the larger change
+        check_sketch_ring(cfg, n, s, limit, 0.0)
+    noise = server_noise(cfg.mechanism, servers=cfg.party_count,
+                         corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
+                         m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
+                         frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+    if noise is not None and noise.kind == "dng":
+        check_dng_draws(noise)
+        # The servers' noise adds to the revealed sum: ten deviations, as check_ring's.
+        check_sketch_ring(cfg, n, s, limit, 10 * noise.std * 2.0**cfg.frac_bits)
+    return noise
+
+
+def check_sketch_ring(cfg: RunConfig, n: int, s: int, limit: float, noise: float) -> None:
+    """Refuse a dng or central run whose bucket sums (n s eta 2^F lattice steps at most,
+    plus ``noise`` steps of the servers') could reach ``limit``, naming what fits."""
+    one = s * cfg.eta * 2.0**cfg.frac_bits  # one client's most in a bucket, in steps
+    if n * one + noise < limit:
+        return
+    where = ("rounds inside the MPC" if cfg.mechanism == "central"
+             else "reveals in the ring Z_2^64")
+    what = (f"n={n} clients could sum past 2^{math.log2(limit):.0f} in one bucket (2^"
+            f"{math.log2(n * one + noise):.1f} at --eta {cfg.eta:g}, --frac-bits "
+            f"{cfg.frac_bits}), beyond what --mechanism {cfg.mechanism} {where}")
+    fixes = []
+    most = math.ceil((limit - noise) / one) - 1  # the most clients whose sums stay below
+    if most >= 1:
+        fixes.append(f"--clients <= {most}")
+    bits = next((f for f in range(cfg.frac_bits - 1, -1, -1)
+                 if n * s * cfg.eta * 2.0**f + noise * 2.0**(f - cfg.frac_bits) < limit), None)
+    if bits is not None:
+        fixes.append(f"--frac-bits {bits}")
+    fixes.append("a smaller --eta (rescale the data)")
+    raise InputError(f"{what}; use {', or '.join(fixes)}")
 
 
 def check_noise(cfg: RunConfig) -> None:
