@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, components
-from harness.errors import InputError
+from harness.errors import DiskFullError, InputError
 from harness.stream.blocks import FileShape
 from harness.stream.chunks import Lost as _Lost
 from harness.stream.chunks import Refused as _Refused
@@ -289,6 +289,8 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
     try:
         _tell(report, "ok", serve_party(party, plan, sketch, end, dest, as_input, blocks,
                                         schedule, gate, timeout))
+    except DiskFullError as exc:
+        _tell(report, "disk", str(exc))
     except _Violation as exc:
         _tell(report, "violation", str(exc))
     except _Lost as exc:

@@ -4,9 +4,9 @@ Each process reports once over its own pipe (``("ok", figures)`` or its failure)
 :class:`Processes` starts them (a start is never torn by a signal), collects
 every report, and, on its way out, kills whatever still runs. When one fails, its
 peers get a moment to report their own error, and the most telling failure is
-raised: bad input first (one line for the user), then a protocol violation by a
-client, a server's refusal of its stream, a process that died, and last those
-that only lost a stream to another.
+raised: bad input or a full disk first (one line for the user), then a protocol
+violation by a client, a server's refusal of its stream, a process that died, and
+last those that only lost a stream to another.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from harness.errors import STOP_SIGNALS, InputError, PartyError
+from harness.errors import STOP_SIGNALS, DiskFullError, InputError, PartyError
 
 __all__ = ["Processes", "StreamError", "pid_alive"]
 
@@ -151,11 +151,14 @@ def _raise(failures: list[tuple[str, str, str]]) -> None:
     # The cause before its consequences: bad input (one line for the user), a client's
     # protocol violation, a server's refusal of its stream, a process that died; then
     # those that lost a stream to them.
-    rank = {"input": 0, "violation": 1, "error": 2, "died": 3, "lost": 4, "broken": 5}
+    rank = {"input": 0, "disk": 0, "violation": 1, "error": 2, "died": 3, "lost": 4,
+            "broken": 5}
     failures.sort(key=lambda f: (rank.get(f[1], 9), not f[0].startswith("server")))
     who, kind, message = failures[0]
     if kind == "input":
         raise InputError(message)
+    if kind == "disk":  # a full disk is the cause, said in its own line
+        raise DiskFullError(f"{who}: {message}")
     error = StreamError(f"the streamed run failed: {who} {message}; every server and "
                         "client worker was stopped and no output was written", party=who)
     error.lost = kind in ("lost", "broken")
