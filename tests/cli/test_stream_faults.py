@@ -1,5 +1,5 @@
-"""Faults met while a fed ``fast`` run streams: its disk filling. Each against a real
-``python -m harness`` run and its real parties."""
+"""Faults met while a fed ``fast`` run streams: its disk filling, ``ltm`` killed outright.
+Each against a real ``python -m harness`` run and its real parties."""
 
 from __future__ import annotations
 
@@ -53,6 +53,11 @@ def party(root: Path, i: int) -> int | None:
     return found[0] if found else None
 
 
+def rings(root: Path) -> list[Path]:
+    return [p for p in root.glob(".out.partial-*/work/P*/Persistence/Transactions-P*.data")
+            if p.is_file()]
+
+
 @contextmanager
 def reaped(root: Path) -> Iterator[None]:
     """On the way out no process of the test's run is left under ``root``: one that has
@@ -104,3 +109,29 @@ def test_a_disk_that_fills_while_a_fed_run_streams_is_one_line_not_sigbus(tmp_pa
         assert [p.name for p in disk.iterdir()] == ["filler"]
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_fed_run_killed_outright_leaves_shares_that_the_next_run_removes(tmp_path, mp_spdz,
+                                                                          program_cache):
+    out = tmp_path / "out"
+    with reaped(tmp_path):
+        proc = ltm([*FED_RUN, "--clients", "400000", "--sparsity", "4", "--out", str(out)],
+                   program_cache)
+        wait_for(proc, lambda: [p for p in rings(tmp_path) if p.stat().st_size > 0])
+        proc.kill()
+        proc.communicate(timeout=60)
+    # What SIGKILL left: the staging directory, each party's ring of shares in it (0600).
+    left = rings(tmp_path)
+    assert left and all(p.stat().st_mode & 0o777 == 0o600 for p in left)
+    staging = left[0].parents[3]
+    rerun = subprocess.run([sys.executable, "-m", "harness", *FED_RUN, "--clients", "2000",
+                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "XDG_CACHE_HOME": str(program_cache)},
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert rerun.stderr.strip().splitlines() == [
+        f"removed {staging}: the partial output of an earlier run into this --out that was "
+        "killed (its work files, shares included)"]
+    assert not staging.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "result.json").is_file()
