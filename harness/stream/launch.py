@@ -141,7 +141,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                 procs.start(f"client worker {w}", _worker_main,
                             (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
             carrier.started()
-            results = procs.collect(started + timeout)
+            # A fed party that is stopped stops the stream: named if the clock runs out.
+            results = procs.collect(started + timeout,
+                                    {f"party P{i}": pid for i, (_, pid) in enumerate(gates or [])})
         complete = True
     finally:
         carrier.started()

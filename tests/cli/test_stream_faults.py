@@ -1,5 +1,5 @@
-"""Faults met while a fed ``fast`` run streams: its disk filling, ``ltm`` killed outright.
-Each against a real ``python -m harness`` run and its real parties."""
+"""Faults met while a fed ``fast`` run streams: its disk filling, ``ltm`` killed outright,
+a party stopped. Each against a real ``python -m harness`` run and its real parties."""
 
 from __future__ import annotations
 
@@ -135,3 +135,23 @@ def test_a_fed_run_killed_outright_leaves_shares_that_the_next_run_removes(tmp_p
     assert not staging.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert (out / "result.json").is_file()
+
+
+def test_a_party_stopped_mid_stream_is_named(tmp_path, mp_spdz, program_cache):
+    out = tmp_path / "out"
+    with reaped(tmp_path):
+        proc = ltm([*FED_RUN, "--clients", "400000", "--sparsity", "4", "--timeout", "15",
+                    "--out", str(out)], program_cache)
+        wait_for(proc, lambda: [p for p in rings(tmp_path) if p.stat().st_size > 0])
+        victim = party(tmp_path, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGSTOP)
+        began = time.monotonic()
+        stdout, err = proc.communicate(timeout=120)
+        assert time.monotonic() - began < 60
+    assert proc.returncode == 1, stdout + err
+    first = err.strip().splitlines()[0]
+    assert first.startswith("ltm: error: the streamed run timed out (") and \
+        "still running): party P1 was stopped (SIGSTOP) and never continued" in first, err
+    assert "continue a stopped one (SIGCONT)" in first
+    assert not out.exists()
