@@ -84,6 +84,10 @@ class PartyError(LtmError):
         super().__init__(f"{message}\n{tail}" if tail else message)
 
 
+class DiskFullError(LtmError):
+    """The disk filled while a run wrote to it: the message names where and how much."""
+
+
 class VerificationError(LtmError):
     """The revealed sketch differs from the plaintext computation."""
 

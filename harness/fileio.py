@@ -24,12 +24,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
-from harness.errors import InputError
+from harness.errors import DiskFullError, InputError
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
            "open_fifo_writer", "output_lock", "parents_made", "private_dir", "private_memory",
-           "short_writes_as_full_disk",
+           "reserve", "short_writes_as_full_disk",
            "write_atomic", "write_private"]
 
 PRIVATE_DIR_MODE = 0o700
@@ -163,16 +163,42 @@ def private_memory(size: int, name: str, what: str) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            raise InputError(f"cannot reserve {size / 2**20:.1f} MiB of shared memory for "
-                             f"{what} ({exc.strerror}); free some memory on this machine "
-                             "and run again") from None
+        reserve(fd, size, what)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def reserve(fd: int, size: int, what: str, *, offset: int = 0,
+            path: str | os.PathLike[str] | None = None) -> None:
+    """Reserve bytes ``offset`` to ``offset + size`` of ``fd``'s file now, before it is
+    mapped (the file grows to hold them): what cannot be had is refused here, in one
+    line, never met by a process that writes into the mapping, which the kernel kills
+    (SIGBUS) when a page it touches finds no room.
+
+    Without ``path`` the file is shared memory (:func:`private_memory`): InputError.
+    With one, the file at ``path`` is on a disk: DiskFullError when that disk (or its
+    quota) is full, naming where and how much ``what`` needs; any other OSError passes.
+    """
+    try:
+        os.posix_fallocate(fd, offset, size)
+    except OSError as exc:
+        if path is None:
+            raise InputError(f"cannot reserve {size / 2**20:.1f} MiB of shared memory for "
+                             f"{what} ({exc.strerror}); free some memory on this machine "
+                             "and run again") from None
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = Path(path).parent
+        try:
+            free = f", only {shutil.disk_usage(where).free / 2**20:.1f} MiB are free there"
+        except OSError:
+            free = ""
+        full = "the disk is full" if exc.errno == errno.ENOSPC else "the disk quota is used up"
+        raise DiskFullError(f"{full} at {where}: {what} needs {size / 2**20:.1f} MiB"
+                            f"{free}; free some space, or choose an "
+                            "--out on another file system") from None
 
 
 def write_private(path: str | os.PathLike[str], data: str | bytes) -> Path:

@@ -396,11 +396,15 @@ def _json_default(obj: object) -> object:
 
 
 @contextmanager
-def output_directory(out: Path, *, force: bool = False) -> Iterator[Path]:
+def output_directory(out: Path, *, force: bool = False,
+                     swept: Callable[[Path], object] | None = None) -> Iterator[Path]:
     """Yield a staging directory that becomes ``out`` only if the block succeeds.
 
     An existing non-empty ``out`` is refused unless ``force``; then it is
-    replaced only once the new results are complete.
+    replaced only once the new results are complete. Called holding ``out``'s lock
+    (:func:`harness.fileio.output_lock`), it first removes the staging directories
+    of ``out`` that runs killed outright (SIGKILL) left behind, shares included,
+    calling ``swept`` with each (:func:`sweep_staging`).
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -409,7 +413,10 @@ def output_directory(out: Path, *, force: bool = False) -> Iterator[Path]:
         raise InputError(f"--out {out} already holds results; choose another directory "
                          "or pass --force to replace them")
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.partial-"))
+    for path in sweep_staging(out):
+        if swept is not None:
+            swept(path)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=_staging_prefix(out)))
     try:
         yield staging
     except BaseException:
@@ -422,3 +429,36 @@ def output_directory(out: Path, *, force: bool = False) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, out)
+
+
+def _staging_prefix(out: Path) -> str:
+    return f".{out.name}.partial-"
+
+
+def sweep_staging(out: Path) -> list[Path]:
+    """Remove the staging directories of ``out`` (``.NAME.partial-XXXXXXXX`` beside it)
+    that earlier runs left; what was removed.
+
+    A run killed outright (SIGKILL) leaves its staging directory, with its work files
+    and the parties' share files in it. Only the holder of ``out``'s lock may call
+    this: every run into ``out`` holds that lock to its end, so a staging directory
+    found then is a dead run's. Another user's are left (they are not ours to remove).
+    """
+    prefix = _staging_prefix(out)
+    removed: list[Path] = []
+    try:
+        entries = [p for p in out.parent.iterdir() if p.name.startswith(prefix)
+                   and len(p.name) == len(prefix) + 8]  # mkdtemp's 8 characters
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if entry.is_symlink() or not entry.is_dir() or \
+                    entry.lstat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    return removed

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     check_protocol_usable(mp, cfg.protocol)  # fail before any heavy work
     check_placement(cfg)
     work = build_workload(cfg)
-    with output_directory(Path(cfg.out), force=cfg.force) as staging:
+    with output_directory(Path(cfg.out), force=cfg.force, swept=_say_swept) as staging:
         workdir = staging / "work"
         try:
             result = _run_in(cfg, mp, work, staging, workdir)
@@ -76,6 +77,11 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     if echo:
         echo(summary(result, Path(cfg.out)))
     return result
+
+
+def _say_swept(path: Path) -> None:
+    print(f"removed {path}: the partial output of an earlier run into this --out that "
+          "was killed (its work files, shares included)", file=sys.stderr)
 
 
 def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,

@@ -73,7 +73,7 @@ if TYPE_CHECKING:
     )
     from harness.stream.placing import compiled_placer
     from harness.stream.plan import CHUNK_VALUES, SKETCH_GROUP_CLIENTS, SLACK, StreamPlan
-    from harness.stream.procs import Processes, pid_alive
+    from harness.stream.procs import Processes, pid_alive, pid_stopped
     from harness.stream.produce import ChunkSharer, ProducerTotals, StreamBroken, produce
     from harness.stream.seeded import SeededReader, SeededShares, slot_order
     from harness.stream.serve import serve_party
@@ -140,6 +140,7 @@ __all__ = [
     "pack_fields",
     "partial",
     "pid_alive",
+    "pid_stopped",
     "Processes",
     "produce",
     "ProducerTotals",

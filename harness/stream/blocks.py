@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO, Protocol
 import numpy as np
 
 from harness.clients import CHUNK_SHARES, choose_block_rows, format_integers
+from harness.fileio import reserve
 from harness.stream.placing import Placer, placer
 
 if TYPE_CHECKING:
@@ -194,7 +195,10 @@ class BlockedFile:
             fh.flush()  # the header
             start = fh.tell()
             size = self.R * self.K * plan.d * self.share.itemsize
-            os.ftruncate(fh.fileno(), start + ring * size)
+            # Reserved before it is mapped: a disk that fills meanwhile is one line here,
+            # not SIGBUS at the first page of the ring the disk cannot hold.
+            reserve(fh.fileno(), ring * size, "the ring of shares its MPC party reads",
+                    offset=start, path=os.readlink(f"/proc/self/fd/{fh.fileno()}"))
             self.mapped = mmap.mmap(fh.fileno(), start + ring * size)
             self.ring_slots = np.ndarray((ring, self.R, self.K, plan.d), dtype=self.share,
                                     buffer=self.mapped, offset=start)

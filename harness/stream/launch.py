@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, components
-from harness.errors import InputError
+from harness.errors import DiskFullError, InputError
 from harness.stream.blocks import FileShape
 from harness.stream.chunks import Lost as _Lost
 from harness.stream.chunks import Refused as _Refused
@@ -141,7 +141,9 @@ def stream_inputs(plan: StreamPlan, sketch: Sketch, rows: Rows, noise: NoiseSpec
                 procs.start(f"client worker {w}", _worker_main,
                             (w, plan, sketch, rows, noise, fp, carrier.client_end(w)))
             carrier.started()
-            results = procs.collect(started + timeout)
+            # A fed party that is stopped stops the stream: named if the clock runs out.
+            results = procs.collect(started + timeout,
+                                    {f"party P{i}": pid for i, (_, pid) in enumerate(gates or [])})
         complete = True
     finally:
         carrier.started()
@@ -289,6 +291,8 @@ def _server_main(party: int, plan: StreamPlan, sketch: Sketch, end: ServerEnd, d
     try:
         _tell(report, "ok", serve_party(party, plan, sketch, end, dest, as_input, blocks,
                                         schedule, gate, timeout))
+    except DiskFullError as exc:
+        _tell(report, "disk", str(exc))
     except _Violation as exc:
         _tell(report, "violation", str(exc))
     except _Lost as exc:

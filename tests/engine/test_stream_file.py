@@ -10,6 +10,7 @@ import io
 import multiprocessing
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from harness.clients import (
     SyntheticRows,
     read_share_file,
 )
+from harness.errors import DiskFullError
 from harness.stream import (
     BlockedFile,
     BlockShape,
@@ -317,3 +319,28 @@ def test_a_file_server_refuses_a_stream_that_is_not_the_announced_one(tmp_path, 
                    BlockShape(2, 3), tmp_path / "public-input", FullReader(plan))
     buffer.close()
     assert not [p.name for p in tmp_path.iterdir() if p.name != "w0-P0"]  # not even a part
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_a_ring_the_disk_cannot_hold_is_refused_before_it_is_mapped(tmp_path):
+    """A fed server's ring is reserved, not a sparse file whose first page the full disk
+    cannot hold (SIGBUS in the server): one line naming where and how much."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(disk)],
+                   check=True)
+    try:
+        plan = StreamPlan(100_000, 10, 10, 1, 2, ADDITIVE.name, workers=1)
+        shape = BlockShape(256, 25)  # 0.49 MiB an engine chunk, 17 of them in the run
+        with open(disk / "Transactions-P1.data", "w+b") as fh:
+            fh.write(plan.fmt.header)
+            with pytest.raises(DiskFullError) as caught:
+                BlockedFile(fh, None, shape, plan, ring=64)
+        assert str(caught.value).startswith(
+            f"the disk is full at {disk}: the ring of shares its MPC party reads needs 8.3 "
+            "MiB, only ")
+        assert str(caught.value).endswith(" MiB are free there; free some space, or "
+                                          "choose an --out on another file system")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

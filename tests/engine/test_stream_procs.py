@@ -1,15 +1,19 @@
-"""Whether a process still runs: the one check behind every sweep of what dead runs left."""
+"""Whether a process still runs, the one check behind every sweep of what dead runs left,
+and whether it is stopped, which a stream that times out names."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from _procs import state, zombie
 
-from harness.stream import pid_alive, sweep_stale_buffers
+from harness.stream import Processes, StreamError, pid_alive, pid_stopped, sweep_stale_buffers
 
 
 def test_a_running_process_is_alive_and_a_reaped_one_is_not():
@@ -72,3 +76,51 @@ def test_the_buffers_of_a_process_that_exited_unreaped_are_swept(tmp_path):
         dead.wait()
         live.kill()
         live.wait()
+
+
+def test_a_stopped_process_is_said_stopped_until_it_continues():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert pid_stopped(proc.pid) is None
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_until(lambda: state(proc.pid) == "T")
+        assert pid_stopped(proc.pid) == "stopped (SIGSTOP)"
+        os.kill(proc.pid, signal.SIGCONT)
+        wait_until(lambda: state(proc.pid) != "T")
+        assert pid_stopped(proc.pid) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert pid_stopped(proc.pid) is None  # gone
+
+
+def _wait_forever(report) -> None:
+    signal.pause()
+
+
+def test_a_stream_timed_out_on_a_stopped_process_names_it():
+    """Processes that wait on a stopped one (a stream's party, watched by its pid) time
+    out naming it, not as slow ones to give more --timeout."""
+    ctx = multiprocessing.get_context("fork")
+    party = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(party.pid, signal.SIGSTOP)
+        wait_until(lambda: state(party.pid) == "T")
+        with Processes(ctx) as procs:
+            procs.start("server P1", _wait_forever, ())
+            with pytest.raises(StreamError) as caught:
+                procs.collect(time.perf_counter() + 0.5, {"party P1": party.pid})
+    finally:
+        party.kill()
+        party.wait()
+    assert str(caught.value).startswith(
+        "the streamed run timed out (server P1 still running): party P1 was stopped "
+        "(SIGSTOP) and never continued")
+    assert caught.value.party == "party P1"
+
+
+def wait_until(done) -> None:
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
