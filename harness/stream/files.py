@@ -39,7 +39,14 @@ from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import open_fifo_writer, open_private
 from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
-from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
+from harness.stream.chunks import (
+    ChunkReader,
+    Lost,
+    Refused,
+    check_counts,
+    check_end,
+    receive,
+)
 from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
 from harness.stream.procs import pid_alive
@@ -155,9 +162,10 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
             busy += time.perf_counter() - began
         for w, conn in enumerate(conns):
             message = receive(conn, w, received[w], len(owed[w]))
-            if message[0] != "end" or message[1] != received[w]:
+            if message[0] != "end":
                 raise Refused(f"got more than announced from client worker {w}: "
                               f"{message[0]} after its {received[w]} chunks")
+            check_end(w, message[1], received[w], len(owed[w]))
         began = time.perf_counter()
         shaped = out.finish()
     return {"busy_s": busy + time.perf_counter() - began, "expand_s": reader.expand_s,
