@@ -7,10 +7,12 @@ stream: it hands each chunk to its file's writer (:class:`harness.stream.FileSha
 accumulator's rows short of a block wait for the next chunk), ``reference``'s
 appends one row per slot (:mod:`harness.stream.slots`).
 Every party's file must hold the same slots in the same rows,
-so chunks are taken in the plan's order, not as they come: chunk k from its
-worker's stream, then k + 1. Each worker sends its chunks in increasing order
-and each server frees a slot once it is written, so no worker waits on a chunk
-that a server has not yet asked for.
+so chunks are taken in the plan's order, not as they come: chunk k from the
+stream of the worker the plan says sends it (:attr:`StreamPlan.senders`), then
+k + 1. Each worker sends its chunks in increasing order and each server frees a
+slot once it is written, so no worker waits on a chunk that a server has not
+yet asked for (a client host's workers, whose run of chunks comes later, wait
+with their slots full).
 
 Party 0 also writes the public schedule as it goes. With ``--input party`` no
 server takes a stream: the data owner writes its input text and the schedule a
@@ -138,8 +140,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
           else written(dest, schedule)) as (fh, sh):
         fh.write(plan.fmt.header)
         out = shape.open(fh, sh, plan, ring=ring)
-        for k in range(plan.chunks):
-            w = (k // plan.group) % plan.workers
+        for k, w in enumerate(plan.senders):
             message = receive(conns[w], w, received[w], len(owed[w]))
             began = time.perf_counter()
             if message[0] != "chunk" or message[1] != k:
