@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,31 +26,27 @@ from typing import Any
 __all__ = ["lazy_import", "lazy_package"]
 
 
-class _Missing(ModuleType):
-    """Stands for a library that is not installed, until something uses it."""
+class _Deferred(ModuleType):
+    """Stands for a library until something uses it: each use imports it (at once, once
+    it is loaded) and reads the attribute there.
+
+    The import is the import system's own, whose per-module locks make threads that
+    first use the library together each wait for one whole import (the client hosts'
+    upload threads all parse CSV with pandas). Not ``importlib.util.LazyLoader``: on
+    the Pythons supported, a second thread's first use may see the module half
+    executed (``module 'pandas' has no attribute 'read_csv'``) or hang. A library
+    that is not installed raises ``ModuleNotFoundError`` naming it, at its first use.
+    """
 
     def __getattr__(self, attribute: str) -> object:
         if attribute.startswith("__"):  # introspection (copy, pickle, typing) is not use
             raise AttributeError(attribute)
-        raise ModuleNotFoundError(f"No module named {self.__name__!r}", name=self.__name__)
+        return getattr(importlib.import_module(self.__name__), attribute)
 
 
 def lazy_import(name: str) -> ModuleType:
-    """The module ``name``, loaded on first attribute access (``importlib.util.LazyLoader``)."""
-    if sys.modules.get(name) is not None:
-        return sys.modules[name]
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):  # blocked (sys.modules[name] = None), or broken
-        spec = None
-    if spec is None or spec.loader is None:
-        return _Missing(name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    """The module ``name``, imported on first attribute access, safely from any thread."""
+    return sys.modules.get(name) or _Deferred(name)
 
 
 # {package: {exported name: (module, name there)}}

@@ -86,3 +86,32 @@ print(missing)
     assert loaded == "[]", loaded
     assert kinds == "function function"
     assert missing == "[]"
+
+
+def test_a_library_first_used_by_two_threads_at_once_is_whole_in_both():
+    """The client hosts' upload threads parse CSV at once: pandas' first use, named
+    lazily, from two threads. Each sees the whole library, and neither hangs."""
+    probe = """
+import threading
+from harness.experiments import results  # names pandas lazily, as `ltm run` does
+from harness.optional import lazy_import
+
+lazy_import("pandas")
+seen, go = [], threading.Barrier(2)
+
+def use():
+    go.wait()
+    import pandas as pd
+    seen.append(callable(getattr(pd, "read_csv", None)))
+
+threads = [threading.Thread(target=use) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(60)
+print(seen)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True, True]", done.stderr

@@ -24,7 +24,7 @@ from harness.stream.plan import StreamPlan
 from harness.stream.seeded import SeededReader
 
 __all__ = ["ChunkReader", "FullReader", "Lost", "Refused", "Violation", "check_counts",
-           "reader_for", "receive"]
+           "check_end", "reader_for", "receive"]
 
 
 class Refused(LtmError):
@@ -60,6 +60,17 @@ def receive(conn: Connection, w: int, got: int, owed: int) -> tuple:
         raise Refused(f"client worker {w}'s stream did not end within the timeout: "
                       f"{arrived} of its {owed} chunks arrived; raise --timeout")
     raise Lost(f"lost client worker {w}'s stream after {arrived} of {owed} chunks ({reason})")
+
+
+def check_end(w: int, count: int, got: int, owed: int) -> None:
+    """Client worker ``w``'s end, announcing ``count`` chunks once ``got`` of its ``owed``
+    have arrived: refused, saying which of the three disagree, unless all are one."""
+    if got < owed:
+        raise Refused(f"got a stream from client worker {w} that ended early: {got} of "
+                      f"{owed} chunks arrived, {count} announced")
+    if count != got:
+        raise Refused(f"got a stream from client worker {w} whose end announced {count} "
+                      f"chunks: all {owed} of its chunks arrived, as the plan says")
 
 
 def check_counts(party: int, plan: StreamPlan, columns: SketchGroups, k: int, w: int,

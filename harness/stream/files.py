@@ -7,10 +7,12 @@ stream: it hands each chunk to its file's writer (:class:`harness.stream.FileSha
 accumulator's rows short of a block wait for the next chunk), ``reference``'s
 appends one row per slot (:mod:`harness.stream.slots`).
 Every party's file must hold the same slots in the same rows,
-so chunks are taken in the plan's order, not as they come: chunk k from its
-worker's stream, then k + 1. Each worker sends its chunks in increasing order
-and each server frees a slot once it is written, so no worker waits on a chunk
-that a server has not yet asked for.
+so chunks are taken in the plan's order, not as they come: chunk k from the
+stream of the worker the plan says sends it (:attr:`StreamPlan.senders`), then
+k + 1. Each worker sends its chunks in increasing order and each server frees a
+slot once it is written, so no worker waits on a chunk that a server has not
+yet asked for (a client host's workers, whose run of chunks comes later, wait
+with their slots full).
 
 Party 0 also writes the public schedule as it goes. With ``--input party`` no
 server takes a stream: the data owner writes its input text and the schedule a
@@ -39,7 +41,14 @@ from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import open_fifo_writer, open_private
 from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
-from harness.stream.chunks import ChunkReader, Lost, Refused, check_counts, receive
+from harness.stream.chunks import (
+    ChunkReader,
+    Lost,
+    Refused,
+    check_counts,
+    check_end,
+    receive,
+)
 from harness.stream.noisy import SketchGroups
 from harness.stream.plan import StreamPlan
 from harness.stream.procs import pid_alive
@@ -131,8 +140,7 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
           else written(dest, schedule)) as (fh, sh):
         fh.write(plan.fmt.header)
         out = shape.open(fh, sh, plan, ring=ring)
-        for k in range(plan.chunks):
-            w = (k // plan.group) % plan.workers
+        for k, w in enumerate(plan.senders):
             message = receive(conns[w], w, received[w], len(owed[w]))
             began = time.perf_counter()
             if message[0] != "chunk" or message[1] != k:
@@ -155,9 +163,10 @@ def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connect
             busy += time.perf_counter() - began
         for w, conn in enumerate(conns):
             message = receive(conn, w, received[w], len(owed[w]))
-            if message[0] != "end" or message[1] != received[w]:
+            if message[0] != "end":
                 raise Refused(f"got more than announced from client worker {w}: "
                               f"{message[0]} after its {received[w]} chunks")
+            check_end(w, message[1], received[w], len(owed[w]))
         began = time.perf_counter()
         shaped = out.finish()
     return {"busy_s": busy + time.perf_counter() - began, "expand_s": reader.expand_s,

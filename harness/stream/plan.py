@@ -8,6 +8,7 @@ words each server receives for it. Everything in it is public.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -113,14 +114,24 @@ class StreamPlan:
             return 1
         return max(1, SKETCH_GROUP_CLIENTS // self.clients_per_chunk)
 
+    @cached_property
+    def senders(self) -> tuple[int, ...]:
+        """The client worker that sends chunk k, for every k: the one decision of who
+        sends what, which every worker and every server's sink reads. Client host h
+        makes one contiguous run of whole groups of chunks (:meth:`host_span`), and
+        deals those groups round robin among its own workers."""
+        g, out = self.group, np.empty(self.chunks, dtype=np.int64)
+        for host in range(self.host_count):
+            first, stop = self._host_groups(host)
+            w0, count = self._host_workers(host)
+            ks = np.arange(first * g, min(self.chunks, stop * g))
+            out[ks] = w0 + (ks // g - first) % count
+        return tuple(out.tolist())
+
     def chunks_of(self, worker: int) -> list[int]:
-        """Worker ``worker``'s chunks, in its order: whole groups, dealt round robin
-        among its host's workers, within its host's run of groups."""
-        g = self.group
-        first, stop = self._host_groups(self.host_of(worker))
-        w0, count = self._host_workers(self.host_of(worker))
-        return [k for k in range(first * g, min(self.chunks, stop * g))
-                if (k // g - first) % count == worker - w0]
+        """Worker ``worker``'s chunks, in the order it sends them (:attr:`senders`)."""
+        self.host_of(worker)  # refuses a worker the plan does not have
+        return [k for k, w in enumerate(self.senders) if w == worker]
 
     @property
     def host_count(self) -> int:

@@ -31,6 +31,7 @@ from harness.stream.chunks import (
     Lost,
     Refused,
     check_counts,
+    check_end,
     reader_for,
     receive,
 )
@@ -92,10 +93,7 @@ def _serve(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection]
                 message = receive(conn, w, received[w], len(mine))
                 began = time.perf_counter()
                 if message[0] == "end":
-                    if message[1] != received[w] or received[w] != len(mine):
-                        raise Refused(f"got a stream from client worker {w} that ended "
-                                      f"early: {received[w]} of {len(mine)} chunks "
-                                      f"arrived, {message[1]} announced")
+                    check_end(w, message[1], received[w], len(mine))
                     streams.unregister(conn)
                     continue
                 _add_chunk(party, plan, conn, w, message, received, mine, columns, buffers,

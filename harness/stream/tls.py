@@ -18,9 +18,11 @@ socket a thread turns the frames back into the stream's usual messages over a pi
 in its own process, with a two-slot buffer on each side, so the worker and the
 server's summing see what they see over shared memory, checks included: a chunk
 out of order or of the wrong size, an end too early or more than announced is
-refused by the server. What the thread cannot turn into a message is a protocol
-violation, named with its reason; a cut connection is a lost stream, named; and
-the whole stream has one deadline, the run's timeout, however slowly it trickles.
+refused by the server; an end is acknowledged only if it and the chunks before
+it are the ones the plan announces (any other is refused unacknowledged). What
+the thread cannot turn into a message is a protocol violation, named with its
+reason; a cut connection is a lost stream, named; and the whole stream has one
+deadline, the run's timeout, however slowly it trickles.
 """
 
 from __future__ import annotations
@@ -253,14 +255,20 @@ class _Receiver:
     """One worker's stream into one server: frames read into the two slots in turn,
     each announced over a pipe to the summing thread, which frees it when summed.
 
+    Its end is acknowledged only if every chunk and the end's count were the ones
+    the plan announces of this worker (``owed``: each chunk's index and words, in
+    order): a worker told "ok" has delivered its stream. Any other end is passed on
+    unacknowledged, for the server to refuse and name.
+
     Its last word, unless the stream ended as it should, says why it stopped:
     ``("failed", "lost" | "violation" | "expired", chunks arrived, reason)``. The
     pipe stays open (the server closes it): a slot freed meanwhile is no error.
     """
 
     def __init__(self, tls: ssl.SSLSocket, buffer: ChannelBuffer, pipe: Any,
-                 plan: StreamPlan, deadline: float) -> None:
+                 plan: StreamPlan, deadline: float, owed: list[tuple[int, int]]) -> None:
         self.tls, self.buffer, self.pipe, self.plan = tls, buffer, pipe, plan
+        self.owed = owed
         self.wire = DeadlineReader(tls, deadline)
         self.first = self.last = 0.0
         self.bytes = 0
@@ -269,6 +277,7 @@ class _Receiver:
 
     def _run(self) -> None:
         held = arrived = 0
+        as_owed = True  # every chunk so far the one the plan announces next
         why = "lost"
         try:
             while True:
@@ -277,12 +286,16 @@ class _Receiver:
                 self.bytes += size
                 if said[0] == "end":
                     self.last = time.perf_counter()
-                    # Acknowledged first: once the summing thread has every end, the
-                    # server may finish and close this socket.
-                    self.tls.sendall(ACK)
+                    # Acknowledged before the summing thread sees it (once it has every
+                    # end, the server may finish and close this socket), so only the
+                    # end the plan announces, after the chunks it announces.
+                    if as_owed and said[1] == arrived == len(self.owed):
+                        self.tls.sendall(ACK)
                     self.pipe.send(said)
                     return  # the pipe stays open: the summing thread may still free slots
                 _, k, words, counts = said
+                as_owed = as_owed and arrived < len(self.owed) and \
+                    self.owed[arrived] == (k, words)
                 slot = arrived % 2
                 if held == 2:
                     self.pipe.recv()  # ("free", slot): this worker's chunks are summed in order
@@ -344,7 +357,8 @@ class _ServerEnd:
             mine, theirs = multiprocessing.Pipe(duplex=True)
             self.sockets += [mine, theirs]
             ends.append(mine)
-            self.receivers.append(_Receiver(stream, buffer, theirs, plan, deadline))
+            owed = [(k, plan.chunk_words(k, i)) for k in plan.chunks_of(w)]
+            self.receivers.append(_Receiver(stream, buffer, theirs, plan, deadline, owed))
         return self.buffers, ends
 
     def stats(self) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 A connection carries a hello (the worker's index), then frames: ``(CHUNK, k, words,
 fields)`` followed by the message's further fields and the chunk's words, and one
-``(END, count, 0, fields)``, which the server acknowledges once it has read it. A
+``(END, count, 0, fields)``, which the server acknowledges once it has read it, if
+it and the chunks before it are the ones the plan announces. A
 field is an integer or a numeric array (a chunk's slot counts), decoded as plain
 numbers, never unpickled: a client cannot make a server run anything.
 

@@ -220,15 +220,20 @@ def _dests(tmp_path: Path, parties: int) -> list[Path]:
 
 # Blocks of 4 rows fill within a chunk; blocks of 64 mostly span several chunks, and
 # many chunks complete none.
-@pytest.mark.parametrize(("fmt", "parties", "s", "shape"), [
-    (ADDITIVE, 3, 1, BlockShape(4, 5)), (ADDITIVE, 2, 3, BlockShape(4, 5)),
-    (REPLICATED, 3, 2, BlockShape(4, 5)), (ADDITIVE, 3, 1, BlockShape(64, 2)),
-    (REPLICATED, 3, 1, BlockShape(64, 3))])
-def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, parties, s, shape):
+# Two client hosts' plan: each host sends its own run of chunks, dealt among its two
+# workers (0 1 0 1 ... then 2 3 2 3 ...), which each server takes in the plan's order.
+@pytest.mark.parametrize(("fmt", "parties", "s", "shape", "hosts"), [
+    (ADDITIVE, 3, 1, BlockShape(4, 5), ()), (ADDITIVE, 2, 3, BlockShape(4, 5), ()),
+    (REPLICATED, 3, 2, BlockShape(4, 5), ()), (ADDITIVE, 3, 1, BlockShape(64, 2), ()),
+    (REPLICATED, 3, 1, BlockShape(64, 3), ()), (ADDITIVE, 2, 1, BlockShape(4, 5), (2, 2)),
+    (REPLICATED, 3, 1, BlockShape(4, 5), (1, 2))])
+def test_servers_files_sum_block_by_block_to_the_plaintext(tmp_path, fmt, parties, s, shape,
+                                                           hosts):
     n, d, m = 3000, 3, 8
     sketch = Sketch.sparse(n, m, s, seed=7)
     rows = SyntheticRows(n, d, 1.0, seed=7)
-    plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=2, chunk=97)
+    plan = StreamPlan(n, d, m, s, parties, fmt.name, workers=sum(hosts) or 2, chunk=97,
+                      hosts=hosts)
     dests = _dests(tmp_path, parties)
     schedule = tmp_path / "public-input"
     done = stream_inputs(plan, sketch, rows, NoiseSpec("gaussian", n=n, m=m, d=d, s=s),

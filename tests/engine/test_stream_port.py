@@ -26,11 +26,11 @@ from _strangers import PROMPTLY, Strangers, reach
 from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, SyntheticRows, read_share_file
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
-from harness.stream import SketchGroups, StreamPlan
+from harness.stream import BlockShape, SketchGroups, StreamPlan
 from harness.stream.launch import _server_main, _worker_main
 from harness.stream.procs import Processes
 from harness.stream.tls import TlsRoute, tls_context
-from harness.stream.wire import FRAME, HELLO, MAGIC, chunk_frame, end_frame
+from harness.stream.wire import ACK, FRAME, HELLO, MAGIC, chunk_frame, end_frame
 
 N, D, M = 3000, 2, 5
 TIMEOUT = 120.0  # the stream's; a run held up by a stranger would take all of it
@@ -99,18 +99,22 @@ def test_strangers_at_the_stream_ports_change_nothing(tmp_path, capfd):
 
 
 class _Server:
-    """Server P0 alone, in its own process, taking one client worker's stream."""
+    """Server P0 alone, in its own process, taking one client worker's stream: summing
+    it, or with ``writes_file`` writing fast's share file and schedule."""
 
-    def __init__(self, tmp_path: Path, timeout: float = TIMEOUT) -> None:
+    def __init__(self, tmp_path: Path, timeout: float = TIMEOUT,
+                 writes_file: bool = False) -> None:
         self.plan = _plan(workers=1)
         self.route = _route(tmp_path, 2, timeout)
         self.dest = tmp_path / "agg"
+        blocks, schedule = (BlockShape(4, 5), tmp_path / "schedule") if writes_file else \
+            (None, None)
         ctx = multiprocessing.get_context("fork")
         end = self.route(self.plan, ctx).server_end(0)
         self.report, sent = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_server_main,
-                                args=(0, self.plan, _SKETCH, end,
-                                      self.dest, False, None, None, None, 120.0, sent))
+                                args=(0, self.plan, _SKETCH, end, self.dest, False, blocks,
+                                      schedule, None, 120.0, sent))
         self.proc.start()
         sent.close()
 
@@ -149,6 +153,22 @@ def _chunk0(plan: StreamPlan) -> bytes:
     (server P0 checks chunk 0's against the seed, not chunk 1's), then its words."""
     counts = np.bincount(SketchGroups(_SKETCH, plan).chunk(0), minlength=2 * M)
     return chunk_frame(0, _WORDS, [counts]) + bytes(8 * _WORDS)
+
+
+def _chunk(plan: StreamPlan, k: int) -> bytes:
+    """Chunk k as a client worker sends it (the last one holds fewer clients)."""
+    counts = np.bincount(SketchGroups(_SKETCH, plan).chunk(k), minlength=2 * M)
+    words = plan.chunk_words(k)
+    return chunk_frame(k, words, [counts]) + bytes(8 * words)
+
+
+def _acknowledgement(tls: ssl.SSLSocket) -> bytes:
+    """What the server answered an end with before it closed the stream."""
+    tls.settimeout(PROMPTLY)
+    try:
+        return tls.recv(len(ACK))
+    except (ssl.SSLError, OSError):
+        return b""
 
 
 def _array_field(header: bytes, nbytes: int) -> bytes:
@@ -216,6 +236,51 @@ def test_malformed_fields_from_a_holder_of_the_clients_key_are_one_line(tmp_path
     assert "Traceback" not in message and "Error:" not in message, message
     assert re.search(said, message), message
     assert not server.dest.exists()
+
+
+# (chunks sent, chunks the end announces): what each server says, and that it never
+# acknowledges the end ("ok" is a worker's proof its stream was delivered).
+_WRONG_ENDS = {
+    (8, 9): (r"^got a stream from client worker 0 whose end announced 9 chunks: all 8 of its "
+             r"chunks arrived, as the plan says$",) * 2,
+    (8, 3): (r"^got a stream from client worker 0 whose end announced 3 chunks: all 8 of its "
+             r"chunks arrived, as the plan says$",) * 2,
+    (7, 7): (r"^got a stream from client worker 0 that ended early: 7 of 8 chunks arrived, 7 "
+             r"announced$", r"^got end 7 from client worker 0, which owes chunk 7 \(an early "
+                            r"end"),
+}
+
+
+@pytest.mark.parametrize("writes_file", [False, True], ids=["sums", "writes-fast-file"])
+@pytest.mark.parametrize("case", list(_WRONG_ENDS), ids=lambda c: f"{c[0]}-sent-{c[1]}-announced")
+def test_an_end_with_a_wrong_count_is_refused_unacknowledged(tmp_path, writes_file, case):
+    sent, announced = case
+    server = _Server(tmp_path, writes_file=writes_file)
+    try:
+        with server.connect() as tls:
+            tls.sendall(b"".join(_chunk(server.plan, k) for k in range(sent))
+                        + end_frame(announced, []))
+            answer = _acknowledgement(tls)
+            got, message = server.verdict()
+    finally:
+        server.close()
+    assert answer == b"", answer
+    assert got == "error" and re.search(_WRONG_ENDS[case][writes_file], message), message
+    assert not server.dest.exists() and not list(tmp_path.rglob("*.part"))
+
+
+@pytest.mark.parametrize("writes_file", [False, True], ids=["sums", "writes-fast-file"])
+def test_the_announced_end_is_acknowledged(tmp_path, writes_file):
+    server = _Server(tmp_path, writes_file=writes_file)
+    try:
+        with server.connect() as tls:
+            tls.sendall(b"".join(_chunk(server.plan, k) for k in range(8)) + end_frame(8, []))
+            answer = _acknowledgement(tls)
+            got, message = server.verdict()
+    finally:
+        server.close()
+    assert (answer, got) == (ACK, "ok"), message
+    assert server.dest.exists()
 
 
 def test_a_sender_that_trickles_is_stopped_at_the_stream_s_deadline(tmp_path):

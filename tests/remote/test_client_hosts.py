@@ -4,7 +4,10 @@ for bit. (A client host killed while it streams: tests/remote/test_host_streams.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,9 +15,12 @@ import numpy as np
 import pytest
 from _sshd import processes_under, trusted_inventory
 
-from harness.clients import vector_gaussian
+from harness.clients import ADDITIVE, vector_gaussian
 from harness.experiments import RunConfig, run
 from harness.remote._client import ClientHost
+from harness.stream import StreamPlan
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.root, pytest.mark.mpspdz,
@@ -80,3 +86,54 @@ def test_two_client_hosts_each_send_their_range_and_the_run_verifies(
     assert no_processes_left(farm.root) == []
 
 
+
+
+def test_fast_takes_each_chunk_from_the_worker_the_plan_names(
+        tmp_path, farm, mp_spdz, program_cache, monkeypatch):
+    """Each client host sends its own run of chunks, dealt among its workers; a server
+    writing fast's file takes chunk k from the worker the plan names, not round robin."""
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
+    cores = ClientHost.workers
+    # Two workers on each client host, whatever its cores: with six chunks, host 0's
+    # workers send 0 1 0 and host 1's 2 3 2, which round robin (0 1 2 3 0 1) is not.
+    monkeypatch.setattr(ClientHost, "workers", lambda self: (cores(self), 2)[1])
+    plan = StreamPlan(300_000, 10, 10, 1, 2, ADDITIVE.name, workers=4, hosts=(2, 2))
+    assert plan.chunks == 6 and plan.senders == (0, 1, 0, 2, 3, 2)
+    cfg = RunConfig(out=tmp_path / "out", clients=300_000, dim=10, rows=10, seed=12,
+                    cache_dir=program_cache, parties=2, program="fast", protocol="semi2k",
+                    hosts=path, timeout=300)
+    result = run(cfg)
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    assert result["timings"]["stream_workers"] == 4
+    assert result["parameters"]["layout"]["client_ranges"] == [[0, 157_284], [157_284, 300_000]]
+    assert remote_dirs(fakes) == []
+    assert no_processes_left(farm.root) == []
+
+
+def test_a_csv_file_reaches_two_client_hosts_and_the_run_verifies(tmp_path, farm, mp_spdz,
+                                                                  program_cache):
+    """Both hosts' upload threads parse their rows of the CSV at once: the first use of
+    pandas, in a fresh ``ltm run``, from two threads together."""
+    path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2, clients=2)
+    data = tmp_path / "data.csv"
+    values = np.random.default_rng(5).uniform(-1, 1, (3000, 3))
+    data.write_text("a,b,c\n" + "".join(",".join(f"{v:.6f}" for v in row) + "\n"
+                                         for row in values))
+    cache = tmp_path / "xdg"
+    (cache / "ltm-harness").mkdir(parents=True)
+    (cache / "ltm-harness" / "programs").symlink_to(program_cache)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--hosts", str(path), "--program", "local",
+         "--data", str(data), "--rows", "10", "--seed", "4", "--timeout", "120",
+         "--out", str(out)],
+        cwd=ROOT, env={**os.environ, "XDG_CACHE_HOME": str(cache)}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["verification"]["ok"] and result["verification"]["mismatches"] == 0
+    assert result["parameters"]["clients"] == 3000 and result["parameters"]["dim"] == 3
+    ranges = result["parameters"]["layout"]["client_ranges"]
+    assert ranges[0][0] == 0 and ranges[0][1] == ranges[1][0] and ranges[1][1] == 3000
+    assert remote_dirs(fakes) == []
+    assert no_processes_left(farm.root) == []
