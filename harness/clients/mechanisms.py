@@ -19,10 +19,13 @@ clients enters (no delta_E): the servers' noise alone is certified.
   sum of N shared random coins minus N/2 per cell. Useful variances need too
   many coins at the lattice 2^-F, so the sketch is first rounded inside the MPC
   to a coarser grid 2^-g by probabilistic truncation of k = F - g bits (MP-SPDZ's
-  TruncPr on rings: floor(v / 2^k) rounded up with probability the fraction, the
-  low bits gone, so the revealed grid values carry nothing finer). A neighbour
-  then moves an entry by at most ceil(E / 2^k) + 1 grid steps (E = 2 round(eta
-  2^F) the lattice sensitivity; the one step for the rounding). The certificate
+  TruncPr on rings: floor((v + r) / 2^k) with r uniform on [0, 2^k), drawn inside
+  the MPC independently of the data, the low bits gone, so the revealed grid values
+  carry nothing finer). Given r the rounding is monotone in v, so a neighbour moves
+  an entry by at most ceil(E / 2^k) grid steps for every r (E = 2 round(eta 2^F)
+  the lattice sensitivity), and by the joint convexity of the hockey-stick
+  divergence the mixture over r is no less private than that shift (the coupling
+  argument in docs/privacy.md; tests check it by brute force). The certificate
   is dp-accounting's privacy loss distribution from the exact probability mass
   functions of Binomial(N, 1/2) and its shift by that many steps, composed over
   the s d entries a client moves (a smaller shift of a log-concave noise is
@@ -72,12 +75,13 @@ _TAIL_SDS = 40.0  # binomial mass beyond 40 standard deviations is below 1e-300
 
 
 def grid_sensitivity(eta: float, frac_bits: int, grid_bits: int) -> int:
-    """How many grid steps 2^-g one client moves an entry of T, rounding included."""
+    """How many grid steps 2^-g one client moves an entry of T, rounding included:
+    ceil(E / 2^(F - g)). The probabilistic truncation's randomness is shared by both
+    neighbours (it is independent of the data), and given it the rounding is
+    monotone, so it adds no step of its own."""
     entry = 2 * round(eta * 2.0**frac_bits)  # lattice steps 2^-F
     shift = frac_bits - grid_bits
-    if shift == 0:
-        return entry
-    return -(-entry // (1 << shift)) + 1
+    return -(-entry // (1 << shift))
 
 
 def _binomial_pmfs(coins: int, steps: int) -> tuple[dict, dict]:

@@ -50,7 +50,7 @@ def test_central_noise_is_drawn_inside_the_mpc_and_verified_bit_for_bit(
     result = run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
                          mechanism="central", grid_bits=0, reveal_noise=True))
     privacy = _check(result, tmp_path / "out", "central", exact=True)
-    assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 3
+    assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 2
     # the revealed sketch lies on the grid: nothing finer than 2^0 is revealed
     output = np.load(tmp_path / "out" / "output.npy")
     assert np.array_equal(output, np.round(output))
