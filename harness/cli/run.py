@@ -66,8 +66,8 @@ MECHANISM = option("--mechanism", choices=MECHANISMS,
                         "noise suffices); central, the servers jointly draw binomial noise "
                         "inside the MPC, which no party learns (--program local; default "
                         "{default})")
-GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the finest grid within 2^16 "
-                   "coins per cell",
+GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the grid on which one client "
+                   "moves an entry by one step, its fewest coins",
                    help="--mechanism central: round the sketch inside the MPC to the grid "
                         f"2^-g before its noise (at most {MAX_COINS:,} coins per cell; "
                         "default: {default})")

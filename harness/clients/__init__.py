@@ -46,9 +46,9 @@ if TYPE_CHECKING:
         open_rows,
     )
     from harness.clients.mechanisms import (
-        COIN_TARGET,
         MAX_COINS,
         MECHANISMS,
+        ROUNDING_COINS,
         CoinLayout,
         ServerNoise,
         binomial_epsilon,
@@ -131,8 +131,8 @@ __all__ = [
     "gaussian_noise",
     "FORMATS",
     "FixedPoint",
-    "COIN_TARGET",
     "MAX_COINS",
+    "ROUNDING_COINS",
     "MECHANISMS",
     "CoinLayout",
     "ServerNoise",

@@ -252,7 +252,7 @@ class _CellState:
     def measure(self, utility: SketchUtility, revealed: np.ndarray, rank: int,
                 lam: float) -> dict[str, float]:
         """The analyst's errors of this repetition's revealed sketch on the cell's data."""
-        sketch = self.work.fp.decode(revealed) / math.sqrt(self.work.sketch.s)
+        sketch = self.work.decode(revealed) / math.sqrt(self.work.sketch.s)
         return utility.measure(sketch, self.work.data, rank, lam)
 
 

@@ -82,7 +82,7 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
             workdir: Path) -> RunResult:
     program = program_for(mp, cfg, work)
     outcome = execute(cfg, mp, work, program, workdir)
-    output = work.fp.decode(outcome.revealed) / math.sqrt(work.sketch.s)
+    output = work.decode(outcome.revealed) / math.sqrt(work.sketch.s)
     outcome.result.save(staging / "result.json")
     # The sketch is a function of the seed in result.json (Sketch.sparse recomputes
     # it): saved only when asked, as computing and writing it (5 MB at n = 1e6, 5 GB at

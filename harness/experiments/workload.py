@@ -77,6 +77,15 @@ class Workload:
     def n(self) -> int:
         return self.rows.n
 
+    def decode(self, revealed: np.ndarray) -> np.ndarray:
+        """The revealed ring elements in reals: central's are grid steps, the rest
+        lattice steps 2^-F."""
+        noise = self.servers_noise
+        if noise is not None and noise.kind == "central":
+            signed = np.asarray(revealed, dtype=np.uint64).view(np.int64)
+            return signed.astype(np.float64) * noise.step
+        return self.fp.decode(revealed)
+
     @property
     def d(self) -> int:
         return self.rows.d
@@ -179,7 +188,7 @@ def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | N
     return server_noise(cfg.mechanism, servers=cfg.party_count,
                         corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
                         m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
-                        frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+                        frac_bits=cfg.frac_bits, clients=n, grid_bits=cfg.grid_bits)
 
 
 def check_noise(cfg: RunConfig) -> None:

@@ -11,6 +11,7 @@ from scipy import stats
 
 from harness.clients import (
     MAX_COINS,
+    ROUNDING_COINS,
     CoinLayout,
     binomial_epsilon,
     grid_sensitivity,
@@ -178,24 +179,54 @@ def test_dng_honest_servers_alone_certify_epsilon():
             <= 1.15 * math.sqrt(servers / (servers - corrupt))
 
 
-def test_central_noise_is_certified_on_its_grid_and_reports_its_price():
+@pytest.mark.parametrize("epsilon,eta,s,d", [(1.0, 1.0, 1, 10), (0.1, 1.0, 1, 10),
+                                             (1.0, 0.37, 2, 5), (0.5, 3.3, 1, 4)])
+def test_central_noise_takes_its_fewest_coins_on_a_one_step_grid(epsilon, eta, s, d):
+    """At epsilon <= 1 a neighbour moves an entry by one grid step of 2^k / c lattice
+    steps (any eta: the public scale c), so the coins are least_coins(1, s d) up to
+    the layout's rounding, and the std is within 2 % of the central Gaussian's."""
+    delta = 1e-6
+    noise = server_noise("central", servers=3, corrupt=1, eta=eta, s=s, d=d, m=100,
+                         epsilon=epsilon, delta=delta, frac_bits=16, clients=10**6)
+    assert noise is not None and noise.steps == 1
+    least = least_coins(1, s * d, epsilon, delta)
+    assert least is not None and least <= noise.coins <= 1.05 * least
+    assert noise.certified_epsilon <= epsilon
+    assert noise.certified_epsilon == binomial_epsilon(noise.coins, 1, s * d, delta)
+    # a neighbour moves an entry by at most one step: 2 eta in reals, within the step
+    assert 2 * round(eta * 2**16) / 2**16 <= noise.step < 2 * eta * (1 + 1e-4)
+    assert noise.std == pytest.approx(math.sqrt(noise.coins) / 2 * noise.step)
+    assert noise.std_ratio <= 1.02
+    bound = noise.record()["rounding_error_bound"]
+    assert bound == {"abs": noise.step, "variance": noise.step**2 / 4,
+                     "variance_vs_noise": 1 / noise.coins}
+    assert bound["variance_vs_noise"] <= 0.01
+    # the sketch times the scale stays inside the ring at the clients given
+    assert 10**6 * s * round(eta * 2**16) * noise.scale < 2**62
+
+
+def test_central_noise_takes_more_steps_where_one_would_round_too_coarsely():
+    """At a large epsilon one step would need so few coins that the rounding's
+    variance would pass 1 % of the noise's: the grid is finer, by the fewest steps."""
+    noise = server_noise("central", servers=3, corrupt=1, eta=1.0, s=1, d=1, m=10,
+                         epsilon=8.0, delta=1e-6, frac_bits=16, clients=1000)
+    assert noise is not None and noise.steps > 1
+    assert noise.coins >= ROUNDING_COINS
+    assert (least_coins(noise.steps - 1, 1, 8.0, 1e-6) or 0) < ROUNDING_COINS
+
+
+def test_grid_bits_overrides_the_grid_without_a_scale():
     noise = server_noise("central", servers=3, corrupt=1, eta=1.0, s=1, d=10, m=100,
-                         epsilon=1.0, delta=1e-6, frac_bits=16)
-    assert noise is not None and noise.coins <= 1 << 16 and noise.grid_bits < 16
-    assert noise.certified_epsilon <= 1.0
-    assert noise.certified_epsilon == binomial_epsilon(noise.coins, noise.steps, 10, 1e-6)
-    assert noise.std == pytest.approx(math.sqrt(noise.coins) / 2 / 2**noise.grid_bits)
-    # the finest grid within the coin target: one step finer would need more
-    finer = least_coins(grid_sensitivity(1.0, 16, noise.grid_bits + 1), 10, 1.0, 1e-6,
-                        limit=MAX_COINS)
-    assert finer is None or finer > 1 << 16
-    assert 1.0 < noise.std_ratio < 1.5
+                         epsilon=1.0, delta=1e-6, frac_bits=16, clients=10**6, grid_bits=2)
+    assert noise is not None and noise.scale == 1 and noise.grid_bits == 2
+    assert noise.steps == grid_sensitivity(1.0, 16, 2) == 8
+    assert noise.std == pytest.approx(math.sqrt(noise.coins) / 2 / 4)
 
 
 def test_too_many_coins_is_refused_in_one_line_naming_the_limit_and_ways_out():
     with pytest.raises(InputError) as err:
         server_noise("central", servers=2, corrupt=1, eta=1.0, s=1, d=10, m=100,
-                     epsilon=0.01, delta=1e-6, frac_bits=16, grid_bits=8)
+                     epsilon=0.01, delta=1e-6, frac_bits=16, clients=1000, grid_bits=8)
     message = str(err.value)
     assert "\n" not in message and f"{MAX_COINS}" in message
     assert "--grid-bits" in message and "--epsilon" in message and "dng" in message
@@ -204,5 +235,6 @@ def test_too_many_coins_is_refused_in_one_line_naming_the_limit_and_ways_out():
 def test_coin_layout_covers_the_coins_with_little_to_spare():
     for coins, cells in ((16, 4), (100, 6), (2304, 5000), (57882, 1000), (4_000_000, 1000)):
         layout = CoinLayout.cover(coins, cells)
-        assert coins <= layout.coins <= coins + layout.rounds * layout.lanes * 64
+        assert coins <= layout.coins < coins + layout.rounds * layout.lanes * layout.edabits
+        assert layout.coins <= 1.02 * coins or coins < 64
         assert layout.edabits * layout.bits <= 2048
