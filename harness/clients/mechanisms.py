@@ -211,6 +211,10 @@ class ServerNoise:
     steps: int = 0
     layout: CoinLayout | None = None
     scale: int = 1
+    # central: how the program draws its coins (split, edabits or random-bits) and,
+    # split, into how many summands a random ring element is converted
+    technique: str = "edabits"
+    summands: int = 0
 
     @property
     def step(self) -> float:
@@ -250,7 +254,8 @@ class ServerNoise:
             params.update(coins=self.coins, shift=self.shift, scale=self.scale,
                           frac_bits=self.frac_bits, edabit_bits=self.layout.bits,
                           edabits=self.layout.edabits, lanes=self.layout.lanes,
-                          rounds=self.layout.rounds)
+                          rounds=self.layout.rounds, technique=self.technique,
+                          summands=self.summands)
         return params
 
     def accountant(self) -> str:
@@ -286,9 +291,22 @@ class ServerNoise:
                        rounding_error_bound={"abs": self.step,
                                              "variance": self.step**2 / 4,
                                              "variance_vs_noise": 1 / self.coins},
-                       generator="the MPC's shared random bits (edaBits), no party learns "
-                                 "them")
+                       generator=_COIN_SOURCES[self.technique].format(self.summands,
+                                                                       self.summands))
         return out
+
+
+# What result.json says of each way the program draws its coins (the summary keeps the
+# words before the parenthesis).
+_COIN_SOURCES = {
+    "split": "the MPC's secret coins from locally split shares (the bits of the XOR of a "
+             "shared random ring element's {} summands, each converted to binary locally: "
+             "MP-SPDZ's split_to_n_summands, compiled with -Z {}; no party learns them)",
+    "edabits": "the MPC's secret coins from edaBits (their binary halves: MP-SPDZ's "
+               "sint.get_edabit; no party learns them)",
+    "random-bits": "the MPC's secret coins from random bits (MP-SPDZ's arithmetic "
+                   "sint.get_random_bit; no party learns them)",
+}
 
 
 def _central_sigma(eta: float, s: int, d: int, epsilon: float, delta: float) -> float:

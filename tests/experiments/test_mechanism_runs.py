@@ -21,6 +21,12 @@ pytestmark = pytest.mark.mpspdz
 
 PROTOCOLS = [("semi2k", 2), ("replicated-ring", 3), ("ps-rep-ring", 3),
              ("malicious-rep-ring", 3), ("spdz2k", 2)]
+# How each protocol's program draws the central noise's coins (its compiler options:
+# -Z S where the protocol converts shares locally).
+_SPLIT = "locally split shares (the bits of the XOR of a shared random ring element's {0} "
+COINS = {"semi2k": _SPLIT, "replicated-ring": _SPLIT, "ps-rep-ring": _SPLIT,
+         "malicious-rep-ring": "edaBits (their binary halves",
+         "spdz2k": "random bits (MP-SPDZ's arithmetic sint.get_random_bit"}
 
 
 def _config(tmp_path, cache, name="out", **kw) -> RunConfig:
@@ -51,6 +57,8 @@ def test_central_noise_is_drawn_inside_the_mpc_and_verified_bit_for_bit(
                          mechanism="central", grid_bits=0, reveal_noise=True))
     privacy = _check(result, tmp_path / "out", "central", exact=True)
     assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 2
+    # the generator names how this protocol's program drew the coins
+    assert COINS[protocol].format(parties) in privacy["generator"]
     # the revealed sketch lies on the grid: nothing finer than 2^0 is revealed
     output = np.load(tmp_path / "out" / "output.npy")
     assert np.array_equal(output, np.round(output))
