@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 from pathlib import Path
 
 from harness.cli import common
@@ -104,5 +105,6 @@ def _handle(args: argparse.Namespace) -> int:
 
     out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     check_output_dir(out)  # before anything is read, drawn or created
-    run(common.config_from(RunConfig, args, out=out), echo=print)
+    # flushed: a long run's notice must show before the run, also through a pipe
+    run(common.config_from(RunConfig, args, out=out), echo=functools.partial(print, flush=True))
     return 0

@@ -32,6 +32,7 @@ from harness.experiments.config import (
     default_input_mode,
 )
 from harness.experiments.execute import execute
+from harness.experiments.mpc_time import long_run_notice
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.results import RunResult, output_directory
 from harness.experiments.workload import Workload, build_workload, check_noise, program_for
@@ -60,6 +61,11 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     check_protocol_usable(mp, cfg.protocol)  # fail before any heavy work
     check_placement(cfg)
     work = build_workload(cfg)
+    # Before anything long starts: a run that will take long says so, and how to shorten it.
+    notice = long_run_notice(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
+                             work.servers_noise, work.sketch.m * work.d)
+    if notice is not None and echo is not None:
+        echo(notice)
     with output_directory(Path(cfg.out), force=cfg.force) as staging:
         workdir = staging / "work"
         try:
