@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
+    from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
@@ -46,15 +47,11 @@ if TYPE_CHECKING:
         open_rows,
     )
     from harness.clients.mechanisms import (
-        MAX_COINS,
         MECHANISMS,
         ROUNDING_COINS,
         CoinLayout,
         ServerNoise,
-        binomial_epsilon,
-        grid_sensitivity,
         input_server_noise,
-        least_coins,
         server_noise,
     )
     from harness.clients.native import find_library, load_library

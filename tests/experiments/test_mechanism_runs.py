@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.clients import mechanisms
+from harness.clients import least_coins, mechanisms
 from harness.errors import InputError, VerificationError
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
@@ -75,7 +75,7 @@ def test_central_noise_on_its_scaled_grid_is_verified_bit_for_bit(
                          mechanism="central", eta=0.37, epsilon=1.0, reveal_noise=True))
     privacy = _check(result, tmp_path / "out", "central", exact=True)
     assert privacy["grid_scale"] > 1
-    least = mechanisms.least_coins(privacy["grid_sensitivity_steps"], 2, 1.0, 1e-3)
+    least = least_coins(privacy["grid_sensitivity_steps"], 2, 1.0, 1e-3)
     assert least is not None and least <= privacy["coins_per_cell"] <= 1.05 * least
     assert privacy["rounding_error_bound"]["variance_vs_noise"] <= 0.01
     assert privacy["std_ratio"] <= 1.02
