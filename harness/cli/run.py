@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 from pathlib import Path
 
 from harness.cli import common
@@ -71,8 +72,8 @@ MECHANISM = option("--mechanism", choices=MECHANISMS,
                         "certified noise, which sees noise of the wrong size or shape but not "
                         "a small change such as one word; dng's also exactly, against each "
                         "server's digest of its own noise")
-GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the finest grid within 2^16 "
-                   "coins per cell",
+GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the grid on which one client "
+                   "moves an entry by one step, its fewest coins",
                    help="--mechanism central: round the sketch inside the MPC to the grid "
                         f"2^-g before its noise (at most {MAX_COINS:,} coins per cell; "
                         "default: {default})")
@@ -109,5 +110,6 @@ def _handle(args: argparse.Namespace) -> int:
 
     out = args.out or Path("results") / dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
     check_output_dir(out)  # before anything is read, drawn or created
-    run(common.config_from(RunConfig, args, out=out), echo=print)
+    # flushed: a long run's notice must show before the run, also through a pipe
+    run(common.config_from(RunConfig, args, out=out), echo=functools.partial(print, flush=True))
     return 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
+    from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
     from harness.clients.certificates import central_sigma, certificate
     from harness.clients.digest import DIGEST_KEY_BYTES, digest_weights, noise_digest
     from harness.clients.encoding import FixedPoint
@@ -47,16 +48,12 @@ if TYPE_CHECKING:
         open_rows,
     )
     from harness.clients.mechanisms import (
-        COIN_TARGET,
-        MAX_COINS,
         MECHANISMS,
+        ROUNDING_COINS,
         CoinLayout,
         ServerNoise,
-        binomial_epsilon,
         check_dng_draws,
-        grid_sensitivity,
         input_server_noise,
-        least_coins,
         server_noise,
     )
     from harness.clients.native import find_library, load_library
@@ -137,8 +134,8 @@ __all__ = [
     "gaussian_noise",
     "FORMATS",
     "FixedPoint",
-    "COIN_TARGET",
     "MAX_COINS",
+    "ROUNDING_COINS",
     "MECHANISMS",
     "CoinLayout",
     "ServerNoise",

@@ -17,17 +17,27 @@ clients enters (no delta_E): the servers' noise alone is certified.
   spoil the output: it may input anything as its noise.
 - ``central``: the servers jointly draw binomial noise that no party learns, the
   sum of N shared random coins minus N/2 per cell. Useful variances need too
-  many coins at the lattice 2^-F, so the sketch is first rounded inside the MPC
-  to a coarser grid 2^-g by probabilistic truncation of k = F - g bits (MP-SPDZ's
-  TruncPr on rings: floor(v / 2^k) rounded up with probability the fraction, the
-  low bits gone, so the revealed grid values carry nothing finer). A neighbour
-  then moves an entry by at most ceil(E / 2^k) + 1 grid steps (E = 2 round(eta
-  2^F) the lattice sensitivity; the one step for the rounding). The certificate
+  many coins at the lattice 2^-F, so the sketch is first scaled by a public
+  integer c and rounded inside the MPC to a coarser grid by probabilistic
+  truncation of k bits, one grid step being 2^k / c lattice steps (MP-SPDZ's
+  TruncPr on rings: floor((v + r) / 2^k) with r uniform on [0, 2^k), drawn inside
+  the MPC independently of the data, the low bits gone, so the revealed grid values
+  carry nothing finer). Given r the rounding is monotone in v, so a neighbour moves
+  an entry by at most ceil(E c / 2^k) grid steps for every r (E = 2 round(eta 2^F)
+  the lattice sensitivity), and by the joint convexity of the hockey-stick
+  divergence the mixture over r is no less private than that shift (the coupling
+  argument in docs/privacy.md; tests check it by brute force). The certificate
   is dp-accounting's privacy loss distribution from the exact probability mass
   functions of Binomial(N, 1/2) and its shift by that many steps, composed over
   the s d entries a client moves (a smaller shift of a log-concave noise is
   dominated by the largest: tests check both by brute force), and N is the least
-  even number of coins it certifies at (epsilon, delta).
+  even number of coins it certifies at (epsilon, delta). The same noise in reals
+  needs coins in proportion to the square of the sensitivity in steps, so the
+  grid is the coarsest on which a neighbour moves an entry by one step (c / 2^k
+  about 1 / E, as finely as the ring allows), unless the rounding's variance (at
+  most a quarter of a step squared, 1 / N of the noise's) would exceed 1 % of the
+  noise's: then by the fewest steps K that keep it below. ``--grid-bits g`` instead
+  fixes c = 1 and k = F - g.
 
 Every mechanism reports its noise's standard deviation per entry of T against
 the central Gaussian's for the same (epsilon, delta, l2 sensitivity): 1.0 is the
@@ -42,10 +52,10 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
 from harness.clients.digest import digest_weights, weighted_digest
 from harness.clients.noise import noise_rng
 from harness.clients.poisson import MAX_POISSON_MEAN, skellam
@@ -59,85 +69,17 @@ from harness.clients.privacy import (
 from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
-__all__ = ["COIN_TARGET", "MAX_COINS", "MECHANISMS", "CoinLayout", "ServerNoise",
-           "binomial_epsilon", "central_noise", "check_dng_draws", "dng_noise", "grid_sensitivity",
-           "input_server_noise", "least_coins", "server_noise"]
+__all__ = ["ROUNDING_COINS", "MECHANISMS", "CoinLayout", "ServerNoise", "central_noise",
+           "check_dng_draws", "dng_noise", "input_server_noise", "server_noise"]
 
 MECHANISMS = ("ltm", "dng", "central")
-# The most coins per cell a central run draws: about two minutes of the MPC per
-# thousand cells on the slowest protocol here (see benchmarks/mechanisms.py).
-MAX_COINS = 1 << 22
-# The automatic grid is the finest whose coins per cell stay within this.
-COIN_TARGET = 1 << 16
-# dp-accounting's discretisation of the privacy loss (pessimistic either way).
-_DISCRETIZATION = 1e-4
-_TAIL_SDS = 40.0  # binomial mass beyond 40 standard deviations is below 1e-300
+# The automatic grid takes at least this many coins per cell: the rounding's variance,
+# at most a quarter of a step squared, is then at most 1 % of the noise's (N / 4).
+ROUNDING_COINS = 100
+# The ring's bound on the scaled sketch: MP-SPDZ's TruncPr reads it as a 63-bit
+# signed value.
+_RING_BOUND = 1 << 62
 _NOISE_BLOCK = 1 << 20  # cells a dng server draws and writes at once
-
-
-def grid_sensitivity(eta: float, frac_bits: int, grid_bits: int) -> int:
-    """How many grid steps 2^-g one client moves an entry of T, rounding included."""
-    entry = 2 * round(eta * 2.0**frac_bits)  # lattice steps 2^-F
-    shift = frac_bits - grid_bits
-    if shift == 0:
-        return entry
-    return -(-entry // (1 << shift)) + 1
-
-
-def _binomial_pmfs(coins: int, steps: int) -> tuple[dict, dict]:
-    from scipy import stats
-
-    spread = _TAIL_SDS * math.sqrt(coins) / 2
-    low = max(0, math.floor(coins / 2 - spread - steps))
-    high = min(coins, math.ceil(coins / 2 + spread + steps))
-    xs = np.arange(low, high + 1)
-    logs = stats.binom.logpmf(xs, coins, 0.5).tolist()
-    return (dict(zip(xs.tolist(), logs, strict=True)),
-            dict(zip((xs + steps).tolist(), logs, strict=True)))
-
-
-@lru_cache(maxsize=256)
-def binomial_epsilon(coins: int, steps: int, entries: int, delta: float) -> float:
-    """The epsilon dp-accounting's PLD certifies at ``delta`` for Binomial(coins, 1/2)
-    noise on each of ``entries`` entries, each moved by ``steps`` grid steps."""
-    from dp_accounting.pld import privacy_loss_distribution as pld
-
-    if coins <= 0:
-        return math.inf
-    lower, upper = _binomial_pmfs(coins, steps)
-    loss = pld.from_two_probability_mass_functions(
-        lower, upper, pessimistic_estimate=True,
-        value_discretization_interval=_DISCRETIZATION, log_mass_truncation_bound=-50)
-    if entries > 1:
-        loss = loss.self_compose(entries)
-    return float(loss.get_epsilon_for_delta(delta))
-
-
-def least_coins(steps: int, entries: int, epsilon: float, delta: float,
-                limit: int = MAX_COINS) -> int | None:
-    """The least even N with :func:`binomial_epsilon` <= ``epsilon``; None above ``limit``."""
-    sigma = analytic_gaussian_sigma(steps * math.sqrt(entries), epsilon, delta)
-    if 4 * sigma**2 > 2 * limit:  # the Gaussian's variance alone would need twice the limit
-        return None
-    # The binomial's variance N/4 never needs to be much below the Gaussian's.
-    low = max(0, 2 * math.floor(sigma**2))  # even, and certifies nothing above epsilon
-    while low > 0 and binomial_epsilon(low, steps, entries, delta) <= epsilon:
-        low //= 2
-        low -= low % 2
-    high = max(2, 2 * math.ceil(2 * sigma**2 * 1.05))
-    while binomial_epsilon(high, steps, entries, delta) > epsilon:
-        if high > limit:
-            return None
-        low, high = high, 2 * high
-    while high - low > 2:
-        mid = (low + high) // 4 * 2
-        if binomial_epsilon(mid, steps, entries, delta) > epsilon:
-            low = mid
-        else:
-            high = mid
-    return high if high <= limit else None
-
-
 # One popcount counts at most this many coins per cell (the program's size grows with
 # it), and one round's vectors hold at most this many coins (its memory).
 _POPCOUNT_COINS = 2048
@@ -160,14 +102,16 @@ class CoinLayout:
 
     @classmethod
     def cover(cls, coins: int, cells: int) -> CoinLayout:
-        """The layout for at least ``coins`` coins per cell (more by less than a
-        round's share; the certificate is for the coins drawn)."""
+        """The layout for at least ``coins`` coins per cell (more by less than one
+        coin per edaBit, under 2 %; the certificate is for the coins drawn)."""
         bits = min(64, coins)
         total = -(-coins // bits)  # edaBits per cell
         edabits = min(total, _POPCOUNT_COINS // bits)
         lanes = max(1, min(-(-total // edabits), _ROUND_COINS // (cells * bits * edabits)))
         rounds = -(-total // (edabits * lanes))
         edabits = -(-total // (rounds * lanes))  # spread evenly: the least overshoot
+        # and each edaBit no wider than needed: fewer than one coin over per edaBit
+        bits = -(-coins // (edabits * lanes * rounds))
         return cls(bits, edabits, lanes, rounds)
 
 
@@ -176,8 +120,9 @@ class ServerNoise:
     """The servers' noise of one run and its certificate.
 
     ``kind`` is ``dng`` (Skellam on the lattice 2^-F, ``server_mu`` per server and
-    cell, in steps^2) or ``central`` (Binomial(coins, 1/2) - coins/2 per cell on the
-    grid 2^-grid_bits, ``steps`` grid steps of sensitivity). ``std`` and
+    cell, in steps^2) or ``central`` (Binomial(coins, 1/2) - coins/2 per cell in grid
+    steps of 2^-grid_bits / scale, ``steps`` grid steps of sensitivity: the MPC
+    multiplies the sketch by ``scale`` and truncates F - grid_bits bits). ``std`` and
     ``central_std`` are per entry of T, in reals.
     """
 
@@ -195,6 +140,16 @@ class ServerNoise:
     grid_bits: int = 0
     steps: int = 0
     layout: CoinLayout | None = None
+    scale: int = 1
+    # central: how the program draws its coins (split, edabits or random-bits) and,
+    # split, into how many summands a random ring element is converted
+    technique: str = "edabits"
+    summands: int = 0
+
+    @property
+    def step(self) -> float:
+        """central: one grid step, in reals."""
+        return 2.0**-self.grid_bits / self.scale
 
     @property
     def shift(self) -> int:
@@ -226,9 +181,11 @@ class ServerNoise:
         """What the program's noise section is rendered with."""
         params: dict[str, object] = {"mechanism": self.kind}
         if self.layout is not None:
-            params.update(coins=self.coins, shift=self.shift, frac_bits=self.frac_bits,
-                          edabit_bits=self.layout.bits, edabits=self.layout.edabits,
-                          lanes=self.layout.lanes, rounds=self.layout.rounds)
+            params.update(coins=self.coins, shift=self.shift, scale=self.scale,
+                          frac_bits=self.frac_bits, edabit_bits=self.layout.bits,
+                          edabits=self.layout.edabits, lanes=self.layout.lanes,
+                          rounds=self.layout.rounds, technique=self.technique,
+                          summands=self.summands)
         return params
 
     def accountant(self) -> str:
@@ -258,10 +215,29 @@ class ServerNoise:
                        coin_layout=None if layout is None else {
                            "bits": layout.bits, "edabits": layout.edabits,
                            "lanes": layout.lanes, "rounds": layout.rounds},
+                       grid_scale=self.scale, grid_step=self.step,
                        grid_sensitivity_steps=self.steps, frac_bits=self.frac_bits,
-                       generator="the MPC's shared random bits (edaBits), no party learns "
-                                 "them")
+                       # probabilistic rounding: unbiased, below one step, variance at
+                       # most a quarter of a step squared (1 / N of the noise's)
+                       rounding_error_bound={"abs": self.step,
+                                             "variance": self.step**2 / 4,
+                                             "variance_vs_noise": 1 / self.coins},
+                       generator=_COIN_SOURCES[self.technique].format(self.summands,
+                                                                       self.summands))
         return out
+
+
+# What result.json says of each way the program draws its coins (the summary keeps the
+# words before the parenthesis).
+_COIN_SOURCES = {
+    "split": "the MPC's secret coins from locally split shares (the bits of the XOR of a "
+             "shared random ring element's {} summands, each converted to binary locally: "
+             "MP-SPDZ's split_to_n_summands, compiled with -Z {}; no party learns them)",
+    "edabits": "the MPC's secret coins from edaBits (their binary halves: MP-SPDZ's "
+               "sint.get_edabit; no party learns them)",
+    "random-bits": "the MPC's secret coins from random bits (MP-SPDZ's arithmetic "
+                   "sint.get_random_bit; no party learns them)",
+}
 
 
 def _central_sigma(eta: float, s: int, d: int, epsilon: float, delta: float) -> float:
@@ -282,43 +258,73 @@ def dng_noise(*, servers: int, honest: int, eta: float, s: int, d: int, epsilon:
                        servers=servers, honest=honest, server_mu=server_mu)
 
 
+def _scaled_grid(entry: int, steps: int, bound: int) -> tuple[int, int]:
+    """(k, c): the grid on which ``entry`` lattice steps are at most ``steps`` grid
+    steps of 2^k / c, as close to exactly as the ring allows (c ``bound`` < 2^62)."""
+    # c within 31 bits, an immediate of MP-SPDZ's: its excess over K / E is at most 2^-30
+    largest = max(1, min((1 << 31) - 1, (_RING_BOUND - 1) // max(1, bound)))
+    best = None
+    for shift in range(61):
+        scale = (steps << shift) // entry
+        if scale > largest:
+            break
+        if scale >= 1:
+            best = (shift, scale)
+    if best is None:  # only where even c = 1 could overflow: refused before this
+        raise InputError("the sketch could sum past 2^62 in one bucket, beyond what "
+                         "--mechanism central rounds inside the MPC; use fewer --clients "
+                         "or lower --frac-bits")
+    return best
+
+
 def central_noise(*, eta: float, s: int, d: int, epsilon: float, delta: float,
-                  frac_bits: int, cells: int, grid_bits: int | None = None) -> ServerNoise:
-    """Binomial noise on the given grid 2^-g, or on the finest grid whose coins per
-    cell stay within :data:`COIN_TARGET` (else the coarsest); refused in one line
-    above :data:`MAX_COINS`."""
+                  frac_bits: int, cells: int, clients: int,
+                  grid_bits: int | None = None) -> ServerNoise:
+    """Binomial noise at its fewest coins per cell: on the grid where one client moves
+    an entry by one step (or the fewest steps keeping the rounding's variance within
+    1 % of the noise's, :data:`ROUNDING_COINS`), scaled so that ``clients`` rows stay
+    within the ring; or on the grid 2^-``grid_bits``. Refused in one line above
+    :data:`MAX_COINS`."""
     entries = s * d
+    entry = 2 * round(eta * 2.0**frac_bits)
+    if entry < 1:
+        raise InputError(f"--eta {eta:g} rounds to 0 at --frac-bits {frac_bits}: no client "
+                         "moves the sketch; raise --eta or --frac-bits")
     if grid_bits is not None:
         if grid_bits > frac_bits or frac_bits - grid_bits > 60:
             raise InputError(f"--grid-bits {grid_bits} must lie in [{frac_bits - 60}, "
                              f"{frac_bits}] (--frac-bits {frac_bits})")
-        grids = [grid_bits]
+        shift, scale = frac_bits - grid_bits, 1
+        steps = grid_sensitivity(eta, frac_bits, grid_bits)
+        least = least_coins(steps, entries, epsilon, delta)
     else:
-        entry = 2 * round(eta * 2.0**frac_bits)
-        coarsest = frac_bits - max(0, math.ceil(math.log2(entry)))
-        grids = list(range(frac_bits, coarsest - 1, -1))
-    chosen = None
-    for grid in grids:
-        steps = grid_sensitivity(eta, frac_bits, grid)
-        target = MAX_COINS if grid_bits is not None or grid == grids[-1] else COIN_TARGET
-        coins = least_coins(steps, entries, epsilon, delta, limit=target)
-        if coins is not None:
-            chosen = (grid, steps, coins)
-            break
-    if chosen is None:
-        grid = grids[-1]
+        target = 1
+        while True:
+            least = least_coins(target, entries, epsilon, delta)
+            if least is None or least >= ROUNDING_COINS:
+                break
+            # coins grow with the square of the steps: jump close to the least K
+            target = max(target + 1, math.ceil(target * math.sqrt(ROUNDING_COINS / least)))
+        shift, scale = _scaled_grid(entry, target, clients * s * (entry // 2))
+        steps = grid_sensitivity(eta, frac_bits, frac_bits - shift, scale)
+        if steps != target:  # c / 2^k fell short of K / E: certify the steps there are
+            least = least_coins(steps, entries, epsilon, delta)
+    if least is None:
+        where = "on the coarsest useful grid" if grid_bits is None else \
+            f"at --grid-bits {grid_bits}"
         raise InputError(
             f"--mechanism central needs more than {MAX_COINS} coins per cell for epsilon "
-            f"{epsilon:g}, delta {delta:g} at --grid-bits {grid} (the limit MAX_COINS); "
-            "raise --epsilon, use a coarser --grid-bits, or --mechanism dng")
-    grid, steps, least = chosen
+            f"{epsilon:g}, delta {delta:g} {where} (the limit MAX_COINS); raise --epsilon"
+            f"{'' if grid_bits is None else ', use a coarser --grid-bits'}, or "
+            "--mechanism dng")
     layout = CoinLayout.cover(least, cells)
     coins = layout.coins
     certified = binomial_epsilon(coins, steps, entries, delta)
-    std = math.sqrt(coins) / 2 / 2.0**grid
+    grid = frac_bits - shift
+    std = math.sqrt(coins) / 2 * 2.0**-grid / scale
     return ServerNoise("central", epsilon, delta, certified, std,
                        _central_sigma(eta, s, d, epsilon, delta), frac_bits,
-                       coins=coins, grid_bits=grid, steps=steps, layout=layout)
+                       coins=coins, grid_bits=grid, steps=steps, layout=layout, scale=scale)
 
 
 def check_dng_draws(noise: ServerNoise) -> None:
@@ -368,8 +374,10 @@ def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
 
 def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: int, d: int,
                  m: int, epsilon: float, delta: float, frac_bits: int,
+                 clients: int | None = None,
                  grid_bits: int | None = None) -> ServerNoise | None:
-    """The servers' noise of ``mechanism`` (None for ``ltm``: the clients add it)."""
+    """The servers' noise of ``mechanism`` (None for ``ltm``: the clients add it);
+    ``clients`` (central's) bounds the sketch it scales inside the ring."""
     if mechanism not in MECHANISMS:
         raise InputError(f"unknown --mechanism {mechanism!r}; choose {', '.join(MECHANISMS)}")
     if mechanism == "ltm":
@@ -382,5 +390,8 @@ def server_noise(mechanism: str, *, servers: int, corrupt: int, eta: float, s: i
     if mechanism == "dng":
         return dng_noise(servers=servers, honest=servers - corrupt, eta=eta, s=s, d=d,
                          epsilon=epsilon, delta=delta, frac_bits=frac_bits)
+    if clients is None:
+        raise ValueError("central noise needs the number of clients")
     return central_noise(eta=eta, s=s, d=d, epsilon=epsilon, delta=delta,
-                         frac_bits=frac_bits, cells=m * d, grid_bits=grid_bits)
+                         frac_bits=frac_bits, cells=m * d, clients=clients,
+                         grid_bits=grid_bits)

@@ -14,7 +14,9 @@ repetition of a cell with V = s * n * d noisy values:
   bandwidth times the share of it that TLS over TCP delivers (measured through
   the emulated network; locally the files are written in place);
 
-plus setting the hosts up once. ``prepare_ns`` and ``mpc_ns`` are per protocol
+plus setting the hosts up once; a ``--mechanism central`` cell adds its coins
+(:mod:`.mpc_time`, whose estimate also warns before a long ``ltm run`` and shows its
+MPC's progress). ``prepare_ns`` and ``mpc_ns`` are per protocol
 x program (:data:`COST_NS`): the ``reference`` program reads every value
 through MP-SPDZ's input and costs 10-100 times ``fast``, most of all under the
 replicated protocols. A model for planning, calibrated on this 2-core machine:
@@ -28,50 +30,24 @@ instead, see :mod:`harness.engine.netns`; the rate per link is what carries over
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.clients import components
 from harness.errors import InputError, LtmError
 from harness.experiments.config import RunConfig, default_input_mode
+from harness.experiments.mpc_time import COST_NS, MPC_START_S, mpc_seconds
 from harness.experiments.workload import upload_model_mb
 
 if TYPE_CHECKING:
-    from harness.experiments.reproduce import ReproduceConfig
+    from harness.clients import ServerNoise
+    from harness.experiments.config import ReproduceConfig
     from harness.experiments.sweeps import Cell
 
 __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
            "MPC_START_S", "SETUP_S", "UPLOAD_GOODPUT"]
 
-# (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
-# benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, all five
-# repetitions, every n of Table 3 and n = 500k at s = 10): prepare_ns is
-# sum(prepare_s) / sum(V) and mpc_ns sum(wall_s - MPC_START_S) / sum(V), per
-# combination, to two digits. That sweep ran on a loaded machine (load average 2
-# to 8), most of it before the preparation was put on threads and its chunks
-# encoded in place; the clients benchmark now prepares at ~50-80 ns per value on a
-# quiet one, so the prepare figures are on the safe side: a planning model errs long.
-COST_NS: dict[tuple[str, str], tuple[float, float]] = {
-    ("semi2k", "fast"): (390, 45),
-    ("semi2k", "local"): (290, 5.3),
-    ("semi2k", "reference"): (460, 1200),
-    ("replicated-ring", "fast"): (370, 110),
-    ("replicated-ring", "local"): (330, 0.24),
-    ("replicated-ring", "reference"): (460, 7800),
-    ("ps-rep-ring", "fast"): (430, 100),
-    ("ps-rep-ring", "local"): (340, 0.82),
-    ("ps-rep-ring", "reference"): (420, 5800),
-    ("malicious-rep-ring", "fast"): (360, 100),
-    ("malicious-rep-ring", "local"): (380, 1.9),
-    ("malicious-rep-ring", "reference"): (320, 4700),
-    ("spdz2k", "local"): (170, 52),
-    # spdz2k's party input (it runs only up to 200,000 values): 1.84 s per 200,000
-    # values (MP-SPDZ v0.4.2, 2-core x86-64 VM, November 2026); preparing is semi2k's.
-    ("spdz2k", "reference"): (460, 9200),
-}
-# The parties' start-up and shut-down around T_MPC: the median of wall_s - T_MPC
-# over the same rows, 0.17 s, rounded up.
-MPC_START_S = 0.2
 # The rest of a repetition (workload per cell, certificates, directories,
 # verification, clean-up): the mean of the time between consecutive
 # repetitions' stamps (1 s resolution) minus their prepare_s and wall_s, same rows
@@ -155,17 +131,33 @@ def _upload_bytes(run_cfg: RunConfig, servers: int, values: int) -> float:
                      for i in range(servers)))
 
 
+def _central_noise(run_cfg: RunConfig, cell: Cell) -> ServerNoise | None:
+    """A central cell's noise (its coins cost MPC time), as its run would draw it."""
+    from harness.experiments.workload import servers_noise_for
+
+    if cell.mechanism != "central":
+        return None
+    central = dataclasses.replace(
+        run_cfg, mechanism="central", rows=cell.rows, dim=cell.dim, sparsity=cell.sparsity,
+        epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
+    try:
+        return servers_noise_for(central.validate(), cell.clients, cell.dim, cell.sparsity)
+    except InputError:
+        return None  # refused: the sweep leaves it out, as plan_sweep says
+
+
 def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
     """What one repetition of ``cell`` costs under ``cfg``'s settings (see the module)."""
     program, protocol = cell.program or cfg.program, cell.protocol or cfg.protocol
     if (protocol, program) not in COST_NS:
         raise LtmError(f"no measured cost for --protocol {protocol} --program {program}; "
                        "add it to harness/experiments/estimate.py's COST_NS")
-    prepare_ns, mpc_ns = COST_NS[(protocol, program)]
+    prepare_ns = COST_NS[(protocol, program)][0]
     run_cfg = RunConfig(out=cfg.out, parties=cell.servers, clients=cell.clients,
                         program=program, protocol=protocol, sharing=cfg.sharing,
                         input_mode=default_input_mode(program))
     values = cell.sparsity * cell.clients * cell.dim
+    noise = _central_noise(run_cfg, cell)
     prepare = values * prepare_ns * 1e-9
     expand = 0.0
     if cfg.sharing == "seeded" and run_cfg.input_mode == "shares":
@@ -176,7 +168,8 @@ def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
         slowest = max(sum(1 - comps.full_clients(c, cell.clients) / cell.clients
                           for c in comps.held[i]) for i in range(cell.servers))
         expand = values * slowest * EXPAND_NS * 1e-9
-    return CellCost(prepare_s=prepare, mpc_s=MPC_START_S + values * mpc_ns * 1e-9,
+    return CellCost(prepare_s=prepare,
+                    mpc_s=mpc_seconds(protocol, program, values, noise, cell.rows * cell.dim),
                     expand_s=expand, upload_bytes=_upload_bytes(run_cfg, cell.servers, values))
 
 
@@ -209,3 +202,4 @@ def estimate_sweep(cfg: ReproduceConfig, *, bandwidth_gbit: float = T3_LARGE_BAS
                     instances=instances or servers + 1, hourly_usd=hourly_price(instance_type),
                     left_out_cells=sum(len(points) for reasons in left_out.values()
                                        for points in reasons.values()))
+

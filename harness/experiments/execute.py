@@ -46,6 +46,7 @@ from harness.engine import (
 )
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
 from harness.experiments.config import RunConfig
+from harness.experiments.mpc_time import mpc_progress, mpc_seconds
 from harness.experiments.noise_check import check_noise_release, method
 from harness.experiments.placement import make_cluster
 from harness.experiments.results import (
@@ -124,8 +125,13 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
             if cfg.tamper is not None:  # after the upload: a server changes what it received
                 tamper_input(cfg, work, cluster)
             launched = time.perf_counter()
+            # MP-SPDZ prints nothing until the end: a long run shows its time against
+            # the estimate instead.
+            expected = mpc_seconds(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
+                                   work.servers_noise, work.sketch.m * work.d)
             try:
-                runs = cluster.run(program, timeout=cfg.timeout, port=cfg.port)
+                with mpc_progress(expected):
+                    runs = cluster.run(program, timeout=cfg.timeout, port=cfg.port)
             except PartyError as exc:
                 raise_if_detected(cfg.spec, exc, cluster.workdir)
                 refusal = build_refusal(cfg.protocol, mp.root / cfg.spec.binary, exc.stderr)

@@ -14,9 +14,10 @@ the digest of the release minus the plaintext sketch, in Z_2^64 (``digest_match`
 central's noise is known to no one: nothing can check its release exactly, and
 ``--tamper`` under a semi-honest protocol is refused for it before the run.
 
-With the test aid ``reveal_noise`` the MPC also reveals the noise (and the
-rounded sketch), and every entry is checked bit for bit: released = (rounded +
-noise) << (F - g), with rounded the plaintext sketch truncated down or up.
+With the test aid ``reveal_noise`` the MPC also reveals
+the noise (and the rounded sketch), and every entry is checked bit for bit:
+released = rounded + noise in grid steps, with rounded the plaintext sketch times
+the grid's public scale, truncated down or up.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ _SKELLAM_EXACT = 1e6
 
 
 def method(noise: ServerNoise, exact: bool, digest: bool = False) -> str:
-    rounded = (f"the plaintext sketch truncated to the grid 2^-{noise.grid_bits}"
+    rounded = (f"the plaintext sketch truncated to the grid of {_grid_words(noise)}"
                if noise.kind == "central" else "the plaintext sketch")
     test = (f"revealed - {rounded} is the {noise.kind} noise: mean, variance and a "
             "chi-square goodness-of-fit against its exact distribution")
@@ -52,6 +53,12 @@ def method(noise: ServerNoise, exact: bool, digest: bool = False) -> str:
         test += ("; and, with the noise revealed too (a test aid), released = "
                  f"{rounded} + noise bit for bit")
     return test
+
+
+def _grid_words(noise: ServerNoise) -> str:
+    """central's grid step in words: 2^-g, or 2^-g / c with a public scale c."""
+    power = f"2^-{noise.grid_bits}" if noise.grid_bits >= 0 else f"2^{-noise.grid_bits}"
+    return power if noise.scale == 1 else f"{power} / {noise.scale} = {noise.step:.6g}"
 
 
 def _gof(errors: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
@@ -123,9 +130,10 @@ def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.n
                 out != plain + _as_signed(revealed_noise).ravel()))
     else:
         k = noise.shift
-        floor = plain >> k  # arithmetic: floor(v / 2^k)
-        frac = (plain - (floor << k)) / 2.0**k
-        errors = (out >> k) - floor  # noise + the rounding's 0 or 1
+        scaled = plain * noise.scale  # below 2^62: the run was refused otherwise
+        floor = scaled >> k  # arithmetic: floor(v c / 2^k)
+        frac = (scaled - (floor << k)) / 2.0**k
+        errors = out - floor  # noise + the rounding's 0 or 1, in grid steps
         variance = noise.coins / 4
         mean_shift = frac
         binom = stats.binom(noise.coins, 0.5)
@@ -134,13 +142,12 @@ def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.n
 
         def cdf(x: np.ndarray) -> np.ndarray:
             return (1 - up) * binom.cdf(x + half) + up * binom.cdf(x - 1 + half)
-        if k and np.any(out & ((1 << k) - 1)):
-            mismatches += int(np.count_nonzero(out & ((1 << k) - 1)))  # low bits leak
         if revealed_noise is not None and revealed_rounded is not None:
             drawn = _as_signed(revealed_noise).ravel()
             rounded = _as_signed(revealed_rounded).ravel()
-            bad = ((out != (rounded + drawn) << k) | (rounded < floor)
-                   | (rounded > floor + (1 if k else 0)) | (np.abs(drawn) > half))
+            # up only where there is a fraction: an exact value is never rounded
+            bad = ((out != rounded + drawn) | (rounded < floor)
+                   | (rounded > floor + (frac > 0)) | (np.abs(drawn) > half))
             mismatches += int(np.count_nonzero(bad))
     centred = errors - mean_shift
     cells = errors.size
@@ -159,6 +166,6 @@ def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.n
                   # (None where nothing knows the noise: central)
                   "digest_match": digest_match,
                   "units": "lattice steps 2^-F" if noise.kind == "dng"
-                  else f"grid steps 2^-{noise.grid_bits}",
+                  else f"grid steps {_grid_words(noise)}",
                   "exact": revealed_noise is not None}
     return mismatches, statistics

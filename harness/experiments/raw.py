@@ -41,7 +41,7 @@ _PARTY_KEYS = ("party", "time_s", "data_sent_mb", "rounds", "global_data_sent_mb
 
 # result.json's privacy figures a row carries: optional columns (see results._ROW_OPTIONAL).
 _PRIVACY_KEYS = ("requested_epsilon", "noise_std", "central_std", "std_ratio",
-                 "coins_per_cell", "grid_bits")
+                 "coins_per_cell", "grid_bits", "grid_step")
 
 
 def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: str,

@@ -38,6 +38,7 @@ from harness.experiments import report
 from harness.experiments.config import ReproduceConfig, RunConfig, default_input_mode
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
 from harness.experiments.memory import PeakMemory
+from harness.experiments.mpc_time import CENTRAL_NS_PER_COIN, mpc_seconds
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.raw import completed, heal, load_raw, repetition_rows
 from harness.experiments.results import (
@@ -71,11 +72,8 @@ SWEEP_FILE = "sweep.json"
 # 2026): 2 parties each inputting 100,000 values took 1.84 s and sent 222 MB. Party input
 # of every noisy value costs that per 200,000 values; above this many it is left out.
 _SPDZ2K_PARTY_INPUT_MAX = 200_000
-# The central noise's coins under spdz2k, its one protocol without local share conversion
-# or edaBits worth using: 1.7 ms a coin (python -m benchmarks.mechanisms, 200 cells x 1,024
-# coins, MP-SPDZ v0.4.2 on a 2-core x86-64 VM). A cell whose run would take longer than
-# _CENTRAL_RUN_MAX_S is left out, its expected time given.
-_CENTRAL_SECONDS_PER_COIN = {"spdz2k": 1.7e-3}
+# A central cell whose MPC should take longer than this (the estimate's per-coin cost,
+# harness.experiments.estimate) is left out, its expected time given.
 _CENTRAL_RUN_MAX_S = 3600.0
 
 
@@ -252,7 +250,7 @@ class _CellState:
     def measure(self, utility: SketchUtility, revealed: np.ndarray, rank: int,
                 lam: float) -> dict[str, float]:
         """The analyst's errors of this repetition's revealed sketch on the cell's data."""
-        sketch = self.work.fp.decode(revealed) / math.sqrt(self.work.sketch.s)
+        sketch = self.work.decode(revealed) / math.sqrt(self.work.sketch.s)
         return utility.measure(sketch, self.work.data, rank, lam)
 
 
@@ -295,15 +293,16 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
         noise = servers_noise_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
     except InputError as exc:
         return str(exc)
-    per_coin = _CENTRAL_SECONDS_PER_COIN.get(run_cfg.protocol)
-    if noise is not None and noise.kind == "central" and per_coin is not None:
-        expected = per_coin * noise.coins * cell.rows * cell.dim
+    if noise is not None and noise.kind == "central":
+        cells = cell.rows * cell.dim
+        expected = mpc_seconds(run_cfg.protocol, run_cfg.program,
+                               cell.sparsity * cell.clients * cell.dim, noise, cells)
         if expected > _CENTRAL_RUN_MAX_S:
-            return (f"the central noise's {noise.coins:,} coins per cell for "
-                    f"{cell.rows * cell.dim:,} cells cost about {per_coin * 1e3:g} ms a coin "
-                    f"under {run_cfg.protocol} (MP-SPDZ v0.4.2 on a 2-core x86-64 VM), "
-                    f"about {expected / 3600:.0f} hours a run; run only up to "
-                    f"{_CENTRAL_RUN_MAX_S / 3600:g} hour")
+            per_coin = CENTRAL_NS_PER_COIN[run_cfg.protocol]
+            return (f"the central noise's {noise.coins:,} coins per cell for {cells:,} cells "
+                    f"cost about {per_coin * 1e-6:g} ms a coin under {run_cfg.protocol} "
+                    f"(MP-SPDZ v0.4.2 on a 2-core x86-64 VM), about {expected / 3600:.0f} "
+                    f"hours a run; run only up to {_CENTRAL_RUN_MAX_S / 3600:g} hour")
     if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
             and cell.sparsity * cell.clients * cell.dim > _SPDZ2K_PARTY_INPUT_MAX:
         return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "

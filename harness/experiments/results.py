@@ -58,7 +58,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -222,9 +222,19 @@ def _update_to_6(data: dict) -> dict:
     return {**data, "noise_observed": {**data["noise_observed"], "sampler": None}}
 
 
+def _update_to_7(data: dict) -> dict:
+    """Version 6's central noise had no public scale: its grid was 2^-grid_bits."""
+    privacy = data.get("privacy")
+    if not privacy or privacy.get("mechanism") != "central":
+        return data
+    return {**data, "privacy": {**privacy, "grid_scale": 1,
+                                "grid_step": 2.0**-privacy["grid_bits"],
+                                "rounding_error_bound": None}}
+
+
 _RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
                                                       3: _update_to_4, 4: _update_to_5,
-                                                      5: _update_to_6}
+                                                      5: _update_to_6, 6: _update_to_7}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -287,7 +297,8 @@ _ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan,
                  # the analyst's errors on the revealed sketch (the mechanisms sweep)
                  "mechanism": "ltm", "requested_epsilon": math.nan, "noise_std": math.nan,
                  "central_std": math.nan, "std_ratio": math.nan,
-                 "coins_per_cell": math.nan, "grid_bits": math.nan, "psi": math.nan,
+                 "coins_per_cell": math.nan, "grid_bits": math.nan, "grid_step": math.nan,
+                 "psi": math.nan,
                  "phi": math.nan}
 
 
@@ -311,8 +322,12 @@ def _row_to_6(row: dict) -> dict:
     return row  # and version 6
 
 
+def _row_to_7(row: dict) -> dict:
+    return row  # and version 7
+
+
 _ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4,
-                                                   4: _row_to_5, 5: _row_to_6}
+                                                   4: _row_to_5, 5: _row_to_6, 6: _row_to_7}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

@@ -33,6 +33,7 @@ from harness.experiments.config import (
     default_input_mode,
 )
 from harness.experiments.execute import execute
+from harness.experiments.mpc_time import long_run_notice
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.results import RunResult, output_directory
 from harness.experiments.workload import Workload, build_workload, check_noise, program_for
@@ -61,6 +62,11 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     check_protocol_usable(mp, cfg.protocol)  # fail before any heavy work
     check_placement(cfg)
     work = build_workload(cfg)
+    # Before anything long starts: a run that will take long says so, and how to shorten it.
+    notice = long_run_notice(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
+                             work.servers_noise, work.sketch.m * work.d)
+    if notice is not None and echo is not None:
+        echo(notice)
     with output_directory(Path(cfg.out), force=cfg.force, swept=_say_swept) as staging:
         workdir = staging / "work"
         try:
@@ -88,7 +94,7 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
             workdir: Path) -> RunResult:
     program = program_for(mp, cfg, work)
     outcome = execute(cfg, mp, work, program, workdir)
-    output = work.fp.decode(outcome.revealed) / math.sqrt(work.sketch.s)
+    output = work.decode(outcome.revealed) / math.sqrt(work.sketch.s)
     outcome.result.save(staging / "result.json")
     # The sketch is a function of the seed in result.json (Sketch.sparse recomputes
     # it): saved only when asked, as computing and writing it (5 MB at n = 1e6, 5 GB at

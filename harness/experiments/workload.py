@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +79,15 @@ class Workload:
     @property
     def n(self) -> int:
         return self.rows.n
+
+    def decode(self, revealed: np.ndarray) -> np.ndarray:
+        """The revealed ring elements in reals: central's are grid steps, the rest
+        lattice steps 2^-F."""
+        noise = self.servers_noise
+        if noise is not None and noise.kind == "central":
+            signed = np.asarray(revealed, dtype=np.uint64).view(np.int64)
+            return signed.astype(np.float64) * noise.step
+        return self.fp.decode(revealed)
 
     @property
     def d(self) -> int:
@@ -194,11 +204,14 @@ def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | N
     noise = server_noise(cfg.mechanism, servers=cfg.party_count,
                          corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
                          m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
-                         frac_bits=cfg.frac_bits, grid_bits=cfg.grid_bits)
+                         frac_bits=cfg.frac_bits, clients=n, grid_bits=cfg.grid_bits)
     if noise is not None and noise.kind == "dng":
         check_dng_draws(noise)
         # The servers' noise adds to the revealed sum: ten deviations, as check_ring's.
         check_sketch_ring(cfg, n, s, limit, 10 * noise.std * 2.0**cfg.frac_bits)
+    if noise is not None and noise.kind == "central":
+        # recorded with the noise: its generator names how the coins were drawn
+        return dataclasses.replace(noise, **coin_technique(cfg.spec, cfg.party_count))
     return noise
 
 
@@ -407,7 +420,6 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     if work.servers_noise is not None:
         params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
         if work.servers_noise.kind == "central":
-            params.update(coin_technique(cfg.spec, cfg.party_count))
             options = cfg.spec.split_args(cfg.party_count)
     return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
                            options=options)
@@ -419,7 +431,7 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
 _COINS_WITHOUT_SPLIT = {"spdz2k": "random-bits"}
 
 
-def coin_technique(spec: Protocol, parties: int) -> dict[str, object]:
+def coin_technique(spec: Protocol, parties: int) -> dict[str, Any]:
     """How the central mechanism's program draws its coins under ``spec``: the XOR of
     a random ring element's locally converted summands where the protocol converts
     shares locally (free: only the popcount interacts), else edaBits' binary halves,

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from harness.clients import mechanisms
+from harness.clients import least_coins, mechanisms
 from harness.errors import InputError, TamperDetectedError, VerificationError
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
@@ -21,6 +21,12 @@ pytestmark = pytest.mark.mpspdz
 
 PROTOCOLS = [("semi2k", 2), ("replicated-ring", 3), ("ps-rep-ring", 3),
              ("malicious-rep-ring", 3), ("spdz2k", 2)]
+# How each protocol's program draws the central noise's coins (its compiler options:
+# -Z S where the protocol converts shares locally).
+_SPLIT = "locally split shares (the bits of the XOR of a shared random ring element's {0} "
+COINS = {"semi2k": _SPLIT, "replicated-ring": _SPLIT, "ps-rep-ring": _SPLIT,
+         "malicious-rep-ring": "edaBits (their binary halves",
+         "spdz2k": "random bits (MP-SPDZ's arithmetic sint.get_random_bit"}
 
 
 def _config(tmp_path, cache, name="out", **kw) -> RunConfig:
@@ -50,12 +56,46 @@ def test_central_noise_is_drawn_inside_the_mpc_and_verified_bit_for_bit(
     result = run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
                          mechanism="central", grid_bits=0, reveal_noise=True))
     privacy = _check(result, tmp_path / "out", "central", exact=True)
-    assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 3
+    assert privacy["grid_bits"] == 0 and privacy["grid_sensitivity_steps"] == 2
+    # the generator names how this protocol's program drew the coins
+    assert COINS[protocol].format(parties) in privacy["generator"]
     # the revealed sketch lies on the grid: nothing finer than 2^0 is revealed
     output = np.load(tmp_path / "out" / "output.npy")
     assert np.array_equal(output, np.round(output))
     # the clients sent noise-free rows
     assert result["parameters"]["noise"] == {"kind": "none"}
+
+
+@pytest.mark.parametrize(("protocol", "parties"), [("semi2k", 2), ("replicated-ring", 3)])
+def test_central_noise_on_its_scaled_grid_is_verified_bit_for_bit(
+        tmp_path, mp_spdz, program_cache, protocol, parties):
+    """The default grid: the sketch times a public scale, truncated so that one client
+    moves an entry by the fewest steps (eta 0.37: no power of two fits)."""
+    result = run(_config(tmp_path, program_cache, protocol=protocol, parties=parties,
+                         mechanism="central", eta=0.37, epsilon=1.0, reveal_noise=True))
+    privacy = _check(result, tmp_path / "out", "central", exact=True)
+    assert privacy["grid_scale"] > 1
+    least = least_coins(privacy["grid_sensitivity_steps"], 2, 1.0, 1e-3)
+    assert least is not None and least <= privacy["coins_per_cell"] <= 1.05 * least
+    assert privacy["rounding_error_bound"]["variance_vs_noise"] <= 0.01
+    assert privacy["std_ratio"] <= 1.02
+    # what is revealed is whole grid steps
+    steps = np.load(tmp_path / "out" / "output.npy") / privacy["grid_step"]
+    assert np.allclose(steps, np.round(steps), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("reveal_noise", [False, True])
+def test_the_coarsest_grid_bits_allowed_verifies(tmp_path, mp_spdz, program_cache,
+                                                 reveal_noise):
+    """--grid-bits -44 at --frac-bits 16 truncates 60 bits: the values revealed are
+    grid steps, so nothing of the noise is shifted out of the ring (noise of a std
+    about 16 steps, in 200 cells: shifted back by 60 bits it would wrap)."""
+    result = run(_config(tmp_path, program_cache, protocol="semi2k", parties=2, rows=20,
+                         dim=10, epsilon=0.5, mechanism="central", grid_bits=-44,
+                         reveal_noise=reveal_noise))
+    privacy = _check(result, tmp_path / "out", "central", exact=reveal_noise)
+    assert privacy["grid_bits"] == -44 and privacy["grid_sensitivity_steps"] == 1
+    assert privacy["grid_step"] == 2.0**44
 
 
 @pytest.mark.parametrize(("protocol", "parties"), PROTOCOLS)

@@ -11,9 +11,10 @@ from harness.experiments.noise_check import check_noise_release
 SHAPE = (40, 50)
 
 
-def _central(grid_bits: int = 2, frac_bits: int = 8):
-    noise = server_noise("central", servers=3, corrupt=1, eta=1.0, s=1, d=4, m=5,
-                         epsilon=2.0, delta=1e-5, frac_bits=frac_bits, grid_bits=grid_bits)
+def _central(grid_bits: int | None = 2, frac_bits: int = 8, eta: float = 1.0):
+    noise = server_noise("central", servers=3, corrupt=1, eta=eta, s=1, d=4, m=5,
+                         epsilon=2.0, delta=1e-5, frac_bits=frac_bits, clients=2**20,
+                         grid_bits=grid_bits)
     assert noise is not None
     return noise
 
@@ -23,18 +24,20 @@ def _ring(values: np.ndarray) -> np.ndarray:
 
 
 def _central_release(noise, rng, scale: float = 1.0, bias: int = 0):
+    """What the MPC reveals, in grid steps: the sketch times the public scale,
+    truncated as MP-SPDZ's TruncPr does (floor((v + r) / 2^k), r uniform), plus noise."""
     k = noise.shift
     plain = rng.integers(-2**20, 2**20, size=SHAPE)
-    up = rng.random(SHAPE) < (plain % (1 << k)) / 2**k  # probabilistic truncation
-    rounded = (plain >> k) + up
+    rounded = (plain * noise.scale + rng.integers(0, 1 << k, size=SHAPE)) >> k
     drawn = rng.binomial(noise.coins, 0.5, size=SHAPE) - noise.coins // 2
     drawn = np.round(drawn * scale).astype(np.int64) + bias
-    return _ring(plain), _ring((rounded + drawn) << k), _ring(drawn), _ring(rounded)
+    return _ring(plain), _ring(rounded + drawn), _ring(drawn), _ring(rounded)
 
 
-def test_true_binomial_noise_passes_and_is_bit_exact_with_the_noise_revealed():
+@pytest.mark.parametrize("grid_bits,eta", [(2, 1.0), (None, 1.0), (None, 0.37)])
+def test_true_binomial_noise_passes_and_is_bit_exact_with_the_noise_revealed(grid_bits, eta):
     rng = np.random.default_rng(1)
-    noise = _central()
+    noise = _central(grid_bits, eta=eta)
     plain, released, drawn, rounded = _central_release(noise, rng)
     mismatches, stats = check_noise_release(noise, plain, released, drawn, rounded)
     assert mismatches == 0 and stats["ok"] and stats["exact"]
@@ -52,16 +55,19 @@ def test_noise_unlike_the_certified_one_fails(scale, bias):
     assert not stats["ok"]
 
 
-def test_a_changed_entry_or_leaking_low_bits_are_mismatches():
+def test_a_changed_entry_or_a_wrong_rounding_are_mismatches():
     rng = np.random.default_rng(3)
-    noise = _central()
+    noise = _central(None, eta=0.37)
+    assert noise.scale > 1
     plain, released, drawn, rounded = _central_release(noise, rng)
     wrong = released.copy()
-    wrong[0, 0] += np.uint64(1 << noise.shift)
+    wrong[0, 0] += np.uint64(1)
     assert check_noise_release(noise, plain, wrong, drawn, rounded)[0] == 1
-    leaky = released.copy()
-    leaky[1, 1] += np.uint64(1)  # a low bit of the sketch shows through
-    assert check_noise_release(noise, plain, leaky)[0] >= 1
+    # an entry on the grid exactly, rounded up all the same
+    plain[1, 1] = np.uint64(0)
+    rounded[1, 1] = np.uint64(1)
+    released[1, 1] = rounded[1, 1] + drawn[1, 1]
+    assert check_noise_release(noise, plain, released, drawn, rounded)[0] == 1
 
 
 def test_dng_skellam_noise_passes_and_other_noise_fails():

@@ -80,7 +80,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 6
+    assert result.format_version == FORMAT_VERSION == 7
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -94,7 +94,7 @@ def test_the_first_format_loads_as_the_run_it_was():
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 6 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 7 and saved["parameters"]["protocol"] == "semi2k"
     assert saved["parameters"]["mechanism"] == "ltm"  # the only mechanism there was
     assert saved["verification"]["noise_check"] is None
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
@@ -109,7 +109,7 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
     # statistics were of the noise before rounding), version 5's mechanism, the LTM's,
     # and version 6's sampler, not recorded then
-    assert saved == {**data, "format_version": 6, "privacy": None,
+    assert saved == {**data, "format_version": 7, "privacy": None,
                      "noise_observed": {**data["noise_observed"], "released": False,
                                         "sampler": None},
                      "parameters": {**data["parameters"], "mechanism": "ltm"},
@@ -127,7 +127,7 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(version_2()))
     result = load_result(path)
-    assert result.format_version == 6 and result.privacy is None
+    assert result.format_version == 7 and result.privacy is None
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
@@ -154,7 +154,7 @@ def test_a_version_3_result_keeps_its_certificate(tmp_path):
 
 def test_a_version_3_result_was_the_ltm_verified_bit_for_bit():
     result = load_result({**version_2(), "format_version": 3, "privacy": None})
-    assert result.format_version == 6 and result.parameters.mechanism == "ltm"
+    assert result.format_version == 7 and result.parameters.mechanism == "ltm"
     assert result.verification.noise_check is None and result.privacy is None
     assert result.to_json()["parameters"]["mechanism"] == "ltm"
 
@@ -165,8 +165,21 @@ def test_a_version_5_result_did_not_record_how_its_noise_was_drawn():
     data["verification"] = {**data["verification"], "noise_check": None}
     data["noise_observed"] = {**data["noise_observed"], "released": True}
     result = load_result(data)
-    assert result.format_version == 6
+    assert result.format_version == 7
     assert result.noise_observed == {**data["noise_observed"], "sampler": None}
+
+
+def test_a_version_6_central_result_had_no_scale_on_its_grid():
+    data = {**version_2(), "format_version": 6}
+    data["parameters"] = {**data["parameters"], "mechanism": "central"}
+    data["verification"] = {**data["verification"], "noise_check": None}
+    data["noise_observed"] = {**data["noise_observed"], "released": True, "sampler": None}
+    data["privacy"] = {"mechanism": "central", "grid_bits": 2, "coins_per_cell": 59392}
+    result = load_result(data)
+    assert result.format_version == 7
+    assert result.privacy == {"mechanism": "central", "grid_bits": 2, "coins_per_cell": 59392,
+                              "grid_scale": 1, "grid_step": 0.25,
+                              "rounding_error_bound": None}
 
 
 def test_a_current_result_round_trips(tmp_path):

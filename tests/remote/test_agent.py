@@ -96,7 +96,9 @@ def test_server_noise_parameters_round_trip_through_json():
     from harness.clients.mechanisms import central_noise
 
     for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
-                                          frac_bits=16, cells=8, grid_bits=0)):
+                                          frac_bits=16, cells=8, clients=100),
+                  central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
+                                frac_bits=16, cells=8, clients=100, grid_bits=0)):
         assert type(noise).from_json(noise.to_json()) == noise
 
 

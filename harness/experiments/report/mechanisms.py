@@ -12,8 +12,9 @@ sweep left out is a row that says why.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ MECHANISM_COLUMNS = (
     "servers", "sparsity", "rows", "dim", "scale", "repetitions", "t_mpc_mean_s",
     "t_mpc_std_s", "t_mpc_min_s", "t_mpc_max_s", "c_mpc_mean_mb", "servers_sent_mb",
     "t_end_to_end_mean_s", "t_end_to_end_std_s", "noise_std", "central_std", "std_ratio",
-    "coins_per_cell", "grid_bits", "psi_mean", "psi_std", "phi_mean", "phi_std",
+    "coins_per_cell", "grid_bits", "grid_step", "psi_mean", "psi_std", "phi_mean", "phi_std",
     "t_vs_ltm", "central_us_per_cell", "central_ns_per_coin", "left_out",
 )
 
@@ -76,7 +77,7 @@ def summarize_mechanisms(raw: pd.DataFrame, table: str,
                                                    "t_end_to_end_std_s"]])
         params = rows.groupby("cell", sort=False)[
             ["security", "scale", "noise_std", "central_std", "std_ratio", "coins_per_cell",
-             "grid_bits"]].first()
+             "grid_bits", "grid_step"]].first()
         measured = params.join(stats, how="inner").reset_index()
     reasons = _reasons(left_out)
     out = []
@@ -175,13 +176,21 @@ def _caption(spec: Spec, summary: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
+def _grid(row: Any) -> str:
+    """The grid in words: its step where recorded (a public scale makes it no power of
+    2), else 2^-g (rows before the scale)."""
+    if pd.notna(getattr(row, "grid_step", math.nan)):
+        return f"grid step {row.grid_step:.6g}"
+    return f"grid 2^{-int(row.grid_bits)}"
+
+
 def central_cost_lines(summary: pd.DataFrame) -> list[str]:
     """The central noise's extra time over the LTM's, per cell and per coin, per protocol."""
     part = summary[(summary["mechanism"] == "central") & (summary["left_out"] == "")]
     lines = []
     for r in part.itertuples():
         lines.append(f"central, {r.protocol}, n={r.clients}, epsilon {r.epsilon:g}: "
-                     f"{int(r.coins_per_cell):,} coins per cell (grid 2^{-int(r.grid_bits)}), "
+                     f"{int(r.coins_per_cell):,} coins per cell ({_grid(r)}), "
                      f"{_num(r.central_us_per_cell, 1)} us per cell, "
                      f"{_num(r.central_ns_per_coin, 2)} ns per coin over the LTM's T_MPC")
     return lines
