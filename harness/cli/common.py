@@ -170,7 +170,8 @@ CALIBRATION = option("--calibration", choices=CALIBRATIONS,
                      help="Gaussian noise's calibration: corollary, the paper's (not "
                           "(epsilon, delta)-DP at every d: a run whose certified epsilon "
                           "exceeds --epsilon is refused), or analytic, the analytic Gaussian "
-                          "mechanism, exact for every epsilon (default {default})")
+                          "mechanism over the honest draws the exact binomial tail guarantees, "
+                          "the tightest certified (default {default})")
 PROGRAM = option("--program", choices=PROGRAMS, help="server program (default {default})")
 # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
 PROTOCOL = option("--protocol", metavar="NAME",
