@@ -3,7 +3,9 @@
 Such a sketch is not bit-equal to the plaintext one, so the revealed sketch
 minus the plaintext sketch (on the central mechanism's grid) is checked against
 the noise the accountant certified: its mean, its variance and a chi-square
-goodness-of-fit p-value against the exact distribution, recorded in result.json;
+goodness-of-fit p-value against the exact distribution, recorded in the run's
+diagnostics.json (0600: computed from the plaintext, with the release they would
+give away its exact sum), and in result.json only whether it passed;
 a run far outside fails. With the test aid ``reveal_noise`` the MPC also reveals
 the noise (and the rounded sketch), and every entry is checked bit for bit:
 released = (rounded + noise) << (F - g), with rounded the plaintext sketch

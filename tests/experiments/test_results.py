@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,15 @@ import pandas as pd
 import pytest
 
 from harness.errors import InputError
-from harness.experiments import FORMAT_VERSION, RunResult, load_result, migrate_row
+from harness.experiments import (
+    DIAGNOSTICS,
+    FORMAT_VERSION,
+    RunResult,
+    load_result,
+    migrate_row,
+)
 from harness.experiments.results import migrate_rows, migrate_sweep_settings
+from harness.experiments.run import verified_line
 
 _METADATA = {"harness_version": "0.1.0", "mp_spdz_version": "0.4.2",
              "mp_spdz": {"version": "0.4.2", "root": "/opt/mp-spdz"}, "protocol": "semi2k",
@@ -80,7 +89,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 6
+    assert result.format_version == FORMAT_VERSION == 7
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -94,7 +103,7 @@ def test_the_first_format_loads_as_the_run_it_was():
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 6 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 7 and saved["parameters"]["protocol"] == "semi2k"
     assert saved["parameters"]["mechanism"] == "ltm"  # the only mechanism there was
     assert saved["verification"]["noise_check"] is None
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
@@ -109,7 +118,7 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
     # statistics were of the noise before rounding), version 5's mechanism, the LTM's,
     # and version 6's sampler, not recorded then
-    assert saved == {**data, "format_version": 6, "privacy": None,
+    assert saved == {**data, "format_version": 7, "privacy": None,
                      "noise_observed": {**data["noise_observed"], "released": False,
                                         "sampler": None},
                      "parameters": {**data["parameters"], "mechanism": "ltm"},
@@ -127,7 +136,7 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(version_2()))
     result = load_result(path)
-    assert result.format_version == 6 and result.privacy is None
+    assert result.format_version == 7 and result.privacy is None
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
@@ -154,7 +163,7 @@ def test_a_version_3_result_keeps_its_certificate(tmp_path):
 
 def test_a_version_3_result_was_the_ltm_verified_bit_for_bit():
     result = load_result({**version_2(), "format_version": 3, "privacy": None})
-    assert result.format_version == 6 and result.parameters.mechanism == "ltm"
+    assert result.format_version == 7 and result.parameters.mechanism == "ltm"
     assert result.verification.noise_check is None and result.privacy is None
     assert result.to_json()["parameters"]["mechanism"] == "ltm"
 
@@ -165,7 +174,7 @@ def test_a_version_5_result_did_not_record_how_its_noise_was_drawn():
     data["verification"] = {**data["verification"], "noise_check": None}
     data["noise_observed"] = {**data["noise_observed"], "released": True}
     result = load_result(data)
-    assert result.format_version == 6
+    assert result.format_version == 7
     assert result.noise_observed == {**data["noise_observed"], "sampler": None}
 
 
@@ -174,10 +183,40 @@ def test_a_current_result_round_trips(tmp_path):
     result.save(tmp_path / "result.json")
     text = (tmp_path / "result.json").read_text()
     again = load_result(tmp_path / "result.json")
-    assert again == result and isinstance(again, RunResult)
-    assert json.loads(text) == result.to_json()
+    public, private = result.split()
+    assert again == load_result(public) and isinstance(again, RunResult)
+    assert json.loads(text) == public
+    assert private == {"noise_observed": {"noise_mean": 0.01, "noise_var": 12.1}}
     # read by key, as the file holds it
     assert result["verification"]["ok"] is True and result["t_mpc_s"] == result.t_mpc_s
+
+
+def test_figures_of_the_plaintext_go_to_a_private_file_not_result_json(tmp_path):
+    """The noise check's mean with output.npy gives the plaintext sketch's exact sum."""
+    data = {**version_2(), "format_version": 6, "privacy": None}
+    data["parameters"] = {**data["parameters"], "mechanism": "dng"}
+    check = {"cells": 20, "mean": 0.25, "mean_z": 0.3, "variance": 4.1,
+             "expected_variance": 4.0, "variance_z": 0.2, "gof_p_value": 0.5, "ok": True,
+             "units": "lattice steps 2^-F", "exact": False}
+    data["verification"] = {**data["verification"], "noise_check": check}
+    data["noise_observed"] = {**data["noise_observed"], "released": True, "sampler": "none"}
+    result = load_result(data)
+    result.save(tmp_path / "result.json")
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["verification"]["noise_check"] == {
+        "cells": 20, "expected_variance": 4.0, "ok": True, "units": "lattice steps 2^-F",
+        "exact": False}
+    assert saved["noise_observed"] == {"released": True, "sampler": "none"}
+    diagnostics = tmp_path / DIAGNOSTICS
+    assert stat.S_IMODE(os.stat(diagnostics).st_mode) == 0o600
+    assert json.loads(diagnostics.read_text()) == {
+        "format_version": 7,
+        "verification.noise_check": {k: check[k] for k in ("mean", "mean_z", "variance",
+                                                           "variance_z", "gof_p_value")},
+        "noise_observed": {"noise_mean": 0.01, "noise_var": 12.1}}
+    # read back, the public record still says how the run was verified
+    line = verified_line(load_result(tmp_path / "result.json"))
+    assert line == "  verified: yes, the release minus the plaintext sketch is the noise"
 
 
 def test_a_result_from_a_newer_harness_is_refused_in_one_line(tmp_path):
