@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
-    from harness.clients.certificates import central_sigma, certificate
+    from harness.clients.certificates import central_sigma, certificate, honest_split
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
         AesWords,
@@ -175,6 +175,7 @@ __all__ = [
     "libcrypto",
     "gaussian_epsilon",
     "guaranteed_honest",
+    "honest_split",
     "honest_contributors",
     "input_server_noise",
     "load_matrix",

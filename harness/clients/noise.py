@@ -44,7 +44,7 @@ from functools import cached_property
 import numpy as np
 
 from harness.clients import lattice, privacy
-from harness.clients.certificates import certificate
+from harness.clients.certificates import calibrated, certificate, honest_split
 from harness.errors import InputError
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
@@ -144,7 +144,7 @@ class NoiseSpec:
                 raise InputError(f"--{name} must lie in [{low:g}, {high:g}] for {self.kind} "
                                  f"noise ({self.calibration if self.kind == 'gaussian' else 'rdp'} "
                                  f"calibration), got {value}")
-        honest, failure = privacy.guaranteed_honest(self)
+        honest, failure = honest_split(self)
         if honest < 1 or failure >= self.delta:
             smallest = privacy.smallest_n(self.m, self.s, self.t_prime, self.delta)
             raise InputError(
@@ -160,7 +160,7 @@ class NoiseSpec:
             raise InputError(f"--eta {self.eta} is {steps} steps of the lattice at --frac-bits "
                              f"{self.frac_bits}; Skellam noise needs 1 to 2^52 steps: change "
                              "--frac-bits")
-        bucket = self.client_mu * privacy.guaranteed_honest(self)[0]
+        bucket = self.client_mu * honest_split(self)[0]
         # A bucket holds about n s / m draws, at most twice that except with
         # probability delta_E; prepare checks the real sums. mu scales like 1/epsilon^2.
         worst = self.client_mu * 2 * self.n * self.s / self.m
@@ -195,10 +195,12 @@ class NoiseSpec:
             # 2 eta 2^F: calibrate for the larger, so that the certificate meets epsilon.
             # H and delta_E from the exact binomial tail, split to minimise this variance.
             sens = privacy.release_sensitivity(self.lattice_eta, self.s, self.d)
-            honest, failure = privacy.guaranteed_honest(self)
-            bucket = privacy.analytic_gaussian_sigma(sens.l2, self.epsilon,
-                                                     self.delta - failure) ** 2
-            return bucket / honest
+            honest, failure = honest_split(self)
+
+            def analytic() -> float:
+                return privacy.analytic_gaussian_sigma(sens.l2, self.epsilon,
+                                                       self.delta - failure) ** 2 / honest
+            return calibrated(self, "analytic sigma2", analytic)
         honest = self.n - self.s - self.t_prime
         log_term = math.log(1.25 * self.s / self._log_denominator)
         return (4 * self.s**3 * self.eta**2 * log_term * self.m * self.d**2
@@ -225,7 +227,7 @@ class NoiseSpec:
         if self.kind != "skellam" or self.zero_output:
             return 0.0
         sens = privacy.release_sensitivity(self.eta, self.s, self.d, self.frac_bits)
-        rest = self.delta - privacy.guaranteed_honest(self)[1]
+        rest = self.delta - honest_split(self)[1]
         return privacy.skellam_mu(sens, self.epsilon, rest)
 
     @property
@@ -233,7 +235,7 @@ class NoiseSpec:
         """Skellam: one client's variance per entry in lattice steps^2 (Poissons of mean mu/2)."""
         if self.kind != "skellam" or self.zero_output:
             return 0.0
-        return self.bucket_mu / privacy.guaranteed_honest(self)[0]
+        return self.bucket_mu / honest_split(self)[0]
 
     @property
     def gamma_shape(self) -> float:
@@ -324,7 +326,7 @@ class NoiseSpec:
         if self.kind == "skellam":
             out.update(calibration="skellam-rdp",
                        bucket_mu=self.bucket_mu, client_mu=self.client_mu,
-                       honest_contributors=privacy.guaranteed_honest(self)[0])
+                       honest_contributors=honest_split(self)[0])
         return out
 
 

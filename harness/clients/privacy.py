@@ -369,8 +369,9 @@ def laplace_epsilon(noise: CalibratedNoise) -> float:
     return shift.l1 / (noise.laplace_scale * 2.0**noise.frac_bits)
 
 
-def accountant(noise: CalibratedNoise) -> str:
-    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary)."""
+def accountant(noise: CalibratedNoise, honest: int | None = None) -> str:
+    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary);
+    ``honest``: its H, if known (:func:`guaranteed_honest` otherwise)."""
     if noise.kind == "none":
         return "none (no noise)"
     if noise.kind == "laplace":
@@ -380,7 +381,8 @@ def accountant(noise: CalibratedNoise) -> str:
     if noise.kind == "skellam":
         return ("dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5); honest draws per "
                 "entry by the exact binomial tail")
-    honest, _ = guaranteed_honest(noise)
+    if honest is None:
+        honest, _ = guaranteed_honest(noise)
     count = ("; honest draws per entry by the exact binomial tail"
              if noise.calibration == "analytic" else "")
     if not lattice.gaussian_route(noise.lattice_sigma, honest):
