@@ -11,7 +11,7 @@ Google's DP-Auditorium (a mechanism to sample, a property tester, a verdict):
   differences for Laplace, Skellam), and the encoded values are summed as int64,
   which is the ring sum as long as it does not wrap. H is
   the fewest honest contributors an entry has outside the concentration event
-  the calibrations rely on (``harness.clients.honest_contributors``): the worst
+  the calibrations rely on (``harness.clients.guaranteed_honest``): the worst
   case the claim covers. The two neighbouring inputs differ in one client's
   value, +eta against -eta, so the bucket sums differ by the entry sensitivity
   2 eta; the other contributors hold 0.
@@ -42,7 +42,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analyst.baselines import Privacy, experiments_laplace_noise, local_sigma2
-from harness.clients import FixedPoint, NoiseSpec, honest_contributors, noise_rng
+from harness.clients import (
+    FixedPoint,
+    NoiseSpec,
+    guaranteed_honest,
+    honest_contributors,
+    noise_rng,
+)
 from harness.errors import InputError
 
 __all__ = ["AUDIT_CALIBRATIONS", "AUDIT_NOISES", "AuditConfig", "AuditResult",
@@ -192,6 +198,7 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
     privacy = Privacy(config.epsilon, config.delta, config.eta, config.t_prime)
     if config.noise == "skellam":
         spec = _spec(config, "skellam")
+        honest = guaranteed_honest(spec)[0] if not spec.zero_output else honest
         mech = BucketMechanism(honest, spec.sample, True, fp, config.eta, silent=spec.zero_output)
         return mech, (f"skellam, client variance {spec.client_mu:.4g} lattice steps^2 "
                       f"(bucket {spec.bucket_mu:.4g}), {honest} honest contributors")
@@ -214,6 +221,8 @@ def bucket_mechanism(config: AuditConfig) -> tuple[BucketMechanism, str]:
     if config.calibration in ("corollary", "analytic"):
         spec = _spec(config, "gaussian", config.calibration)
         sigma2, silent = spec.sigma2, spec.zero_output
+        if not silent:
+            honest, _ = guaranteed_honest(spec)  # the analytic one's is the exact tail's
     else:
         local = local_sigma2(config.d, privacy)
         ratio = 1 / config.n if config.calibration == "experiments" else config.m / config.n

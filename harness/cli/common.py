@@ -170,7 +170,8 @@ CALIBRATION = option("--calibration", choices=CALIBRATIONS,
                      help="Gaussian noise's calibration: corollary, the paper's (not "
                           "(epsilon, delta)-DP at every d: a run whose certified epsilon "
                           "exceeds --epsilon is refused), or analytic, the analytic Gaussian "
-                          "mechanism, exact for every epsilon (default {default})")
+                          "mechanism over the honest draws the exact binomial tail guarantees, "
+                          "the tightest certified (default {default})")
 PROGRAM = option("--program", choices=PROGRAMS,
                  help="what the servers run on their shares: fast, MP-SPDZ sums the shares "
                       "in blocks as they stream in; reference, the textbook program that "

@@ -21,7 +21,7 @@ from harness.optional import lazy_package
 
 if TYPE_CHECKING:
     from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
-    from harness.clients.certificates import central_sigma, certificate
+    from harness.clients.certificates import central_sigma, certificate, honest_split
     from harness.clients.digest import DIGEST_KEY_BYTES, digest_weights, noise_digest
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
@@ -85,9 +85,13 @@ if TYPE_CHECKING:
         Sensitivity,
         accountant,
         analytic_gaussian_sigma,
+        analytic_split,
+        binomial_failure,
+        binomial_honest,
         certify,
         concentration_failure,
         gaussian_epsilon,
+        guaranteed_honest,
         honest_contributors,
         release_sensitivity,
         skellam_epsilon,
@@ -161,6 +165,9 @@ __all__ = [
     "accountant",
     "central_sigma",
     "certificate",
+    "analytic_split",
+    "binomial_failure",
+    "binomial_honest",
     "certify",
     "check_dimensions",
     "compiled_gaussian",
@@ -175,6 +182,8 @@ __all__ = [
     "format_integers",
     "libcrypto",
     "gaussian_epsilon",
+    "guaranteed_honest",
+    "honest_split",
     "honest_contributors",
     "input_server_noise",
     "load_matrix",

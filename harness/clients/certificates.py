@@ -26,7 +26,7 @@ from typing import Any
 from harness.clients import privacy
 from harness.fileio import write_atomic
 
-__all__ = ["central_sigma", "certificate", "certificate_dir"]
+__all__ = ["calibrated", "central_sigma", "certificate", "certificate_dir", "honest_split"]
 
 # The entries' own format: another one is another key.
 _FORMAT = 1
@@ -44,6 +44,32 @@ def certificate(noise: privacy.CalibratedNoise) -> tuple[float, float]:
     fields = _fields(noise)
     return _remembered([type(noise).__qualname__, fields], {"noise": fields},
                        lambda: privacy.certify(noise))
+
+
+def honest_split(noise: privacy.CalibratedNoise) -> tuple[int, float]:
+    """``privacy.guaranteed_honest(noise)``: (H, delta_E), from the cache when known (the
+    exact binomial tail's search needs scipy and dp-accounting)."""
+    if not dataclasses.is_dataclass(noise) or isinstance(noise, type):
+        return privacy.guaranteed_honest(noise)
+    def split() -> tuple[float, float]:
+        honest, failure = privacy.guaranteed_honest(noise)
+        return float(honest), failure
+
+    fields = _fields(noise)
+    honest, failure = _remembered(["honest split", type(noise).__qualname__, fields],
+                                  {"honest_split": fields}, split)
+    return int(honest), failure
+
+
+def calibrated(noise: privacy.CalibratedNoise, what: str,
+               compute: Callable[[], float]) -> float:
+    """``compute()``, a calibration of ``noise`` named ``what``, from the cache when known."""
+    if not dataclasses.is_dataclass(noise) or isinstance(noise, type):
+        return compute()
+    fields = _fields(noise)
+    value, _ = _remembered([what, type(noise).__qualname__, fields], {what: fields},
+                           lambda: (compute(), 0.0))
+    return value
 
 
 def central_sigma(sensitivity: float, epsilon: float, delta: float) -> float:

@@ -11,8 +11,13 @@ clients enters (no delta_E): the servers' noise alone is certified.
   Poisson(mu_s/2) - Poisson(mu_s/2) per cell and server, so that any sum of
   servers' draws is again Skellam. Against the t corrupt servers the protocol
   tolerates, the S - t honest ones must suffice: each adds mu_s = mu / (S - t),
-  where mu is the Skellam variance :func:`~harness.clients.privacy.skellam_mu`
-  certifies for (epsilon, delta). A corrupt server's own draw is known to the
+  where mu is the least Skellam variance that the privacy loss distribution of
+  the exact Skellam pmf certifies at (epsilon, delta) for the s d entries a client
+  moves, each by its lattice sensitivity (:mod:`harness.clients.skellam`, which
+  says why smaller moves are covered); above a variance of 1e9 lattice steps^2
+  (beyond scipy's Bessel functions) the Renyi bound
+  :func:`~harness.clients.privacy.skellam_mu` calibrates and certifies instead,
+  and ``accountant`` says which. A corrupt server's own draw is known to the
   adversary and subtracted (post-processing), but a cheating server can still
   spoil the output: it may input anything as its noise.
 - ``central``: the servers jointly draw binomial noise that no party learns, the
@@ -66,6 +71,7 @@ from harness.clients.privacy import (
     skellam_epsilon,
     skellam_mu,
 )
+from harness.clients.skellam import skellam_pld_epsilon, skellam_pld_mu, skellam_route
 from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
@@ -157,6 +163,11 @@ class ServerNoise:
         return self.frac_bits - self.grid_bits
 
     @property
+    def skellam_route(self) -> str:
+        """dng: ``pld`` if the exact Skellam PLD certified it, ``rdp`` if the Renyi bound."""
+        return skellam_route(self.server_mu * self.honest)
+
+    @property
     def std_ratio(self) -> float:
         return self.std / self.central_std
 
@@ -191,8 +202,13 @@ class ServerNoise:
     def accountant(self) -> str:
         if self.kind == "dng":
             servers = "server's" if self.honest == 1 else "servers'"
+            if self.skellam_route == "pld":
+                return ("dp-accounting PLD from the exact Skellam pmf (pessimistic), over the "
+                        f"entries one client moves, for the {self.honest} honest {servers} "
+                        "noise")
             return (f"dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5) for the "
-                    f"{self.honest} honest {servers} noise")
+                    f"{self.honest} honest {servers} noise (its variance is beyond the "
+                    "exact pmf's range)")
         return ("dp-accounting PLD from the exact Binomial pmfs (pessimistic), over the "
                 "entries one client moves")
 
@@ -202,7 +218,8 @@ class ServerNoise:
             "mechanism": self.kind, "requested_epsilon": self.epsilon,
             "requested_delta": self.delta, "certified_epsilon": self.certified_epsilon,
             "certified_delta": self.delta, "accountant": self.accountant(),
-            "calibration": "skellam-rdp" if self.kind == "dng" else "binomial-pld",
+            "calibration": (f"skellam-{self.skellam_route}" if self.kind == "dng"
+                            else "binomial-pld"),
             "noise_std": self.std, "central_std": self.central_std,
             "std_ratio": self.std_ratio}
         if self.kind == "dng":
@@ -247,11 +264,18 @@ def _central_sigma(eta: float, s: int, d: int, epsilon: float, delta: float) -> 
 
 def dng_noise(*, servers: int, honest: int, eta: float, s: int, d: int, epsilon: float,
               delta: float, frac_bits: int) -> ServerNoise:
-    """Skellam noise that the ``honest`` of ``servers`` servers' draws certify."""
+    """Skellam noise that the ``honest`` of ``servers`` servers' draws certify: the
+    least variance the exact Skellam PLD certifies, the Renyi bound's above its range."""
     sens = release_sensitivity(eta, s, d, frac_bits)
-    mu = skellam_mu(sens, epsilon, delta)
+    mu = skellam_pld_mu(int(sens.entry), sens.entries, epsilon, delta)
+    if mu is None:
+        mu = skellam_mu(sens, epsilon, delta)
     server_mu = mu / honest
-    certified = skellam_epsilon(server_mu * honest, sens, delta)
+    if server_mu * honest < mu:  # the honest servers' total is at least the calibrated mu
+        server_mu = math.nextafter(server_mu, math.inf)
+    total = server_mu * honest
+    certified = (skellam_pld_epsilon(total, int(sens.entry), sens.entries, delta)
+                 if skellam_route(total) == "pld" else skellam_epsilon(total, sens, delta))
     std = math.sqrt(servers * server_mu) / 2.0**frac_bits
     return ServerNoise("dng", epsilon, delta, certified, std,
                        _central_sigma(eta, s, d, epsilon, delta), frac_bits,

@@ -14,15 +14,18 @@
   Poisson(mu/2) - Poisson(mu/2) per entry, added by each client to its already
   encoded values, so the data never meets floating point after encoding. The
   bucket's variance mu comes from the Skellam RDP bound (:mod:`.privacy`) and is
-  split over its H honest contributors; sums of Skellams are Skellam, so every
+  split over its H honest contributors (the exact binomial tail's, as the analytic
+  Gaussian's); sums of Skellams are Skellam, so every
   bucket's noise is exactly Skellam whatever its number of contributors.
 - None: no noise, for exact checks.
 
 Gaussian noise has two calibrations (``calibration``): ``corollary``, the
 formula above, and ``analytic``, the analytic Gaussian mechanism for the
-release's l2 sensitivity on the lattice split over the H honest contributors of
-a bucket (:mod:`.privacy` derives both; the analytic one holds for every
-epsilon). A run rounds each client's draw to the lattice on its own; what that
+release's l2 sensitivity on the lattice split over the H honest draws that every
+entry of T holds except with probability delta_E, H from the exact binomial tail
+of the honest count and delta split between delta_E and the noise so that each
+client's variance is least (:mod:`.privacy` derives both; the analytic one holds
+for every epsilon). A run rounds each client's draw to the lattice on its own; what that
 releases is what :mod:`.lattice` certifies.
 
 Noise is drawn from a cryptographic generator keyed by the OS's entropy
@@ -41,7 +44,7 @@ from functools import cached_property
 import numpy as np
 
 from harness.clients import lattice, privacy
-from harness.clients.certificates import certificate
+from harness.clients.certificates import calibrated, certificate, honest_split
 from harness.clients.poisson import MAX_POISSON_MEAN, poisson, skellam
 from harness.errors import InputError
 
@@ -143,7 +146,8 @@ class NoiseSpec:
                 raise InputError(f"--{name} must lie in [{low:g}, {high:g}] for {self.kind} "
                                  f"noise ({self.calibration if self.kind == 'gaussian' else 'rdp'} "
                                  f"calibration), got {value}")
-        if privacy.concentration_failure(self.n, self.m, self.s, self.t_prime) >= self.delta:
+        honest, failure = honest_split(self)
+        if honest < 1 or failure >= self.delta:
             smallest = privacy.smallest_n(self.m, self.s, self.t_prime, self.delta)
             raise InputError(
                 f"no {self.kind} noise gives epsilon={self.epsilon} at n={self.n}: too few clients "
@@ -158,7 +162,7 @@ class NoiseSpec:
             raise InputError(f"--eta {self.eta} is {steps} steps of the lattice at --frac-bits "
                              f"{self.frac_bits}; Skellam noise needs 1 to 2^52 steps: change "
                              "--frac-bits")
-        bucket = self.client_mu * privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
+        bucket = self.client_mu * honest_split(self)[0]
         # A bucket holds about n s / m draws, at most twice that except with
         # probability delta_E; prepare checks the real sums. mu scales like 1/epsilon^2.
         worst = self.client_mu * 2 * self.n * self.s / self.m
@@ -191,10 +195,14 @@ class NoiseSpec:
         if self.calibration == "analytic":
             # On the lattice one entry moves by 2 round(eta 2^F) steps, which can exceed
             # 2 eta 2^F: calibrate for the larger, so that the certificate meets epsilon.
+            # H and delta_E from the exact binomial tail, split to minimise this variance.
             sens = privacy.release_sensitivity(self.lattice_eta, self.s, self.d)
-            rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
-            bucket = privacy.analytic_gaussian_sigma(sens.l2, self.epsilon, rest) ** 2
-            return bucket / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
+            honest, failure = honest_split(self)
+
+            def analytic() -> float:
+                return privacy.analytic_gaussian_sigma(sens.l2, self.epsilon,
+                                                       self.delta - failure) ** 2 / honest
+            return calibrated(self, "analytic sigma2", analytic)
         honest = self.n - self.s - self.t_prime
         log_term = math.log(1.25 * self.s / self._log_denominator)
         return (4 * self.s**3 * self.eta**2 * log_term * self.m * self.d**2
@@ -221,7 +229,7 @@ class NoiseSpec:
         if self.kind != "skellam" or self.zero_output:
             return 0.0
         sens = privacy.release_sensitivity(self.eta, self.s, self.d, self.frac_bits)
-        rest = self.delta - privacy.concentration_failure(self.n, self.m, self.s, self.t_prime)
+        rest = self.delta - honest_split(self)[1]
         return privacy.skellam_mu(sens, self.epsilon, rest)
 
     @property
@@ -229,7 +237,7 @@ class NoiseSpec:
         """Skellam: one client's variance per entry in lattice steps^2 (Poissons of mean mu/2)."""
         if self.kind != "skellam" or self.zero_output:
             return 0.0
-        return self.bucket_mu / privacy.honest_contributors(self.n, self.m, self.s, self.t_prime)
+        return self.bucket_mu / honest_split(self)[0]
 
     @property
     def gamma_shape(self) -> float:
@@ -323,8 +331,7 @@ class NoiseSpec:
         if self.kind == "skellam":
             out.update(calibration="skellam-rdp",
                        bucket_mu=self.bucket_mu, client_mu=self.client_mu,
-                       honest_contributors=privacy.honest_contributors(
-                           self.n, self.m, self.s, self.t_prime))
+                       honest_contributors=honest_split(self)[0])
         return out
 
 

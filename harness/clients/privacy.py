@@ -11,12 +11,20 @@ in every one of the d columns s entries of T move, each by at most 2 eta:
 On the fixed-point lattice (``frac_bits`` F) one entry moves by at most
 2 round(eta 2^F) steps, since rounding is monotone.
 
-Every bucket of every component holds at least h = ceil((n - s - t') / (2m))
-honest clients except with probability delta_E = s m exp(-(n - s - t') / (8m))
-(the paper's Lemma "nonzero" with gamma = 1/2, its n - s for the s components
-drawn without replacement, and a union bound over the s components). So outside
-that event every entry of T carries the noise of at least H = s h honest
-clients: Gaussian noise of variance H sigma^2, Skellam noise of variance H mu.
+Outside an event of probability delta_E every entry of T carries the noise of
+at least H honest draws: Gaussian noise of variance H sigma^2, Skellam noise of
+variance H mu. H and delta_E come from one of two bounds (:func:`guaranteed_honest`):
+
+- the exact binomial tail (the analytic calibration and Skellam noise): a column's
+  s non-zeros sit in a uniform s-subset of the m rows, independently per client,
+  so a row of T holds Binomial(n - t', s/m) honest draws (the t' corrupt clients
+  fixed independently of the public sketch), delta_E = m P[Binomial < H] by a
+  union bound over the rows, and H is chosen to minimise each client's variance
+  given what delta_E leaves of delta (:func:`analytic_split`);
+- the paper's Chernoff bound (its corollary's calibration): every bucket of every
+  component holds at least h = ceil((n - s - t') / (2m)) honest clients except with
+  probability s m exp(-(n - s - t') / (8m)) (Lemma "nonzero" with gamma = 1/2, its
+  n - s, a union bound over the s components), so H = s h.
 Entries with more contributors carry more noise, which is post-processing.
 The whole release is then one additive mechanism on T with the sensitivities
 above, certified at delta - delta_E for the noise as released: every client's
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -111,9 +120,13 @@ __all__ = [
     "Sensitivity",
     "accountant",
     "analytic_gaussian_sigma",
+    "analytic_split",
+    "binomial_failure",
+    "binomial_honest",
     "certify",
     "concentration_failure",
     "gaussian_epsilon",
+    "guaranteed_honest",
     "honest_contributors",
     "laplace_epsilon",
     "pld_gaussian_epsilon",
@@ -159,6 +172,65 @@ def honest_contributors(n: int, m: int, s: int, t_prime: int) -> int:
 def concentration_failure(n: int, m: int, s: int, t_prime: int) -> float:
     """delta_E: the probability that some bucket has fewer honest clients than H assumes."""
     return min(1.0, s * m * math.exp(-(n - s - t_prime) / (8 * m)))
+
+
+def binomial_failure(n: int, m: int, s: int, t_prime: int, honest: int) -> float:
+    """delta_E of the exact model: m P[Binomial(n - t', s/m) < ``honest``], the chance
+    that some row of T holds fewer than ``honest`` honest clients' draws.
+
+    A column of the sketch puts its s non-zeros in a uniformly random s-subset of
+    the m rows, independently for every client, so each honest client draws noise
+    into a given row of T with probability exactly s/m, and a row's count of honest
+    draws is Binomial(n - t', s/m). This assumes the t' corrupt clients are fixed
+    independently of the public sketch (as the paper's); the union bound is over the
+    m rows (a client's s copies sit in distinct rows, so no row counts one twice).
+    """
+    from scipy import stats
+
+    if honest <= 0:
+        return 0.0
+    return min(1.0, m * float(stats.binom.cdf(honest - 1, n - t_prime, s / m)))
+
+
+def binomial_honest(n: int, m: int, s: int, t_prime: int, failure: float) -> int:
+    """The largest H with :func:`binomial_failure` <= ``failure`` (0 if even H = 1 fails)."""
+    low, high = 0, n - t_prime + 1  # failure(low) <= failure < failure(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if binomial_failure(n, m, s, t_prime, mid) <= failure:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+@lru_cache(maxsize=256)
+def analytic_split(n: int, m: int, s: int, t_prime: int, epsilon: float,
+                   delta: float) -> tuple[int, float]:
+    """(H, delta_E) of the analytic calibration: the guaranteed honest draws per entry
+    of T by the exact binomial tail, and its failure probability, chosen so that each
+    client's Gaussian variance sigma_G(epsilon, delta - delta_E)^2 / H is least.
+
+    A 1-D search over the share of delta left to the count's failure (a log grid of
+    it, then the best H's neighbours). Independent of the sensitivity, which scales
+    sigma_G alone. (0, delta) when no H >= 1 leaves any delta for the noise.
+    """
+    def cost(honest: int) -> float:
+        failure = binomial_failure(n, m, s, t_prime, honest)
+        if honest < 1 or failure >= delta:
+            return math.inf
+        return analytic_gaussian_sigma(1.0, epsilon, delta - failure) ** 2 / honest
+
+    candidates = {binomial_honest(n, m, s, t_prime, delta * share)
+                  for share in np.geomspace(1e-9, 1 - 1e-4, 64)}
+    best = min(candidates, key=cost)
+    while cost(best + 1) < cost(best):
+        best += 1
+    while best > 1 and cost(best - 1) < cost(best):
+        best -= 1
+    if not math.isfinite(cost(best)):
+        return 0, delta
+    return best, binomial_failure(n, m, s, t_prime, best)
 
 
 def smallest_n(m: int, s: int, t_prime: int, delta: float) -> int:
@@ -246,6 +318,18 @@ def skellam_mu(sensitivity: Sensitivity, epsilon: float, delta: float) -> float:
     return high
 
 
+def guaranteed_honest(noise: CalibratedNoise) -> tuple[int, float]:
+    """(H, delta_E) for ``noise``: the analytic Gaussian calibration's and Skellam's
+    from the exact binomial tail (:func:`analytic_split`; Skellam takes the split the
+    Gaussian of its variance would, its large-variance limit); the paper's corollary's
+    from its Chernoff bound (:func:`honest_contributors`, :func:`concentration_failure`)."""
+    if noise.kind == "skellam" or (noise.kind == "gaussian" and noise.calibration == "analytic"):
+        return analytic_split(noise.n, noise.m, noise.s, noise.t_prime, noise.epsilon,
+                              noise.delta)
+    return (honest_contributors(noise.n, noise.m, noise.s, noise.t_prime),
+            concentration_failure(noise.n, noise.m, noise.s, noise.t_prime))
+
+
 def certify(noise: CalibratedNoise) -> tuple[float, float]:
     """The (epsilon, delta) the accountant certifies for the noise ``noise`` draws.
 
@@ -260,10 +344,9 @@ def certify(noise: CalibratedNoise) -> tuple[float, float]:
         return laplace_epsilon(noise), 0.0
     if noise.zero_output:
         return 0.0, 0.0
-    failure = concentration_failure(noise.n, noise.m, noise.s, noise.t_prime)
-    if failure >= noise.delta:
+    honest, failure = guaranteed_honest(noise)
+    if failure >= noise.delta or honest < 1:
         return math.inf, noise.delta
-    honest = honest_contributors(noise.n, noise.m, noise.s, noise.t_prime)
     rest = noise.delta - failure
     if noise.kind == "skellam":
         sens = release_sensitivity(noise.eta, noise.s, noise.d, noise.frac_bits)
@@ -286,8 +369,9 @@ def laplace_epsilon(noise: CalibratedNoise) -> float:
     return shift.l1 / (noise.laplace_scale * 2.0**noise.frac_bits)
 
 
-def accountant(noise: CalibratedNoise) -> str:
-    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary)."""
+def accountant(noise: CalibratedNoise, honest: int | None = None) -> str:
+    """What :func:`certify` certified ``noise`` with, in words (result.json, the summary);
+    ``honest``: its H, if known (:func:`guaranteed_honest` otherwise)."""
     if noise.kind == "none":
         return "none (no noise)"
     if noise.kind == "laplace":
@@ -295,8 +379,12 @@ def accountant(noise: CalibratedNoise) -> str:
     if noise.zero_output:
         return "R_D sends zeros ((0, 0)-DP)"
     if noise.kind == "skellam":
-        return "dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5)"
-    honest = honest_contributors(noise.n, noise.m, noise.s, noise.t_prime)
+        return ("dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5); honest draws per "
+                "entry by the exact binomial tail")
+    if honest is None:
+        honest, _ = guaranteed_honest(noise)
+    count = ("; honest draws per entry by the exact binomial tail"
+             if noise.calibration == "analytic" else "")
     if not lattice.gaussian_route(noise.lattice_sigma, honest):
-        return "dp-accounting PLD of the rounded Gaussian on the lattice"
-    return "dp-accounting analytic Gaussian (Balle and Wang 2018)"
+        return "dp-accounting PLD of the rounded Gaussian on the lattice" + count
+    return "dp-accounting analytic Gaussian (Balle and Wang 2018)" + count

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
     from harness.experiments.results import (
+        DIAGNOSTICS,
         FORMAT_VERSION,
         RunResult,
         load_result,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DIAGNOSTICS",
     "FORMAT_VERSION",
     "INPUT_MODES",
     "Mode",

@@ -28,6 +28,7 @@ from harness.clients import (
     accountant,
     central_sigma,
     certificate,
+    honest_split,
     release_sensitivity,
     tamper_share_file,
     tamper_text_file,
@@ -291,6 +292,9 @@ def privacy_record(noise: NoiseSpec) -> dict:
                 "accountant": accountant(noise), "calibration": None, "generator": None,
                 "on_lattice": True, "noise_std": 0.0, "central_std": None, "std_ratio": None}
     epsilon, delta = certificate(noise)
+    # the honest draws the accountant counted, from the same cache as its certificate
+    honest = (honest_split(noise)[0] if noise.kind in ("gaussian", "skellam")
+              and not noise.zero_output else None)
     calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
                    "laplace": "corollary"}[noise.kind]
     # A bucket holds n s / m of the clients' draws on average (the accountant counts
@@ -303,7 +307,7 @@ def privacy_record(noise: NoiseSpec) -> dict:
             "std_ratio": std / central,
             # JSON has no infinity: None is "nothing certified".
             "certified_epsilon": epsilon if math.isfinite(epsilon) else None,
-            "certified_delta": delta, "accountant": accountant(noise),
+            "certified_delta": delta, "accountant": accountant(noise, honest),
             "calibration": calibration, "generator": NOISE_GENERATOR,
             # the certificate is for the noise rounded to the 2^-F lattice, as released
             "on_lattice": True}

@@ -3,7 +3,9 @@
 Such a sketch is not bit-equal to the plaintext one, so the revealed sketch
 minus the plaintext sketch (on the central mechanism's grid) is checked against
 the noise the accountant certified: its mean, its variance and a chi-square
-goodness-of-fit p-value against the exact distribution, recorded in result.json;
+goodness-of-fit p-value against the exact distribution, recorded in the run's
+diagnostics.json (0600: computed from the plaintext, with the release they would
+give away its exact sum), and in result.json only whether it passed;
 a run far outside fails. That check is statistical: it sees noise of the wrong
 size or shape, never a small change such as one changed word of a server's input,
 which moves a few cells by a few steps inside the noise.

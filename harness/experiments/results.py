@@ -23,7 +23,16 @@ mechanism with its noise's standard deviation against the central Gaussian's
 (absent from older files); 6 adds ``noise_observed.sampler``, how the client workers
 drew the noise (``compiled, four draws at a time``, ``compiled, one draw at a time``,
 ``numpy`` or ``none``; several joined by " and " where client hosts differ; null in
-older files, which did not record it; sweep rows are unchanged).
+older files, which did not record it; sweep rows are unchanged); 7 keeps what is
+computed from the plaintext sketch or the secret noise out of ``result.json``
+(:data:`PRIVATE_DIAGNOSTICS`: the noise check's mean, variance, their z-scores and
+its goodness-of-fit p-value, and the clients' noise's observed mean and variance):
+with ``output.npy`` the noise check's mean gave the plaintext sketch's exact sum.
+:meth:`RunResult.save` writes them to ``diagnostics.json`` beside it, 0600; a
+version-6 file reads as it is (its figures were already public). 7 also gives central
+noise its public scale: ``privacy.grid_scale`` c, ``grid_step`` (2^-grid_bits / c, the
+unit of the revealed sketch) and ``rounding_error_bound`` (version-6 central runs had
+c = 1 and no bound recorded).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 from harness._version import __version__
 from harness.engine import DEFAULT_PROTOCOL, PROTOCOLS
 from harness.errors import InputError
-from harness.fileio import write_atomic
+from harness.fileio import PRIVATE_FILE_MODE, write_atomic
 from harness.optional import lazy_import
 
 if TYPE_CHECKING:
@@ -54,11 +63,22 @@ if TYPE_CHECKING:
 else:
     pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
-__all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verification",
-           "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
-           "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
+__all__ = ["DIAGNOSTICS", "FORMAT_VERSION", "PRIVATE_DIAGNOSTICS", "PartyResult",
+           "RunParameters", "RunResult", "Verification", "VERIFICATION_METHOD", "load_result",
+           "machine_info", "metadata", "migrate_row", "migrate_rows", "migrate_sweep_settings",
+           "output_directory", "write_json_atomic"]
 
 FORMAT_VERSION = 7
+
+# Figures computed from the plaintext sketch or from the secret noise, by where they
+# sit in the record: beside output.npy they would give away what the noise hides.
+PRIVATE_DIAGNOSTICS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("verification", "noise_check"): ("mean", "mean_z", "variance", "variance_z",
+                                      "gof_p_value"),
+    ("noise_observed",): ("noise_mean", "noise_var"),
+}
+# The file that holds them, beside result.json, readable by its owner alone.
+DIAGNOSTICS = "diagnostics.json"
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -175,8 +195,32 @@ class RunResult:
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]
 
+    def split(self) -> tuple[dict, dict]:
+        """(what may be published, the :data:`PRIVATE_DIAGNOSTICS` taken out of it)."""
+        public = self.to_json()
+        private: dict[str, Any] = {}
+        for where, keys in PRIVATE_DIAGNOSTICS.items():
+            parent: Any = public
+            for step in where[:-1]:
+                parent = parent.get(step) if isinstance(parent, dict) else None
+            section = parent.get(where[-1]) if isinstance(parent, dict) else None
+            if not isinstance(section, dict):
+                continue
+            taken = {k: section[k] for k in keys if k in section}
+            if taken:
+                parent[where[-1]] = {k: v for k, v in section.items() if k not in taken}
+                private[".".join(where)] = taken
+        return public, private
+
     def save(self, path: Path) -> None:
-        write_json_atomic(path, self.to_json())
+        """``path`` (result.json) with what may be published, and ``diagnostics.json``
+        beside it, 0600, with the figures computed from the plaintext or the noise."""
+        public, private = self.split()
+        if private:
+            text = json.dumps({"format_version": self.format_version, **private}, indent=2,
+                              default=_json_default)
+            write_atomic(path.with_name(DIAGNOSTICS), text + "\n", mode=PRIVATE_FILE_MODE)
+        write_json_atomic(path, public)
 
 
 def _update_to_2(data: dict) -> dict:
@@ -223,7 +267,8 @@ def _update_to_6(data: dict) -> dict:
 
 
 def _update_to_7(data: dict) -> dict:
-    """Version 6's central noise had no public scale: its grid was 2^-grid_bits."""
+    """Version 6 kept the plaintext's diagnostics in result.json (read as they are), and
+    its central noise had no public scale: its grid was 2^-grid_bits."""
     privacy = data.get("privacy")
     if not privacy or privacy.get("mechanism") != "central":
         return data

@@ -35,7 +35,7 @@ from harness.experiments.config import (
 from harness.experiments.execute import execute
 from harness.experiments.mpc_time import long_run_notice
 from harness.experiments.placement import check_placement, check_protocol_usable
-from harness.experiments.results import RunResult, output_directory
+from harness.experiments.results import DIAGNOSTICS, RunResult, output_directory
 from harness.experiments.workload import Workload, build_workload, check_noise, program_for
 from harness.fileio import (
     copy_tree_private,
@@ -123,10 +123,11 @@ def failure(result: RunResult) -> str:
         return ("the revealed sketch minus the plaintext sketch is not the noise the servers "
                 "drew: the sum of their digests of it differs from the release's, so a "
                 "server's input or the computation changed after the draw")
+    figures = (f": mean z {c['mean_z']:.2f}, variance {c['variance']:.4g} for "
+               f"{c['expected_variance']:.4g} (z {c['variance_z']:.2f}), goodness-of-fit p "
+               f"{c['gof_p_value']:.3g}" if "mean_z" in c else f" (see {DIAGNOSTICS})")
     return (f"the revealed sketch minus the plaintext sketch is not the "
-            f"{result.parameters.mechanism} noise the accountant certified: mean z "
-            f"{c['mean_z']:.2f}, variance {c['variance']:.4g} for {c['expected_variance']:.4g}"
-            f" (z {c['variance_z']:.2f}), goodness-of-fit p {c['gof_p_value']:.3g}")
+            f"{result.parameters.mechanism} noise the accountant certified{figures}")
 
 
 def verified_line(result: RunResult) -> str:
@@ -141,9 +142,11 @@ def verified_line(result: RunResult) -> str:
         exact += ", and exactly the servers' own draws by their digests"
     elif not c["exact"]:
         exact += " (statistical only: a small change, such as one word, hides in the noise)"
+    # A record read back from result.json holds no figures of the plaintext.
+    figures = (f" (mean z {c['mean_z']:.2f}, variance z {c['variance_z']:.2f}, "
+               f"goodness-of-fit p {c['gof_p_value']:.3g})" if "mean_z" in c else "")
     return (f"  verified: {'yes' if v.ok else 'NO'}, the release minus the plaintext sketch "
-            f"is the noise (mean z {c['mean_z']:.2f}, variance z {c['variance_z']:.2f}, "
-            f"goodness-of-fit p {c['gof_p_value']:.3g}){exact}")
+            f"is the noise{figures}{exact}")
 
 
 def end_to_end_parts(result: RunResult) -> str:

@@ -167,9 +167,11 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
                          f"{' or '.join(CALIBRATIONS)}")
     if cfg.mechanism != "ltm":  # the servers add the noise: the clients send plain rows
         return NoiseSpec("none", n=n, m=cfg.rows, d=d, s=s, frac_bits=cfg.frac_bits)
+    # --calibration is the Gaussian's; every other noise has its one (named corollary).
+    calibration = cfg.calibration if cfg.noise == "gaussian" else "corollary"
     noise = NoiseSpec(cfg.noise, n=n, m=cfg.rows, d=d, s=s, epsilon=cfg.epsilon,
                       delta=cfg.delta, eta=cfg.eta, t_prime=cfg.corrupt_clients,
-                      calibration=cfg.calibration, frac_bits=cfg.frac_bits)
+                      calibration=calibration, frac_bits=cfg.frac_bits)
     if noise.kind == "gaussian" and not noise.zero_output and not noise.epsilon <= 100:
         # The lattice's accountant (as the analytic calibration's range) stops at 100.
         raise InputError(f"--epsilon must lie in (0, 100] for gaussian noise, got "

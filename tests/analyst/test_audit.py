@@ -151,10 +151,10 @@ def test_audit_arguments_exit_0_or_1_with_one_line(capsys, args):
 @pytest.mark.parametrize(("frac_bits", "refuted"), [(0, True), (2, False)])
 def test_audit_agrees_with_the_certificate_for_the_noise_as_released(capsys, frac_bits,
                                                                     refuted):
-    """n = 1e6, d = 1, analytic, epsilon 1 (H = 5000 clients of sd 0.12): at F = 0 each
-    client's noise is rounded to 0 but for one in 20,000, and the audit proves epsilon
-    far above 1, below the certificate (8.26), which refuses the run; at F = 2 the
-    certificate (0.86) holds and the audit stays below it."""
+    """n = 1e6, d = 1, analytic, epsilon 1 (H = 9381 clients of sd 0.087): at F = 0 each
+    client's noise is rounded to 0 but for one in 1e8, and the audit proves epsilon
+    far above 1, where the accountant certifies none and refuses the run; at F = 2 the
+    certificate (0.887) holds and the audit stays below it."""
     args = ["--clients", "1000000", "--rows", "100", "--dim", "1", "--calibration", "analytic",
             "--frac-bits", str(frac_bits), "--trials", "12000", "--seed", "1"]
     assert main(["audit", *args]) == (3 if refuted else 0)
@@ -168,11 +168,11 @@ def test_audit_agrees_with_the_certificate_for_the_noise_as_released(capsys, fra
 
 def test_audit_draws_the_gaussian_on_the_lattice_on_its_own():
     """Every client's noise is round(sigma 2^F Z), added to its encoded value: the sums
-    are integers whatever the audited value, and at F = 0 with sd 0.12 nearly all 0."""
+    are integers whatever the audited value, and at F = 0 with sd 0.087 nearly all 0."""
     config = AuditConfig(calibration="analytic", n=1_000_000, m=100, d=1, frac_bits=0)
     mech, _ = bucket_mechanism(config)
     rng = np.random.default_rng(0)
     high, low = mech.outputs(rng, 1.0, 200), mech.outputs(rng, -1.0, 200)
     assert np.array_equal(high, np.floor(high))
-    # H = 5000 clients each nonzero with probability 2 Phi(-0.5/0.1195) = 2.9e-5
+    # H = 9381 clients each nonzero with probability 2 Phi(-0.5/0.0873) = 1e-8
     assert np.mean(high == 1.0) > 0.6 and np.mean(low == -1.0) > 0.6

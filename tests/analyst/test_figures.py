@@ -237,7 +237,8 @@ def test_summed_noise_matches_a_real_mpc_runs_revealed_noise(tmp_path, mp_spdz,
     scale = np.sqrt(counts * sigma2 / s)[:, None]
     tolerance = 4 * math.sqrt(2 / (m * d))
     assert (revealed / scale).var() == pytest.approx(1.0, abs=tolerance)
-    spec = NoiseSpec("gaussian", n=n, m=m, d=d, s=s, epsilon=1.0, delta=0.1)
+    spec = NoiseSpec("gaussian", n=n, m=m, d=d, s=s, epsilon=1.0, delta=0.1,
+                     calibration=cfg.calibration)
     assert spec.sigma2 == pytest.approx(sigma2)
     simulated = baselines.simulate_ltm(np.zeros((n, d)), sketch, spec, np.random.default_rng(12))
     assert (simulated / scale).var() == pytest.approx(1.0, abs=tolerance)

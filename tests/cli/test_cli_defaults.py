@@ -100,3 +100,21 @@ def test_help_shows_each_commands_own_default():
     assert f"(default {ReproduceConfig.timeout:g})" in repro["--timeout"].help
     assert f"(default {ReproduceConfig.program})" in repro["--program"].help
     assert f"(default {RunConfig.clients};" in run["--clients"].help
+
+
+def test_run_defaults_to_the_tightest_certified_calibration_and_reproduce_to_the_papers():
+    from harness.clients import NoiseSpec, certificate
+
+    run = common.config_from(RunConfig, build_parser().parse_args(["run", "--out", "x"]),
+                             out=Path("x"))
+    repro = common.config_from(ReproduceConfig, build_parser().parse_args(
+        ["reproduce", "table3", "--out", "d"]), unset=("program", "protocol"), out=Path("d"))
+    assert (run.calibration, repro.calibration) == ("analytic", "corollary")
+    assert "(default analytic)" in actions("run")["--calibration"].help
+    assert "(default corollary)" in actions("reproduce")["--calibration"].help
+    # a bare run spends the epsilon it asks for, not 0.442 of it
+    noise = NoiseSpec(run.noise, n=run.clients, m=run.rows, d=run.dim, s=run.sparsity,
+                      epsilon=run.epsilon, delta=run.delta, eta=run.eta,
+                      calibration=run.calibration, frac_bits=run.frac_bits)
+    certified, _ = certificate(noise)
+    assert run.epsilon * 0.999 <= certified <= run.epsilon

@@ -154,7 +154,16 @@ def test_bare_run_works_with_defaults(tmp_path, capsys, mp_spdz, program_cache, 
     (result_dir,) = (tmp_path / "results").iterdir()
     # Nothing of size n is written: the sketch and the synthetic rows are the recorded
     # seed's, and `ltm analyze` recomputes the rows from it.
-    assert {p.name for p in result_dir.iterdir()} == {"result.json", "output.npy"}
+    # diagnostics.json: the noise's observed mean and variance, the owner's alone
+    assert {p.name for p in result_dir.iterdir()} == {"result.json", "output.npy",
+                                                      "diagnostics.json"}
+    assert stat.S_IMODE(os.stat(result_dir / "diagnostics.json").st_mode) == 0o600
+    assert "noise_mean" not in (result_dir / "result.json").read_text()
+    # the default calibration is the tightest certified: the whole epsilon asked for
+    privacy = json.loads((result_dir / "result.json").read_text())["privacy"]
+    assert privacy["calibration"] == "analytic"
+    assert 0.999 <= privacy["certified_epsilon"] <= privacy["requested_epsilon"] == 1.0
+    assert privacy["std_ratio"] < 1.12
     assert main(["analyze", "lowrank", "--k", "2", "--json", str(result_dir)]) == 0
     assert json.loads(capsys.readouterr().out)["psi"] >= 0
     mode = stat.S_IMODE(os.stat(result_dir).st_mode)

@@ -50,9 +50,13 @@ def no_drawing(monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--eta", "1e308"], "fixed-point overflow"),
+    # the default (analytic) calibration names its accountant's range; the corollary's
+    # noise overflows the fixed point
+    (["--eta", "1e308"], "--eta must lie in [1e-12, 1e+12] for gaussian noise"),
+    (["--eta", "1e308", "--calibration", "corollary"], "fixed-point overflow"),
     (["--eta", "nan"], "--eta must be a finite number"),
-    (["--epsilon", "1e-300"], "fixed-point overflow"),
+    (["--epsilon", "1e-300"], "--epsilon must lie in [0.0001, 100] for gaussian noise"),
+    (["--epsilon", "1e-300", "--calibration", "corollary"], "fixed-point overflow"),
     (["--epsilon", "inf"], "--epsilon must be a finite number"),
     (["--delta", "nan"], "--delta must be a finite number"),
     (["--seed", "-1"], "--seed must lie in [0, "),

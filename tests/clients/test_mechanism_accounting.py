@@ -17,9 +17,9 @@ from harness.clients import (
     grid_sensitivity,
     least_coins,
     server_noise,
-    skellam_epsilon,
 )
 from harness.clients.privacy import release_sensitivity
+from harness.clients.skellam import skellam_pld_epsilon
 from harness.errors import InputError
 
 
@@ -173,7 +173,8 @@ def test_dng_honest_servers_alone_certify_epsilon():
         assert noise is not None and noise.honest == servers - corrupt
         sens = release_sensitivity(1.0, 1, 4, 8)
         # what the honest servers alone add certifies the request
-        assert skellam_epsilon(noise.server_mu * noise.honest, sens, 1e-6) <= 1.0 + 1e-6
+        assert skellam_pld_epsilon(noise.server_mu * noise.honest, int(sens.entry),
+                                   sens.entries, 1e-6) <= 1.0
         # every server adds its share: the price is sqrt(S / (S - t)) and Skellam's own
         assert math.sqrt(servers / (servers - corrupt)) <= noise.std_ratio \
             <= 1.15 * math.sqrt(servers / (servers - corrupt))

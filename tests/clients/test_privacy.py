@@ -112,12 +112,13 @@ def test_skellam_calibration_on_the_lattice():
     spec = NoiseSpec("skellam", n=200_000, frac_bits=16, **PAPER)
     sens = privacy.release_sensitivity(1.0, 1, 10, frac_bits=16)
     assert sens.entry == 2 * 2**16 and sens.l1 == 10 * sens.entry
-    honest = privacy.honest_contributors(200_000, 100, 1, 0)
+    honest, failure = privacy.guaranteed_honest(spec)
+    assert (honest, failure) == privacy.analytic_split(200_000, 100, 1, 0, 1.0, 1e-6)
     assert spec.client_mu == pytest.approx(spec.bucket_mu / honest)
     epsilon, _ = privacy.certify(spec)
     assert epsilon <= 1.0
     # a 1% smaller variance would not be certified: the calibration is tight
-    rest = 1e-6 - privacy.concentration_failure(200_000, 100, 1, 0)
+    rest = 1e-6 - failure
     assert privacy.skellam_epsilon(spec.bucket_mu * 0.99, sens, rest) > 1.0
     # close to the analytic Gaussian, in reals
     gaussian = NoiseSpec("gaussian", n=200_000, calibration="analytic", **PAPER)
@@ -130,9 +131,10 @@ def test_skellam_calibration_on_the_lattice():
 
 
 def test_skellam_that_no_parameters_can_meet_names_the_fix():
-    with pytest.raises(InputError, match=r"use n >= 1484 or raise --delta"):
-        NoiseSpec("skellam", n=1300, m=10, d=1, s=10)
-    NoiseSpec("skellam", n=1484, m=10, d=1, s=10)
+    # s = m puts every honest client in every row: the exact count leaves nothing to
+    # chance (Chernoff's bound asked for n >= 1484 here)
+    spec = NoiseSpec("skellam", n=1300, m=10, d=1, s=10)
+    assert privacy.guaranteed_honest(spec) == (1300, 0.0)
     with pytest.raises(InputError, match=r"use epsilon >= [0-9.e+]+ or fewer --frac-bits"):
         NoiseSpec("skellam", n=100_000, m=100, d=10, s=1, epsilon=1e-4, frac_bits=40)
     with pytest.raises(InputError, match="is for Gaussian noise"):

@@ -101,10 +101,12 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
     done = table[table["left_out"].isna()]
     assert len(done) == len(table) and (done["repetitions"] == 2).all()
     # the price of each mechanism's noise: central's is the central Gaussian's up to the
-    # rounding and the binomial; the LTM's analytic Gaussian over half the clients is sqrt(2)
+    # rounding and the binomial; the LTM's analytic Gaussian over the honest draws the
+    # exact binomial tail guarantees, below the sqrt(2) of Chernoff's half the clients
     central = done[done["mechanism"] == "central"]
     assert central["std_ratio"].between(1.0, 1.3).all()
-    assert np.allclose(done.loc[done["mechanism"] == "ltm", "std_ratio"], math.sqrt(2))
+    ltm_ratio = done.loc[done["mechanism"] == "ltm", "std_ratio"]
+    assert (ltm_ratio > 1.0).all() and (ltm_ratio < math.sqrt(2) - 0.1).all()
     assert (done.loc[done["mechanism"] == "dng", "std_ratio"] > 1).all()
     # central's coins cost: more traffic than the LTM's everywhere, and under semi2k
     # (no local share conversion to binary for free) far more time, measured per coin

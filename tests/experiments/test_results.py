@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,15 @@ import pandas as pd
 import pytest
 
 from harness.errors import InputError
-from harness.experiments import FORMAT_VERSION, RunResult, load_result, migrate_row
+from harness.experiments import (
+    DIAGNOSTICS,
+    FORMAT_VERSION,
+    RunResult,
+    load_result,
+    migrate_row,
+)
 from harness.experiments.results import migrate_rows, migrate_sweep_settings
+from harness.experiments.run import verified_line
 
 _METADATA = {"harness_version": "0.1.0", "mp_spdz_version": "0.4.2",
              "mp_spdz": {"version": "0.4.2", "root": "/opt/mp-spdz"}, "protocol": "semi2k",
@@ -187,10 +196,40 @@ def test_a_current_result_round_trips(tmp_path):
     result.save(tmp_path / "result.json")
     text = (tmp_path / "result.json").read_text()
     again = load_result(tmp_path / "result.json")
-    assert again == result and isinstance(again, RunResult)
-    assert json.loads(text) == result.to_json()
+    public, private = result.split()
+    assert again == load_result(public) and isinstance(again, RunResult)
+    assert json.loads(text) == public
+    assert private == {"noise_observed": {"noise_mean": 0.01, "noise_var": 12.1}}
     # read by key, as the file holds it
     assert result["verification"]["ok"] is True and result["t_mpc_s"] == result.t_mpc_s
+
+
+def test_figures_of_the_plaintext_go_to_a_private_file_not_result_json(tmp_path):
+    """The noise check's mean with output.npy gives the plaintext sketch's exact sum."""
+    data = {**version_2(), "format_version": 6, "privacy": None}
+    data["parameters"] = {**data["parameters"], "mechanism": "dng"}
+    check = {"cells": 20, "mean": 0.25, "mean_z": 0.3, "variance": 4.1,
+             "expected_variance": 4.0, "variance_z": 0.2, "gof_p_value": 0.5, "ok": True,
+             "units": "lattice steps 2^-F", "exact": False}
+    data["verification"] = {**data["verification"], "noise_check": check}
+    data["noise_observed"] = {**data["noise_observed"], "released": True, "sampler": "none"}
+    result = load_result(data)
+    result.save(tmp_path / "result.json")
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["verification"]["noise_check"] == {
+        "cells": 20, "expected_variance": 4.0, "ok": True, "units": "lattice steps 2^-F",
+        "exact": False}
+    assert saved["noise_observed"] == {"released": True, "sampler": "none"}
+    diagnostics = tmp_path / DIAGNOSTICS
+    assert stat.S_IMODE(os.stat(diagnostics).st_mode) == 0o600
+    assert json.loads(diagnostics.read_text()) == {
+        "format_version": 7,
+        "verification.noise_check": {k: check[k] for k in ("mean", "mean_z", "variance",
+                                                           "variance_z", "gof_p_value")},
+        "noise_observed": {"noise_mean": 0.01, "noise_var": 12.1}}
+    # read back, the public record still says how the run was verified
+    line = verified_line(load_result(tmp_path / "result.json"))
+    assert line == "  verified: yes, the release minus the plaintext sketch is the noise"
 
 
 def test_a_result_from_a_newer_harness_is_refused_in_one_line(tmp_path):

@@ -56,10 +56,11 @@ def test_a_run_the_accountant_does_not_certify_is_refused_before_anything(tmp_pa
     assert list(tmp_path.iterdir()) == []  # nothing written, not even a lock
 
 
-@pytest.mark.parametrize(("frac_bits", "certified"), [(0, "8.261"), (1, "1.26")])
+@pytest.mark.parametrize(("frac_bits", "certified"), [(0, "no epsilon"),
+                                                       (1, "epsilon 2.776")])
 def test_noise_the_lattice_rounds_away_is_refused_naming_the_frac_bits_that_pass(
         capsys, tmp_path, frac_bits, certified):
-    """n = 1e6, d = 1, m = 100, analytic: each client's sd is 0.12, which F = 0 and 1
+    """n = 1e6, d = 1, m = 100, analytic: each client's sd is 0.087, which F = 0 and 1
     round away; refused in one line (exit 1) naming the certificate and F = 2."""
     from harness.cli import main
 
@@ -68,18 +69,17 @@ def test_noise_the_lattice_rounds_away_is_refused_naming_the_frac_bits_that_pass
                  "--calibration", "analytic", "--frac-bits", str(frac_bits), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1
-    assert f"at --frac-bits {frac_bits}, certifies epsilon {certified}, above the requested 1" \
-        in err[0]
+    assert f"at --frac-bits {frac_bits}, certifies {certified}, above the requested 1" in err[0]
     assert err[0].endswith("the smallest --frac-bits it is certified at is 2")
     assert not out.exists()
 
 
 @pytest.mark.parametrize(("calibration", "fix"), [
-    ("analytic", "use --clients <= 238864, or use --frac-bits 41 (now 44)"),
+    ("analytic", "use --clients <= 279912, or use --frac-bits 42 (now 44)"),
     ("corollary", "use --clients <= 299702")])
 def test_a_ring_overflow_names_a_lower_frac_bits_only_if_it_is_certified(calibration, fix):
     """Lowering --frac-bits may round the noise away: the overflow refusal names the
-    largest lower F that fits and is certified (analytic: 41), and none when no F is
+    largest lower F that fits and is certified (analytic: 42), and none when no F is
     (the corollary at d = 1 certifies 1.66 at every F)."""
     from harness.experiments.workload import check_noise
 
@@ -95,7 +95,8 @@ def test_the_corollary_without_a_certificate_names_the_clients_needed():
     from harness.experiments.workload import check_noise
 
     # s = 20 > d: delta_E >= delta although the corollary's own bound is defined
-    cfg = RunConfig(out=Path("o"), clients=15_000, rows=100, dim=1, sparsity=20).validate()
+    cfg = RunConfig(out=Path("o"), clients=15_000, rows=100, dim=1, sparsity=20,
+                    calibration="corollary").validate()
     with pytest.raises(InputError, match=r"certifies no epsilon .* use --clients >= 17154 "):
         check_noise(cfg)
 
