@@ -40,7 +40,9 @@ SMALL = ["--program", "local", "--clients", "2000", "--rows", "10", "--dim", "4"
     (["--mechanism", "central", "--eta", "1e-300"],
      ["below half a step of the lattice", "rescale the data to a larger --eta"]),
     # the lattice's accountant failed inside dp-accounting (an IndexError)
-    (["--epsilon", "1e5"], ["--epsilon must lie in (0, 100] for gaussian noise"]),
+    (["--calibration", "corollary", "--epsilon", "1e5"],
+     ["--epsilon must lie in (0, 100] for gaussian noise"]),
+    (["--epsilon", "1e5"], ["--epsilon must lie in [0.0001, 100] for gaussian noise"]),
     # "use --frac-bits 0 or less, or raise --epsilon" where no --frac-bits helps
     (["--noise", "laplace", "--dense", "--eta", "1e300"],
      ["too wide for the lattice", "raise --epsilon, or lower --eta"]),

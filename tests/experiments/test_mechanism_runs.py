@@ -164,6 +164,8 @@ def test_a_tampered_dng_run_is_caught_by_the_servers_digests(
     check = saved["verification"]["noise_check"]
     assert saved["verification"]["ok"] is False and check["digest_match"] is False
     # the change is far inside the noise: every statistic alone would have passed it
+    check = json.loads((tmp_path / "out.mismatch" / DIAGNOSTICS).read_text())[
+        "verification.noise_check"]
     assert check["gof_p_value"] > 1e-9 and abs(check["mean_z"]) < 8
     assert abs(check["variance_z"]) < 8
     assert saved["parameters"]["tamper"] == tamper
