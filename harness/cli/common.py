@@ -176,8 +176,8 @@ PROGRAM = option("--program", choices=PROGRAMS,
                  help="what the servers run on their shares: fast, MP-SPDZ sums the shares "
                       "in blocks as they stream in; reference, the textbook program that "
                       "adds one row at a time; local, each server sums its own shares and "
-                      "MP-SPDZ only opens the sums (default {default}; see the docs page "
-                      "Concepts > Programs)")
+                      "MP-SPDZ only opens the sums; the docs page Concepts > Programs "
+                      "compares them (default {default})")
 # Not argparse choices: an unknown name gets the harness's one-line error and exit 1.
 PROTOCOL = option("--protocol", metavar="NAME",
                   help=f"MP-SPDZ protocol: {', '.join(PROTOCOLS)} (default {{default}}; the "
