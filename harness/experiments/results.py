@@ -23,7 +23,11 @@ mechanism with its noise's standard deviation against the central Gaussian's
 (absent from older files); 6 adds ``noise_observed.sampler``, how the client workers
 drew the noise (``compiled, four draws at a time``, ``compiled, one draw at a time``,
 ``numpy`` or ``none``; several joined by " and " where client hosts differ; null in
-older files, which did not record it; sweep rows are unchanged).
+older files, which did not record it; sweep rows are unchanged); 7 adds the
+``validate`` parameter (``none``, ``linf`` or ``l2``: older runs checked no client's
+row), the ``poisoned`` parameter (the clients that sent out-of-range rows, ``[]`` in
+older files) and ``validation`` (null without a check: the bound, its lattice steps
+and z, and the rows the MPC rejected; sweep rows are unchanged).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ __all__ = ["FORMAT_VERSION", "PartyResult", "RunParameters", "RunResult", "Verif
            "VERIFICATION_METHOD", "load_result", "machine_info", "metadata", "migrate_row",
            "migrate_rows", "migrate_sweep_settings", "output_directory", "write_json_atomic"]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 VERIFICATION_METHOD = ("revealed ring elements equal sum_i S_i enc(A + G_i) mod 2^64, "
                        "computed with numpy from the same encoding")
@@ -118,6 +122,8 @@ class RunParameters:
     noise: dict = field(default_factory=dict)
     layout: dict = field(default_factory=dict)
     mechanism: str = "ltm"  # who added the noise: the clients, each server or the MPC
+    validate: str = "none"  # each client's row checked inside the MPC: none, linf or l2
+    poisoned: list[int] = field(default_factory=list)  # --poison's lying clients
 
 
 @dataclass
@@ -147,6 +153,8 @@ class RunResult:
     noise_observed: dict
     privacy: dict | None
     timings: dict[str, float]
+    # --validate: the bound (InputBound.record) and the rows the MPC rejected; else None.
+    validation: dict | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict:
@@ -222,9 +230,15 @@ def _update_to_6(data: dict) -> dict:
     return {**data, "noise_observed": {**data["noise_observed"], "sampler": None}}
 
 
+def _update_to_7(data: dict) -> dict:
+    """Version 6 checked no client's row, and no client lied on purpose."""
+    return {**data, "parameters": {**data["parameters"], "validate": "none", "poisoned": []},
+            "validation": None}
+
+
 _RESULT_UPDATES: dict[int, Callable[[dict], dict]] = {1: _update_to_2, 2: _update_to_3,
                                                       3: _update_to_4, 4: _update_to_5,
-                                                      5: _update_to_6}
+                                                      5: _update_to_6, 6: _update_to_7}
 
 
 def _version_of(data: dict, where: str, what: str) -> int:
@@ -311,8 +325,12 @@ def _row_to_6(row: dict) -> dict:
     return row  # and version 6
 
 
+def _row_to_7(row: dict) -> dict:
+    return row  # and version 7
+
+
 _ROW_UPDATES: dict[int, Callable[[dict], dict]] = {1: _row_to_2, 2: _row_to_3, 3: _row_to_4,
-                                                   4: _row_to_5, 5: _row_to_6}
+                                                   4: _row_to_5, 5: _row_to_6, 6: _row_to_7}
 
 
 def migrate_row(row: dict, where: str = "raw row") -> dict:

@@ -80,7 +80,7 @@ _ORDER = ("format_version", "metadata", "parameters", "parties", "t_mpc_s", "t_e
 
 def test_the_first_format_loads_as_the_run_it_was():
     result = load_result(first_format())
-    assert result.format_version == FORMAT_VERSION == 6
+    assert result.format_version == FORMAT_VERSION == 7
     p = result.parameters
     # what it ran is what the options' defaults are now
     assert (p.protocol, p.security, p.sharing, p.hosts, p.network, p.tamper) == \
@@ -94,7 +94,7 @@ def test_the_first_format_loads_as_the_run_it_was():
     assert result.parties[0].upload_s is None
     assert result.verification.ok and result.verification.entries == 20
     saved = result.to_json()
-    assert saved["format_version"] == 6 and saved["parameters"]["protocol"] == "semi2k"
+    assert saved["format_version"] == 7 and saved["parameters"]["protocol"] == "semi2k"
     assert saved["parameters"]["mechanism"] == "ltm"  # the only mechanism there was
     assert saved["verification"]["noise_check"] is None
     assert "upload_s" not in saved["parties"][0]  # absent figures stay absent
@@ -108,13 +108,17 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     saved = result.to_json()
     # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
     # statistics were of the noise before rounding), version 5's mechanism, the LTM's,
-    # and version 6's sampler, not recorded then
-    assert saved == {**data, "format_version": 6, "privacy": None,
+    # version 6's sampler, not recorded then, and version 7's check of the clients' rows,
+    # none then
+    assert saved == {**data, "format_version": 7, "privacy": None,
                      "noise_observed": {**data["noise_observed"], "released": False,
                                         "sampler": None},
-                     "parameters": {**data["parameters"], "mechanism": "ltm"},
-                     "verification": {**data["verification"], "noise_check": None}}
-    assert [k for k in saved if k != "privacy"] == list(data)  # in the order the file had them
+                     "parameters": {**data["parameters"], "mechanism": "ltm",
+                                    "validate": "none", "poisoned": []},
+                     "verification": {**data["verification"], "noise_check": None},
+                     "validation": None}
+    # in the order the file had them
+    assert [k for k in saved if k not in ("privacy", "validation")] == list(data)
     assert result.parameters.security == "malicious" and result.upload_measured is True
 
 
@@ -127,11 +131,12 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     path = tmp_path / "result.json"
     path.write_text(json.dumps(version_2()))
     result = load_result(path)
-    assert result.format_version == 6 and result.privacy is None
+    assert result.format_version == 7 and result.privacy is None
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
-    skip = ("privacy", "format_version", "noise_observed", "parameters", "verification")
+    skip = ("privacy", "format_version", "noise_observed", "parameters", "verification",
+            "validation")
     assert {k: v for k, v in saved.items() if k not in skip} == \
         {k: v for k, v in version_2().items() if k not in skip}
 
@@ -154,7 +159,7 @@ def test_a_version_3_result_keeps_its_certificate(tmp_path):
 
 def test_a_version_3_result_was_the_ltm_verified_bit_for_bit():
     result = load_result({**version_2(), "format_version": 3, "privacy": None})
-    assert result.format_version == 6 and result.parameters.mechanism == "ltm"
+    assert result.format_version == 7 and result.parameters.mechanism == "ltm"
     assert result.verification.noise_check is None and result.privacy is None
     assert result.to_json()["parameters"]["mechanism"] == "ltm"
 
@@ -165,8 +170,19 @@ def test_a_version_5_result_did_not_record_how_its_noise_was_drawn():
     data["verification"] = {**data["verification"], "noise_check": None}
     data["noise_observed"] = {**data["noise_observed"], "released": True}
     result = load_result(data)
-    assert result.format_version == 6
+    assert result.format_version == 7
     assert result.noise_observed == {**data["noise_observed"], "sampler": None}
+
+
+def test_a_version_6_result_checked_no_clients_row():
+    data = {**version_2(), "format_version": 6, "privacy": None}
+    data["parameters"] = {**data["parameters"], "mechanism": "ltm"}
+    data["verification"] = {**data["verification"], "noise_check": None}
+    data["noise_observed"] = {**data["noise_observed"], "released": True, "sampler": None}
+    result = load_result(data)
+    assert result.validation is None
+    assert (result.parameters.validate, result.parameters.poisoned) == ("none", [])
+    assert result.to_json()["validation"] is None
 
 
 def test_a_current_result_round_trips(tmp_path):

@@ -64,7 +64,7 @@ def test_programs_and_modes_verify(tmp_path, mp_spdz, program_cache, parties, pr
     # fixed point with 16 fraction bits: error below 2^-16 per summand
     assert np.allclose(output, _plain_sketch(out, data), atol=1003 * 3 * 2**-16)
     saved = json.loads((out / "result.json").read_text())
-    assert saved["format_version"] == FORMAT_VERSION == 6
+    assert saved["format_version"] == FORMAT_VERSION == 7
     # no noise drawn (noise "none"), by the clients' workers or the data owner's writer
     assert saved["noise_observed"]["sampler"] == "none"
     assert saved["metadata"]["protocol"] == "semi2k" and saved["metadata"]["parties"] == parties
