@@ -371,6 +371,9 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     shape = work.blocks
     values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
               "validate": cfg.validation, "bound": work.bound.bound if work.bound else 0,
+              # The check's comparisons: edaBits where no local conversion is and they are
+              # cheaper than random bits (as for the central mechanism's coins).
+              "edabits": coin_technique(cfg.spec, cfg.party_count)["technique"] == "edabits",
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
               "block_rows": shape.block_rows if shape else 1,
               "chunk_blocks": shape.chunk_blocks if shape else 1}
