@@ -109,6 +109,13 @@ if TYPE_CHECKING:
         share_format,
     )
     from harness.clients.sketch import EXPORT_LIMIT, Sketch, check_dimensions
+    from harness.clients.validation import (
+        FAILURE_BITS,
+        VALIDATIONS,
+        InputBound,
+        input_bound,
+        noise_tail,
+    )
 
 __all__ = [
     "CHUNK_SHARES",
@@ -201,6 +208,11 @@ __all__ = [
     "tamper_text_file",
     "vector_gaussian",
     "write_share_file",
+    "FAILURE_BITS",
+    "VALIDATIONS",
+    "InputBound",
+    "input_bound",
+    "noise_tail",
 ]
 
 lazy_package(__name__)

@@ -57,7 +57,9 @@ if TYPE_CHECKING:
     )
     from harness.engine.parse import (
         OUTPUT_MARKER,
+        REJECTED_MARKER,
         parse_output,
+        parse_rejected,
         parse_stats,
     )
     from harness.engine.process import Command, Completed, check_call, run_group
@@ -96,6 +98,7 @@ __all__ = [
     "NO_INSTALL_ENV_VAR",
     "OPTIONAL_BINARIES",
     "OUTPUT_MARKER",
+    "REJECTED_MARKER",
     "PROGRAMS",
     "PROTOCOL",
     "PROTOCOLS",
@@ -121,6 +124,7 @@ __all__ = [
     "make_certificates",
     "start_signer",
     "parse_output",
+    "parse_rejected",
     "parse_stats",
     "find_free_ports",
     "party_input_file",

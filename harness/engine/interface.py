@@ -99,6 +99,10 @@ class ClientJob:
     blocks: FileShape | None = None
     here: bool = False
     live: bool = True
+    # --poison's clients, sending the largest words the encoding holds; with --validate
+    # the plaintext sums the release is checked against leave them out.
+    poisoned: tuple[int, ...] = ()
+    drop_poisoned: bool = False
 
     def stream_plan(self, parties: int, hosts: tuple[int, ...] = ()) -> StreamPlan:
         """The public plan of this job's stream to ``parties`` servers: one client worker
@@ -107,7 +111,8 @@ class ClientJob:
 
         return StreamPlan(self.n, self.d, self.sketch.m, self.sketch.s, parties,
                           self.share_format.name, workers=sum(hosts) or worker_count(),
-                          sharing=self.sharing, hosts=hosts)
+                          sharing=self.sharing, hosts=hosts, poisoned=self.poisoned,
+                          drop_poisoned=self.drop_poisoned)
 
     @property
     def n(self) -> int:

@@ -8,9 +8,12 @@ import numpy as np
 
 from harness.errors import PartyError
 
-__all__ = ["PartyStats", "parse_stats", "parse_output", "OUTPUT_MARKER"]
+__all__ = ["OUTPUT_MARKER", "REJECTED_MARKER", "PartyStats", "parse_output", "parse_rejected",
+           "parse_stats"]
 
 OUTPUT_MARKER = "LTM-OUTPUT"
+# A validated run's count of rejected rows (--validate), on a line of its own.
+REJECTED_MARKER = "LTM-REJECTED"
 _NUM = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
 _TIME = re.compile(rf"^Time = {_NUM} seconds", re.M)
 _BUSY = re.compile(rf"^Time1 = {_NUM} seconds", re.M)  # a program's timer 1: its own work
@@ -51,3 +54,11 @@ def parse_output(name: str, stdout: str, count: int) -> np.ndarray:
         raise PartyError(f"{name} revealed {len(values)} values, expected {count}",
                          party=name, stdout=stdout)
     return np.array([v % 2**64 for v in values], dtype=np.uint64)
+
+
+def parse_rejected(name: str, stdout: str) -> int:
+    """The number of rejected rows a validated program revealed."""
+    for line in stdout.splitlines():
+        if line.startswith(REJECTED_MARKER):
+            return int(line[len(REJECTED_MARKER):].strip()) % 2**64
+    raise PartyError(f"{name} revealed no count of rejected rows", party=name, stdout=stdout)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.mpspdz import MpSpdz
-from harness.engine.parse import OUTPUT_MARKER
+from harness.engine.parse import OUTPUT_MARKER, REJECTED_MARKER
 from harness.engine.process import Command, check_call
 from harness.errors import MpSpdzError, PartyError
 from harness.fileio import file_lock, write_atomic
@@ -67,7 +67,7 @@ def render(template: str, **params: object) -> str:
     if template not in _TEMPLATES:
         raise ValueError(f"unknown program template {template!r}")
     return _environment().get_template(f"{template}.mpc.j2").render(
-        marker=OUTPUT_MARKER, **params)
+        marker=OUTPUT_MARKER, rejected_marker=REJECTED_MARKER, **params)
 
 
 def compile_program(mp: MpSpdz, template: str, params: dict, *,

@@ -51,11 +51,12 @@ class ServerProgram:
 
 
 PROGRAMS: dict[str, ServerProgram] = {p.name: p for p in (
-    ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks"),
+    ServerProgram("fast", "fast", ("m", "d", "source", "block_rows", "chunk_blocks",
+                                    "validate", "bound", "edabits"),
                   "shares", blocked=True, aggregates=False),
     # The textbook program: the data owner types its rows in.
-    ServerProgram("reference", "reference", ("m", "d", "source"), "party",
-                  blocked=False, aggregates=False),
+    ServerProgram("reference", "reference", ("m", "d", "source", "validate", "bound", "edabits"),
+                  "party", blocked=False, aggregates=False),
     ServerProgram("local", "open", ("m", "d", "source", "parties"), "shares",
                   blocked=True, aggregates=True),
 )}

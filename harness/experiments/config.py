@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, ShareFormat
+from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, VALIDATIONS, ShareFormat
 from harness.engine import (
     DEFAULT_PROTOCOL,
     INPUT_MODES,
@@ -100,6 +100,9 @@ class RunConfig:
     mechanism: str = "ltm"
     grid_bits: int | None = None  # central: the grid 2^-g (default: chosen by coins)
     reveal_noise: bool = False  # test aid: the MPC reveals the servers' noise as well
+    # Each client's row checked inside the MPC before it counts: none, linf or l2.
+    validation: str = "none"
+    poison: int | None = None  # test and study aid: this many clients send out-of-range rows
 
     @property
     def mode(self) -> Mode:
@@ -198,6 +201,9 @@ class RunConfig:
             raise InputError(f"unknown --mechanism {self.mechanism!r}; choose "
                              f"{', '.join(MECHANISMS)}")
         check_mechanism(self)
+        if self.validation not in VALIDATIONS:
+            raise InputError(f"unknown --validate {self.validation!r}; choose "
+                             f"{', '.join(VALIDATIONS)}")
         if self.network is not None:
             from harness.engine import profile_for
 
@@ -245,7 +251,8 @@ def check_numbers(cfg: RunConfig) -> None:
         check_number(option, value, low=low, high=high, integer=True)
     optional: tuple[tuple[str, int | None, int | None, int], ...] = (
         ("--parties", cfg.parties, None, MAX_PARTIES), ("--seed", cfg.seed, 0, 2**63 - 1),
-        ("--port", cfg.port, 1024, 65535), ("--grid-bits", cfg.grid_bits, -44, 52))
+        ("--port", cfg.port, 1024, 65535), ("--grid-bits", cfg.grid_bits, -44, 52),
+        ("--poison", cfg.poison, 0, MAX_CLIENTS))
     for name, given, least, most in optional:
         if given is not None:
             check_number(name, given, low=least, high=most, integer=True)

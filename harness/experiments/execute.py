@@ -43,6 +43,7 @@ from harness.engine import (
     Protocol,
     build_refusal,
     parse_output,
+    parse_rejected,
     party_input_file,
 )
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
@@ -142,6 +143,10 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
     timings["mpc_wall_s"] = time.perf_counter() - launched
     revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
                                                 cfg.reveal_noise, digest)
+    validation = None
+    if work.bound is not None:
+        validation, wrong = _rejections(runs, work)
+        mismatches += wrong
     parties = _party_results(cfg, runs, prepared)
     expand = [p.expand_s for p in parties if p.expand_s is not None]
     if expand:
@@ -189,6 +194,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         privacy=(work.servers_noise.record() if work.servers_noise is not None
                  else privacy_record(work.noise)),
         timings=timings,
+        validation=validation,
     )
     kept = None
     # dng's servers append fresh noise after their inputs: a rerun would read stale noise.
@@ -223,6 +229,19 @@ def _verify(runs: list[PartyRun], expected: np.ndarray, noise: ServerNoise | Non
         noise, expected, revealed, extra[0] if len(extra) else None,
         extra[1] if len(extra) > 1 else None, digest=digest)
     return revealed, differ + mismatches, stats
+
+
+def _rejections(runs: list[PartyRun], work: Workload) -> tuple[dict, int]:
+    """result.json's ``validation``: the bound, and the rows every party saw rejected;
+    and 1 if any party's count is not the poisoned clients' rows (an honest run rejects
+    none but with probability 2^-40), else 0."""
+    assert work.bound is not None
+    counts = {r.party: parse_rejected(f"P{r.party}", r.completed.stdout)
+              for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout}
+    expected = len(work.poisoned) * work.sketch.s
+    record = {**work.bound.record(), "rejected_rows": counts[0],
+              "expected_rejected_rows": expected}
+    return record, int(any(count != expected for count in counts.values()))
 
 
 def _verification(mismatches: int, entries: int, noise: ServerNoise | None,
@@ -279,7 +298,8 @@ def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParame
         frac_bits=cfg.frac_bits, seed=cfg.seed,
         data=str(cfg.data) if cfg.data else "synthetic",
         hosts=str(cfg.hosts) if cfg.hosts else "local", network=cfg.network or "loopback",
-        noise=work.noise.describe(), layout=layout, mechanism=cfg.mechanism)
+        noise=work.noise.describe(), layout=layout, mechanism=cfg.mechanism,
+        validate=cfg.validation, poisoned=list(work.poisoned))
 
 
 def privacy_record(noise: NoiseSpec) -> dict:

@@ -29,8 +29,8 @@ by SFTP, so hosts without the harness (only MP-SPDZ) can run it.
 
 Options beside the four axes that rule out a route (``--network`` with
 ``--hosts``, a ``--protocol`` whose shares no client can write, ``--mechanism``,
-``--dense``, ``--tamper``) are :data:`LIMITS`, checked against the route the axes
-chose.
+``--dense``, ``--tamper``, ``--validate``, ``--poison``) are :data:`LIMITS`,
+checked against the route the axes chose.
 """
 
 from __future__ import annotations
@@ -181,6 +181,15 @@ LIMITS: tuple[Limit, ...] = (
             programs=tuple(name for name, program in PROGRAMS.items()
                            if program.reads_client_shares("shares")), inputs=("shares",))
       for spec in PROTOCOLS.values() if spec.share_format is None),
+    # The check reads each client's row inside the MPC; local's servers sum them first.
+    Limit("validation", ("linf", "l2"),
+          "--validate {value} checks each client's row inside the MPC, and --program local's "
+          "servers sum their shares before it, so the MPC never sees a client's row; use "
+          "--program fast or reference, or drop --validate", programs=("local",)),
+    # The poisoned clients are named to the client workers of this machine.
+    Limit("poison", None,
+          "--poison makes some of this machine's clients lie, and with --hosts the clients "
+          "run on their hosts; drop --poison or --hosts", placements=_HOSTS),
     Limit("mechanism", ("dng", "central"),
           "--mechanism {value} adds the servers' noise in the local program, not --program "
           "{program}; use --program local", programs=("fast", "reference")),

@@ -32,7 +32,11 @@ with ``output.npy`` the noise check's mean gave the plaintext sketch's exact sum
 version-6 file reads as it is (its figures were already public). 7 also gives central
 noise its public scale: ``privacy.grid_scale`` c, ``grid_step`` (2^-grid_bits / c, the
 unit of the revealed sketch) and ``rounding_error_bound`` (version-6 central runs had
-c = 1 and no bound recorded).
+c = 1 and no bound recorded), and adds the ``validate`` parameter (``none``,
+``linf`` or ``l2``: older runs checked no client's row), the ``poisoned``
+parameter (the clients that sent out-of-range rows, ``[]`` in older files) and
+``validation`` (null without a check: the bound, its lattice steps and z, and the
+rows the MPC rejected; sweep rows are unchanged).
 """
 
 from __future__ import annotations
@@ -138,6 +142,8 @@ class RunParameters:
     noise: dict = field(default_factory=dict)
     layout: dict = field(default_factory=dict)
     mechanism: str = "ltm"  # who added the noise: the clients, each server or the MPC
+    validate: str = "none"  # each client's row checked inside the MPC: none, linf or l2
+    poisoned: list[int] = field(default_factory=list)  # --poison's lying clients
 
 
 @dataclass
@@ -167,6 +173,8 @@ class RunResult:
     noise_observed: dict
     privacy: dict | None
     timings: dict[str, float]
+    # --validate: the bound (InputBound.record) and the rows the MPC rejected; else None.
+    validation: dict | None = None
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict:
@@ -267,8 +275,11 @@ def _update_to_6(data: dict) -> dict:
 
 
 def _update_to_7(data: dict) -> dict:
-    """Version 6 kept the plaintext's diagnostics in result.json (read as they are), and
-    its central noise had no public scale: its grid was 2^-grid_bits."""
+    """Version 6 kept the plaintext's diagnostics in result.json (read as they are),
+    its central noise had no public scale (its grid was 2^-grid_bits), and it checked
+    no client's row, nor did any client lie on purpose."""
+    data = {**data, "parameters": {**data["parameters"], "validate": "none", "poisoned": []},
+            "validation": None}
     privacy = data.get("privacy")
     if not privacy or privacy.get("mechanism") != "central":
         return data

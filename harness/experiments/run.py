@@ -112,9 +112,25 @@ def _run_in(cfg: RunConfig, mp: MpSpdz, work: Workload, staging: Path,
     return outcome.result
 
 
+def validation_line(validation: dict, s: int) -> str:
+    """The check of the clients' rows, its bound and what it rejected, in one line."""
+    check = validation["check"]
+    what = "every entry" if check == "linf" else "each row's norm"
+    z = validation["z"]
+    noise = (f" (the data's bound plus {z:.2f} times the client noise's standard deviation)"
+             if z is not None else " (the data's bound: the rows carry no noise)")
+    return (f"validated: {check}, {what} within B = {validation['bound']:.6g}{noise}; "
+            f"{validation['rejected_rows']} of the rows rejected ({s} per client); an honest "
+            "client is rejected with probability at most 2^-40 in the whole run")
+
+
 def failure(result: RunResult) -> str:
     """Why a run failed its verification, in words."""
     v = result.verification
+    checked = result.validation
+    if checked is not None and checked["rejected_rows"] != checked["expected_rejected_rows"]:
+        return (f"the MPC rejected {checked['rejected_rows']} rows where the poisoned "
+                f"clients sent {checked['expected_rejected_rows']}")
     if v.mismatches or v.noise_check is None:
         return (f"the revealed sketch differs from the plaintext computation in "
                 f"{v.mismatches} of {v.entries} entries")
@@ -256,6 +272,11 @@ def summary(result: RunResult, out: Path) -> str:
         lines.append("  " + privacy_line(result.privacy))
     if p.noise.get("zero_output"):
         lines.append("  note: n <= 8 m ln(dm/delta) + s + t', so R_D sent zeros (see the paper)")
+    if result.validation is not None:
+        lines.append("  " + validation_line(result.validation, p.sparsity))
+    if p.poisoned:
+        lines.append(f"  poisoned: {len(p.poisoned)} clients sent the largest words the "
+                     f"encoding holds ({'rejected' if result.validation else 'counted'})")
     lines.append(f"  results in {out}")
     return "\n".join(lines)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 from harness.clients import (
     CALIBRATIONS,
     FixedPoint,
+    InputBound,
     NoiseSpec,
     Prepared,
     Rows,
@@ -31,6 +33,7 @@ from harness.clients import (
     check_dimensions,
     check_dng_draws,
     concentration_failure,
+    input_bound,
     open_rows,
     server_noise,
     smallest_n,
@@ -75,6 +78,8 @@ class Workload:
     slots: SlotShape | None = None
     header: bool | None = None  # a text --data file's first line was a header (skipped)
     servers_noise: ServerNoise | None = None  # dng or central: the servers' noise
+    bound: InputBound | None = None  # --validate: each client's row checked against it
+    poisoned: tuple[int, ...] = ()  # --poison: the clients that send out-of-range rows
 
     @property
     def n(self) -> int:
@@ -406,7 +411,18 @@ def build_workload(cfg: RunConfig) -> Workload:
     blocks = (BlockShape.choose(n, cfg.rows, s, d, words) if route.shape == "blocked"
               else None)
     slots = SlotShape() if route.shape == "slots" else None
-    return Workload(rows, sketch, noise, fp, seed, blocks, slots, header, servers)
+    bound = (input_bound(cfg.validation, noise, cfg.eta, cfg.frac_bits, n * s, d)
+             if cfg.validation != "none" else None)
+    return Workload(rows, sketch, noise, fp, seed, blocks, slots, header, servers, bound,
+                    poisoned_clients(cfg.poison or 0, n))
+
+
+def poisoned_clients(count: int, n: int) -> tuple[int, ...]:
+    """``count`` of the n clients, drawn with the operating system's CSPRNG (--poison)."""
+    if count > n:
+        raise InputError(f"--poison {count} asks more clients to lie than the run has "
+                         f"({n}); choose at most --clients")
+    return tuple(sorted(secrets.SystemRandom().sample(range(n), count)))
 
 
 def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
@@ -414,6 +430,10 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
     program = cfg.server_program
     shape = work.blocks
     values = {"m": cfg.rows, "d": work.d, "parties": cfg.party_count,
+              "validate": cfg.validation, "bound": work.bound.bound if work.bound else 0,
+              # The check's comparisons: edaBits where no local conversion is and they are
+              # cheaper than random bits (as for the central mechanism's coins).
+              "edabits": coin_technique(cfg.spec, cfg.party_count)["technique"] == "edabits",
               "source": program.source(cfg.input_kind, as_input=cfg.inputs_aggregates),
               "block_rows": shape.block_rows if shape else 1,
               "chunk_blocks": shape.chunk_blocks if shape else 1}
@@ -423,6 +443,8 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
         params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
         if work.servers_noise.kind == "central":
             options = cfg.spec.split_args(cfg.party_count)
+    if work.bound is not None:  # the comparisons convert shares locally where they can
+        options = cfg.spec.split_args(cfg.party_count)
     return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
                            options=options)
 
@@ -449,7 +471,8 @@ def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
                      cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
                      blocks=work.blocks or work.slots, here=cfg.route.here,
-                     live=cfg.tamper is None)
+                     live=cfg.tamper is None, poisoned=work.poisoned,
+                     drop_poisoned=work.bound is not None)
 
 
 def prepare_cluster(cfg: RunConfig, work: Workload, cluster: Cluster) -> Prepared:

@@ -41,6 +41,10 @@ __all__ = ["BLOCK_VALUES", "BlockSink", "NoisyChunks", "SketchGroups", "chunk_gr
 # channel buffers' words they become, stay near the core (L2 holds 512 KiB here).
 BLOCK_VALUES = 1 << 16
 
+# What a poisoned client (--poison) sends in every entry, with a random sign: the
+# largest word the encoding holds.
+POISON_WORD = 2**63 - 1
+
 # Where a block's ring values go as soon as they are made: (first word in the chunk's
 # flat (d, slots) layout, the block's values as uint64).
 BlockSink = Callable[[int, np.ndarray], None]
@@ -142,6 +146,7 @@ class NoisyChunks:
         # is needed to bound it.
         self._entry_bound = rows.eta * fp.scale + 1.0
         self.columns = SketchGroups(sketch, plan)
+        self.poisoned = np.array(sorted(plan.poisoned), dtype=np.int64)
 
     @property
     def sampler(self) -> str:
@@ -171,6 +176,7 @@ class NoisyChunks:
         sums = np.empty((live.size, d), dtype=np.uint64)
         worst = worst_noise = 0.0
         blocks = _blocks(offsets, slots, self.block)  # the same runs in every column
+        liars = self._liars(start, stop)
         for c in range(d):
             for r0, r1, a, b in blocks:
                 values = enc[c, a:b]
@@ -178,7 +184,10 @@ class NoisyChunks:
                 worst_noise = max(worst_noise, noise)
                 worst = max(worst, top)
                 ring = values.view(np.uint64)
-                sums[r0:r1, c] = np.add.reduceat(ring, offsets[r0:r1] - a)
+                counted = ring
+                if liars is not None:
+                    counted = self._poison(liars[clients[a:b]], values)
+                sums[r0:r1, c] = np.add.reduceat(counted, offsets[r0:r1] - a)
                 if sink is not None:
                     sink(c * slots + a, ring)
         # Integer sums may have wrapped: then the bound of the entries and the noise, apart.
@@ -195,6 +204,27 @@ class NoisyChunks:
         self.abs_sums[live] += bound
         self.expected[live] += sums
         return counts, enc.view(np.uint64)
+
+    def _liars(self, start: int, stop: int) -> np.ndarray | None:
+        """Which of the chunk's clients are poisoned (None: none of them)."""
+        first, last = np.searchsorted(self.poisoned, (start, stop))
+        if first == last:
+            return None
+        liars = np.zeros(stop - start, dtype=bool)
+        liars[self.poisoned[first:last] - start] = True
+        return liars
+
+    def _poison(self, lying: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The poisoned slots' values (int64, in place) replaced by the largest word
+        with a random sign; the values the plaintext sums count, as uint64."""
+        count = int(lying.sum())
+        if count:
+            signs = self.rng.integers(0, 2, size=count) * 2 - 1
+            values[lying] = signs * POISON_WORD
+        ring = values.view(np.uint64)
+        if not self.plan.drop_poisoned or not count:
+            return ring
+        return np.where(lying, np.uint64(0), ring)
 
     def _block(self, data: np.ndarray, clients: np.ndarray,
                out: np.ndarray) -> tuple[float, float]:

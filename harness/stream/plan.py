@@ -64,6 +64,10 @@ class StreamPlan:
     # Workers on each client host, in host order (empty: one host runs them all). Host
     # h runs the next hosts[h] workers and the clients of one contiguous run of chunks.
     hosts: tuple[int, ...] = ()
+    # --poison: the clients that send out-of-range rows (a test and study aid), and
+    # whether the plaintext sums leave them out (--validate: the MPC rejects them).
+    poisoned: tuple[int, ...] = ()
+    drop_poisoned: bool = False
 
     def __post_init__(self) -> None:
         if self.hosts and (sum(self.hosts) != self.workers or min(self.hosts) < 1):

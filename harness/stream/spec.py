@@ -70,9 +70,10 @@ class StreamSpec:
         if not isinstance(raw, dict) or raw.get("version") != _VERSION:
             raise ValueError("not a stream description of this harness version")
         plan = raw["plan"]
-        plan = StreamPlan(**{k: _int(plan[k]) for k in ("n", "d", "m", "s", "parties",
-                                                         "workers", "chunk")},
-                          format=str(plan["format"]), sharing=str(plan["sharing"]),
+        n, d, m, s, parties, workers, chunk = (_int(plan[k]) for k in (
+            "n", "d", "m", "s", "parties", "workers", "chunk"))
+        plan = StreamPlan(n, d, m, s, parties, format=str(plan["format"]), workers=workers,
+                          chunk=chunk, sharing=str(plan["sharing"]),
                           hosts=tuple(_int(h) for h in plan["hosts"]))
         sk = raw["sketch"]
         sketch = Sketch(_int(sk["m"]), count=_int(sk["n"]), sparsity=_int(sk["s"]),

@@ -212,11 +212,13 @@ def test_the_dense_sketch_goes_where_the_stream_runs_on_this_machine(tmp_path, m
 
 
 # A value of each option that a limit refuses where it applies, and its `ltm run` words.
-_GIVEN = {"network": "t3.large", "tamper": 0}
+_GIVEN = {"network": "t3.large", "tamper": 0, "poison": 1}
+# RunConfig's field where it is not the flag's name (RunConfig.validate is its method).
+_FLAG = {"validation": "--validate"}
 
 
 def _flags(option: str, value: object) -> list[str]:
-    flag = "--" + option
+    flag = _FLAG.get(option, "--" + option)
     return [flag] if value is True else [flag, str(value)]
 
 

@@ -117,13 +117,17 @@ def test_the_last_version_1_keeps_every_value(tmp_path):
     saved = result.to_json()
     # the same keys and values, version 3's privacy, unknown then, version 4's flag (its
     # statistics were of the noise before rounding), version 5's mechanism, the LTM's,
-    # and version 6's sampler, not recorded then
+    # version 6's sampler, not recorded then, and version 7's check of the clients' rows,
+    # none then
     assert saved == {**data, "format_version": 7, "privacy": None,
                      "noise_observed": {**data["noise_observed"], "released": False,
                                         "sampler": None},
-                     "parameters": {**data["parameters"], "mechanism": "ltm"},
-                     "verification": {**data["verification"], "noise_check": None}}
-    assert [k for k in saved if k != "privacy"] == list(data)  # in the order the file had them
+                     "parameters": {**data["parameters"], "mechanism": "ltm",
+                                    "validate": "none", "poisoned": []},
+                     "verification": {**data["verification"], "noise_check": None},
+                     "validation": None}
+    # in the order the file had them
+    assert [k for k in saved if k not in ("privacy", "validation")] == list(data)
     assert result.parameters.security == "malicious" and result.upload_measured is True
 
 
@@ -140,7 +144,8 @@ def test_a_version_2_result_loads_with_privacy_unknown(tmp_path):
     saved = result.to_json()
     assert saved["privacy"] is None
     assert list(saved).index("privacy") == list(saved).index("noise_observed") + 1
-    skip = ("privacy", "format_version", "noise_observed", "parameters", "verification")
+    skip = ("privacy", "format_version", "noise_observed", "parameters", "verification",
+            "validation")
     assert {k: v for k, v in saved.items() if k not in skip} == \
         {k: v for k, v in version_2().items() if k not in skip}
 
@@ -189,6 +194,17 @@ def test_a_version_6_central_result_had_no_scale_on_its_grid():
     assert result.privacy == {"mechanism": "central", "grid_bits": 2, "coins_per_cell": 59392,
                               "grid_scale": 1, "grid_step": 0.25,
                               "rounding_error_bound": None}
+
+
+def test_a_version_6_result_checked_no_clients_row():
+    data = {**version_2(), "format_version": 6, "privacy": None}
+    data["parameters"] = {**data["parameters"], "mechanism": "ltm"}
+    data["verification"] = {**data["verification"], "noise_check": None}
+    data["noise_observed"] = {**data["noise_observed"], "released": True, "sampler": None}
+    result = load_result(data)
+    assert result.validation is None
+    assert (result.parameters.validate, result.parameters.poisoned) == ("none", [])
+    assert result.to_json()["validation"] is None
 
 
 def test_a_current_result_round_trips(tmp_path):
