@@ -1,5 +1,6 @@
-"""How long a run's MPC should take: the notice before a long central run, the
-estimate against a real run, and the sweep estimate's charge for central's coins."""
+"""How long a run's MPC should take: the notice before a long central run and the
+sweep estimate's charge for central's coins. (The per-coin figures the estimate
+uses are measured by ``python -m benchmarks.mechanisms``, not by a timed test.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.experiments import ReproduceConfig, RunConfig, run
+from harness.experiments import ReproduceConfig, RunConfig
 from harness.experiments.estimate import cell_cost
 from harness.experiments.mpc_time import (
     CENTRAL_NS_PER_COIN,
@@ -62,22 +63,6 @@ def test_a_short_run_says_nothing_and_the_notice_names_its_estimate():
     assert long_run_notice("semi2k", "local", 200_000, noise, 1000) is None
     seconds = mpc_seconds("spdz2k", "local", 200_000, noise, 1000)
     assert seconds == pytest.approx(0.2 + 200_000 * 52e-9 + 1000 * noise.coins * 1.7e-3)
-
-
-@pytest.mark.mpspdz
-@pytest.mark.parametrize(("protocol", "parties"), [("semi2k", 2), ("ps-rep-ring", 3)])
-def test_the_estimate_is_within_twice_a_real_central_run(tmp_path, mp_spdz, program_cache,
-                                                         protocol, parties):
-    """1,000 cells of 6,804 coins (epsilon 0.3): seconds of coins, the estimate within
-    a factor of 2 of the run's T_MPC (measured: 1.04 and 1.00 on a loaded machine)."""
-    cfg = RunConfig(out=tmp_path / "out", clients=20000, rows=100, dim=10, program="local",
-                    protocol=protocol, parties=parties, mechanism="central", epsilon=0.3,
-                    cache_dir=program_cache)
-    result = run(cfg)
-    noise = servers_noise_for(cfg.validate(), 20000, 10, 1)
-    assert noise is not None and result.privacy["coins_per_cell"] == noise.coins
-    estimate = mpc_seconds(protocol, "local", 20000 * 10, noise, 1000)
-    assert 0.5 <= estimate / result.t_mpc_s <= 2, (estimate, result.t_mpc_s)
 
 
 def test_the_sweep_estimate_charges_central_cells_their_coins():

@@ -133,20 +133,22 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
 
 def test_central_beyond_the_coins_limit_is_a_row_with_the_reason(tmp_path, monkeypatch):
     # at epsilon 0.001 the central noise needs more coins per cell than the limit, even
-    # on its one-step grid: the cell is left out before anything runs, and the table
-    # says why
+    # on its one-step grid, and dng's Poissons a mean beyond an exact draw: the cells
+    # are left out before anything runs, and the table says why
     _specs(tmp_path, monkeypatch, TINY.replace("epsilons = [1.0]", "epsilons = [1.0, 0.001]"))
     cfg = ReproduceConfig(tables="mechanisms", out=tmp_path / "o", repeat=1)
     cells, left_out = plan_sweep(cfg, ["mechanisms"])
+    protocols = ("semi2k", "replicated-ring")
     assert {(c.protocol, c.mechanism, c.epsilon) for c, _ in cells} == {
-        (p, m, e) for p in ("semi2k", "replicated-ring") for m in ("ltm", "dng", "central")
-        for e in (1.0, 0.001)} - {("semi2k", "central", 0.001), ("replicated-ring", "central",
-                                                               0.001)}
-    assert set(left_out) == {"semi2k local central", "replicated-ring local central"}
+        (p, m, e) for p in protocols for m in ("ltm", "dng", "central")
+        for e in (1.0, 0.001)} - {(p, m, 0.001) for p in protocols for m in ("dng", "central")}
+    assert set(left_out) == {f"{p} local {m}" for p in protocols for m in ("dng", "central")}
     empty = pd.DataFrame(columns=list(report.RAW_COLUMNS))
     summary = report.summarize_mechanisms(empty, "mechanisms", left_out)
-    assert list(summary["epsilon"]) == [0.001, 0.001]
-    assert summary["left_out"].str.contains("coins per cell").all()
+    assert list(summary["epsilon"]) == [0.001] * 4
+    reasons = summary.set_index("mechanism")["left_out"]
+    assert reasons["central"].str.contains("coins per cell").all()
+    assert reasons["dng"].str.contains("beyond the 2\\^62 an exact draw reaches").all()
     written = report.write_mechanisms(empty, "mechanisms", tmp_path / "o", repeat=1,
                                       left_out=left_out)
     md = written[1].read_text()
