@@ -71,7 +71,10 @@ class DeadlineReader:
             self.sock.settimeout(left)
             k = self.sock.recv_into(view[got:])
             if not k:
-                raise ConnectionError(f"the connection closed early ({got} of {n} bytes)")
+                # Said in bytes still owed: "0 of 8 bytes" beside the stream's "2 of 8
+                # chunks" read as a count of chunks.
+                raise ConnectionError(f"the connection closed with {n - got} bytes of a "
+                                      "message still to come")
             got += k
 
 

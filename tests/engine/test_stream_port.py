@@ -283,6 +283,26 @@ def test_the_announced_end_is_acknowledged(tmp_path, writes_file):
     assert server.dest.exists()
 
 
+@pytest.mark.parametrize("writes_file", [False, True], ids=["sums", "writes-fast-file"])
+def test_a_stream_cut_after_two_chunks_counts_its_chunks_not_a_read_s_bytes(tmp_path,
+                                                                            writes_file):
+    # "after 2 of 8 chunks (... 0 of 8 bytes)" read as a count of none of the chunks.
+    server = _Server(tmp_path, writes_file=writes_file)
+    try:
+        with server.connect() as tls:
+            tls.sendall(_chunk(server.plan, 0) + _chunk(server.plan, 1))
+            try:
+                tls.unwrap()  # sends TLS's close_notify: a clean close between messages
+            except ssl.SSLError:
+                pass  # the server's own close_notify need not come
+            got, message = server.verdict()
+    finally:
+        server.close()
+    assert got != "ok"
+    assert "lost client worker 0's stream after 2 of 8 chunks" in message, message
+    assert " 0 of " not in message and "bytes of a message still to come" in message
+
+
 def test_a_sender_that_trickles_is_stopped_at_the_stream_s_deadline(tmp_path):
     # Each byte comes well within any per-read timeout; the stream's deadline stops it.
     server = _Server(tmp_path, timeout=3.0)
