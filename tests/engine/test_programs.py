@@ -15,7 +15,8 @@ from harness.engine.mpspdz import MpSpdz
 from harness.engine.programs import compile_program, render
 from harness.errors import MpSpdzError
 
-PARAMS = {"m": 5, "d": 2, "block_rows": 4, "chunk_blocks": 3, "source": "shares"}
+PARAMS = {"m": 5, "d": 2, "block_rows": 4, "chunk_blocks": 3, "source": "shares",
+          "validate": "none", "bound": 0, "edabits": False}
 
 
 def _fake_compiler(root: Path, body: str) -> MpSpdz:
@@ -62,7 +63,8 @@ def test_a_compiled_program_is_found_again_without_rendering(tmp_path, mp_spdz):
 
 def test_fast_program_size_does_not_grow_with_n():
     # n enters only through the public input, never the source
-    small = render("fast", m=100, d=10, block_rows=256, chunk_blocks=25, source="shares")
+    small = render("fast", m=100, d=10, block_rows=256, chunk_blocks=25, source="shares",
+                   validate="none", bound=0, edabits=False)
     assert "1000000" not in small and len(small) < 3000
     with pytest.raises(ValueError):
         render("nonexistent")
