@@ -271,7 +271,11 @@ def summary(result: RunResult, out: Path) -> str:
     if result.privacy is not None:
         lines.append("  " + privacy_line(result.privacy))
     if p.noise.get("zero_output"):
-        lines.append("  note: n <= 8 m ln(dm/delta) + s + t', so R_D sent zeros (see the paper)")
+        lines.append(f"  note: n={p.clients} clients are too few for m={p.rows} sketch rows, so "
+                     "the paper's client randomizer R_D sent zeros: the release holds no data "
+                     "(it needs n > 8 m ln(dm/delta) + s + t', t' the corrupt clients; use "
+                     "more clients or fewer --rows, see the docs page Privacy of the client "
+                     "noise)")
     if result.validation is not None:
         lines.append("  " + validation_line(result.validation, p.sparsity))
     if p.poisoned:

@@ -62,6 +62,10 @@ def test_own_data_below_r_d_s_threshold_is_refused_naming_the_rows_that_work(
                               "--out", str(tmp_path / "zeros"))
     assert code == 0, err
     assert "R_D sent zeros" in printed
+    # in words a newcomer can follow: what it means and what to change
+    assert ("n=2000 clients are too few for m=100 sketch rows, so the paper's client "
+            "randomizer R_D sent zeros: the release holds no data") in printed
+    assert "use more clients or fewer --rows" in printed
     assert np.count_nonzero(np.load(tmp_path / "zeros" / "output.npy")) == 0
 
 
