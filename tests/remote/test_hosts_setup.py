@@ -139,11 +139,7 @@ def test_a_system_library_missing_on_the_host_is_named_with_its_package(tmp_path
     cluster = FreshCluster(tmp_path / "cluster")
     try:
         hosts = [cluster.add("a"), cluster.add("b")]
-        entries = [{"name": h.name, "ssh_host": h.address, "ssh_port": h.port, "user": h.user,
-                    "key": str(cluster.client_key), "mpc_host": h.address} for h in hosts]
-        inv = _inventory(tmp_path / "hosts.toml", entries)
-        assert main(["hosts", "trust", str(inv), "--yes"]) == 0
-        capsys.readouterr()
+        inv = _trusted_inventory(tmp_path / "hosts.toml", cluster, hosts, capsys)
         assert main(["hosts", "setup", str(inv), "--yes", "--mp-spdz-dir", str(mp)]) == 1
         line = _one_error_line(capsys)
         assert line.count("missing system libraries: libltmfake.so.7 (Debian package "
@@ -156,6 +152,16 @@ def test_a_system_library_missing_on_the_host_is_named_with_its_package(tmp_path
     assert left == []
 
 
+def _trusted_inventory(path: Path, cluster: FreshCluster, hosts: list, capsys) -> Path:
+    """The inventory of ``hosts``, their keys pinned (what that printed is dropped)."""
+    entries = [{"name": h.name, "ssh_host": h.address, "ssh_port": h.port, "user": h.user,
+                "key": str(cluster.client_key), "mpc_host": h.address} for h in hosts]
+    inv = _inventory(path, entries)
+    assert main(["hosts", "trust", str(inv), "--yes"]) == 0
+    capsys.readouterr()
+    return inv
+
+
 def test_a_host_whose_user_cannot_open_dev_null_is_told_so_not_that_python_is_missing(
         tmp_path, capsys):
     # Every "2>/dev/null" of the probe fails there first: python3 looked missing.
@@ -163,11 +169,7 @@ def test_a_host_whose_user_cannot_open_dev_null_is_told_so_not_that_python_is_mi
     cluster = FreshCluster(tmp_path / "cluster")
     try:
         hosts = [cluster.add(name, wrap=CLOSED_DEV) for name in ("a", "b")]
-        entries = [{"name": h.name, "ssh_host": h.address, "ssh_port": h.port, "user": h.user,
-                    "key": str(cluster.client_key), "mpc_host": h.address} for h in hosts]
-        inv = _inventory(tmp_path / "hosts.toml", entries)
-        assert main(["hosts", "trust", str(inv), "--yes"]) == 0
-        capsys.readouterr()
+        inv = _trusted_inventory(tmp_path / "hosts.toml", cluster, hosts, capsys)
         assert main(["hosts", "setup", str(inv), "--yes", "--mp-spdz-dir", str(mp)]) == 1
         line = _one_error_line(capsys)
         for host in hosts:
