@@ -14,6 +14,9 @@ import math
 import os
 import shutil
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # SIGTERM (kill, systemd, a batch scheduler, a host's lost SSH session) and SIGHUP (a
@@ -46,6 +49,29 @@ def stop_on_signals() -> dict:
         except ValueError:  # not the main thread (main() called from a worker): leave them
             break
     return previous
+
+
+@contextmanager
+def stop_signals_deferred() -> Iterator[None]:
+    """Hold :data:`STOP_SIGNALS` for the block; one that arrived is handled just after.
+
+    For the few steps a stop must not cut in two: a child started (its pid would be
+    lost, and with it the way to stop it), a request to the fork server, a descriptor
+    being handed to the file object that will close it (cut there, both would close it).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers run in the main thread only
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for signum in caught[:1]:
+            signal.raise_signal(signum)  # to the handler it was meant for
 
 
 class LtmError(Exception):

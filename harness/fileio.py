@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
-from harness.errors import DiskFullError, InputError
+from harness.errors import DiskFullError, InputError, stop_signals_deferred
 
 __all__ = ["PRIVATE_DIR_MODE", "PRIVATE_FILE_MODE", "PRIVATE_UMASK", "SIBLING_ROOM",
            "check_output_dir", "copy_private", "copy_tree_private", "file_lock", "open_private",
@@ -132,10 +132,30 @@ def open_private(path: str | os.PathLike[str], mode: str = "wb", *, follow: bool
     fd = os.open(path, flags, PRIVATE_FILE_MODE)
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)
-        return os.fdopen(fd, mode)
     except BaseException:
         os.close(fd)
         raise
+    return fdopen_owned(fd, mode)
+
+
+def fdopen_owned(fd: int, mode: str) -> IO:
+    """``os.fdopen(fd, mode)``, with ``fd`` closed exactly once whatever happens: by the
+    file object once it exists, by this function if it could not be made. A stop
+    signal waits until the file owns ``fd`` (raised between the two, it would have the
+    object close ``fd`` and the caller's cleanup close it again: EBADF)."""
+    fh = None
+    try:
+        with stop_signals_deferred():
+            try:
+                fh = os.fdopen(fd, mode)
+            except BaseException:
+                os.close(fd)
+                raise
+    except BaseException:  # the stop, raised once the file owned fd: it closes fd
+        if fh is not None:
+            fh.close()
+        raise
+    return fh
 
 
 def open_fifo_writer(path: str | os.PathLike[str]) -> int | None:

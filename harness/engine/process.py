@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import PartyError
+from harness.errors import PartyError, stop_signals_deferred
 from harness.fileio import PRIVATE_UMASK, open_private, private_dir
 
 __all__ = ["Command", "Completed", "Group", "run_group", "check_call"]
@@ -46,29 +44,6 @@ class Completed:
     extra: dict = field(default_factory=dict)
 
 
-# Stop signals (the CLI turns them into KeyboardInterrupt) wait while a child is being
-# started: one arriving inside Popen would lose the new child's pid, and with it the
-# only way to stop a party that runs in its own session.
-_DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextmanager
-def _signals_deferred() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals are only ever handled in the main thread
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
-                for sig in _DEFERRED_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if caught:
-            os.kill(os.getpid(), caught[0])  # delivered now, to the handler it was meant for
-
-
 class _Running:
     def __init__(self, cmd: Command, running: list[_Running]) -> None:
         """Start ``cmd`` and add it to ``running`` before any stop signal can intervene."""
@@ -83,7 +58,7 @@ class _Running:
             self.started = time.monotonic()
             self.ended: float | None = None
             try:
-                with _signals_deferred():
+                with stop_signals_deferred():  # a child's pid is never lost
                     self.proc = subprocess.Popen(
                         list(cmd.argv), cwd=cmd.cwd, env=cmd.env, stdin=subprocess.DEVNULL,
                         stdout=out, stderr=err, start_new_session=True,

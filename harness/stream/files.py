@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
-from harness.fileio import open_fifo_writer, open_private
+from harness.fileio import fdopen_owned, open_fifo_writer, open_private
 from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import (
@@ -109,10 +109,10 @@ def _open_gate(gate: Path, party: int, timeout: float) -> BinaryIO:
     try:
         os.set_blocking(fd, True)
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, LINE_BYTES)
-        return os.fdopen(fd, "wb")
     except BaseException:
         os.close(fd)
         raise
+    return fdopen_owned(fd, "wb")
 
 
 def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],

@@ -13,16 +13,18 @@ process.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from harness.errors import STOP_SIGNALS, DiskFullError, InputError, PartyError
+from harness.errors import (
+    DiskFullError,
+    InputError,
+    PartyError,
+    stop_signals_deferred,
+)
 
 __all__ = ["Processes", "StreamError", "pid_alive", "pid_stopped"]
 
@@ -53,7 +55,7 @@ class Processes:
         got, sent = self.ctx.Pipe(duplex=False)
         proc = self.ctx.Process(target=target, args=(*args, sent), name=name, daemon=True)
         self.procs.append((name, proc, got))  # before start: a signal may come
-        with _signals_deferred():
+        with stop_signals_deferred():
             proc.start()
         sent.close()
 
@@ -101,26 +103,6 @@ def pid_stopped(pid: int) -> str | None:
     except (OSError, IndexError):
         return None
     return {"T": "stopped (SIGSTOP)", "t": "stopped by a debugger"}.get(state)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """A process's start is a request to the fork server, then the new process's
-    preparation data: a stopping signal in its middle would leave either torn (and a
-    traceback from the fork server or the child). It is handled just after, as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # handlers run in the main thread only
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _: caught.append(signum))
-                for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for signum in caught:
-            signal.raise_signal(signum)
 
 
 def _collect(procs: list[tuple[str, Any, Connection]], deadline: float,
