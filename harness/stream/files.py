@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
 from harness.fileio import fdopen_owned, open_fifo_writer, open_private
@@ -112,7 +112,7 @@ def _open_gate(gate: Path, party: int, timeout: float) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-    return fdopen_owned(fd, "wb")
+    return cast(BinaryIO, fdopen_owned(fd, "wb"))
 
 
 def serve_file(party: int, plan: StreamPlan, sketch: Sketch, conns: list[Connection],
