@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._cli import run_benchmark
-from harness.clients import CoinLayout, ServerNoise
 from harness.engine import PROTOCOLS, LocalCluster, compile_program, find_mpspdz, parse_output
 from harness.errors import VerificationError
 from harness.experiments import check_noise_release, coin_technique, metadata
+from harness.privacy import CoinLayout, ServerNoise
 
 # The reference prototype's figures: (seconds, MB) for 5,000 cells of 2,304 coins.
 REFERENCE = {"replicated-ring": (0.71, 16.0), "semi2k": (6.9, 774.0)}

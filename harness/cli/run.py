@@ -13,9 +13,10 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
-from harness.clients import MAX_COINS, MECHANISMS, VALIDATIONS
+from harness.clients import VALIDATIONS
 from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
+from harness.privacy import MAX_COINS, MECHANISMS
 
 # ``ltm run``'s own options; the shared ones are in harness.cli.common.
 PARTIES = option("--parties", type=int, metavar="S", unset="2, or every host of --hosts",

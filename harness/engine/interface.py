@@ -27,17 +27,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
 
-    from harness.clients import (
-        FixedPoint,
-        NoiseSpec,
-        Prepared,
-        Rows,
-        ServerNoise,
-        ShareFormat,
-        Sketch,
-    )
+    from harness.clients import FixedPoint, Prepared, Rows, ShareFormat, Sketch
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
+    from harness.privacy import NoiseSpec, ServerNoise
     from harness.stream import FileShape, StreamPlan
 
 __all__ = ["Cluster", "ClientJob", "PartyRun"]

@@ -16,9 +16,9 @@ from harness.engine.certs import install_certificates, make_certificates
 from harness.fileio import private_dir
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
     from harness.engine.interface import ClientJob
     from harness.engine.programs import CompiledProgram
+    from harness.privacy import ServerNoise
 
 __all__ = ["PartyStaging", "party_input_file"]
 
@@ -55,7 +55,7 @@ class PartyStaging:
         the MPC (after its aggregate, when it inputs that too). Every party runs on this
         machine, each in its own directory, so each draws here; the sum of their
         digests comes back."""
-        from harness.clients import input_server_noise
+        from harness.privacy import input_server_noise
 
         total = 0
         for i in range(self.parties):

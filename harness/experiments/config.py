@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, VALIDATIONS, ShareFormat
+from harness.clients import ADDITIVE, VALIDATIONS, ShareFormat
 from harness.engine import (
     DEFAULT_PROTOCOL,
     INPUT_MODES,
@@ -30,6 +30,7 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_number
 from harness.experiments.modes import SHARINGS, Mode, Route, check_limits, route_for
+from harness.privacy import CALIBRATIONS, MECHANISMS
 
 if TYPE_CHECKING:
     from harness.remote import Inventory

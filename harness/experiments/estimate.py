@@ -41,9 +41,9 @@ from harness.experiments.mpc_time import COST_NS, MPC_START_S, mpc_seconds
 from harness.experiments.workload import upload_model_mb
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
     from harness.experiments.config import ReproduceConfig
     from harness.experiments.sweeps import Cell
+    from harness.privacy import ServerNoise
 
 __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
            "MPC_START_S", "SETUP_S", "UPLOAD_GOODPUT"]

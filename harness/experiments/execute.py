@@ -19,20 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import (
-    DIGEST_KEY_BYTES,
-    NOISE_GENERATOR,
-    NoiseSpec,
-    Prepared,
-    ServerNoise,
-    accountant,
-    central_sigma,
-    certificate,
-    honest_split,
-    release_sensitivity,
-    tamper_share_file,
-    tamper_text_file,
-)
+from harness.clients import DIGEST_KEY_BYTES, Prepared, tamper_share_file, tamper_text_file
 from harness.engine import (
     OUTPUT_MARKER,
     ClientJob,
@@ -49,7 +36,6 @@ from harness.engine import (
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
 from harness.experiments.config import RunConfig
 from harness.experiments.mpc_time import mpc_progress, mpc_seconds
-from harness.experiments.noise_check import check_noise_release, method
 from harness.experiments.placement import make_cluster
 from harness.experiments.results import (
     PartyResult,
@@ -59,6 +45,18 @@ from harness.experiments.results import (
     metadata,
 )
 from harness.experiments.workload import Workload, client_job, upload_model_mb
+from harness.privacy import (
+    NOISE_GENERATOR,
+    NoiseSpec,
+    ServerNoise,
+    accountant,
+    central_sigma,
+    certificate,
+    check_noise_release,
+    honest_split,
+    method,
+    release_sensitivity,
+)
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
 

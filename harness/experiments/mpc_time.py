@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
+    from harness.privacy import ServerNoise
 
 __all__ = ["CENTRAL_NS_PER_COIN", "CENTRAL_S_PER_CELL", "COST_NS", "LONG_RUN_S",
            "MPC_START_S", "PROGRESS_S", "long_run_notice", "mpc_progress", "mpc_seconds"]

@@ -19,25 +19,16 @@ from typing import Any
 import numpy as np
 
 from harness.clients import (
-    CALIBRATIONS,
     FixedPoint,
     InputBound,
-    NoiseSpec,
     Prepared,
     Rows,
-    ServerNoise,
     Sketch,
     SyntheticRows,
     all_rows,
-    certificate,
     check_dimensions,
-    check_dng_draws,
-    concentration_failure,
     input_bound,
     open_rows,
-    server_noise,
-    smallest_n,
-    zero_output_bound,
 )
 from harness.engine import (
     ClientJob,
@@ -49,6 +40,17 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
+from harness.privacy import (
+    CALIBRATIONS,
+    NoiseSpec,
+    ServerNoise,
+    certificate,
+    check_dng_draws,
+    concentration_failure,
+    server_noise,
+    smallest_n,
+    zero_output_bound,
+)
 from harness.stream import BlockShape, SlotShape
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",

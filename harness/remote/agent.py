@@ -76,7 +76,7 @@ def stream(args: argparse.Namespace) -> None:
 
 
 def noise(args: argparse.Namespace) -> None:
-    from harness.clients import input_server_noise
+    from harness.privacy import input_server_noise
 
     started = time.perf_counter()
     params = _noise_params(args.noise)
@@ -105,8 +105,8 @@ def _noise_params(text: str):
     """The noise's public parameters from their JSON, or one line saying what is wrong."""
     import math
 
-    from harness.clients import ServerNoise
     from harness.errors import InputError
+    from harness.privacy import ServerNoise
 
     what = "NOISE is not the noise's parameters as the runner writes them (ServerNoise.to_json)"
     try:

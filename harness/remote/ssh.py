@@ -55,7 +55,7 @@ from harness.remote.hosts import Inventory
 from harness.stream import Streamed, stream_inputs, write_owner
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
+    from harness.privacy import ServerNoise
 
 __all__ = [
     "ConnectOptions",

@@ -14,10 +14,10 @@ import stat
 import numpy as np
 import pytest
 
-from harness.clients import least_coins, mechanisms
 from harness.errors import InputError, TamperDetectedError, VerificationError
 from harness.experiments import DIAGNOSTICS, RunConfig, run
 from harness.experiments.run import summary
+from harness.privacy import least_coins, mechanisms
 
 pytestmark = pytest.mark.mpspdz
 

@@ -17,7 +17,7 @@ import numpy as np
 
 import harness
 from harness.clients import DIGEST_KEY_BYTES, noise_digest
-from harness.clients.mechanisms import dng_noise
+from harness.privacy.mechanisms import dng_noise
 
 TREE = Path(harness.__file__).resolve().parent.parent
 KEY = ["--digest-key", "ab" * DIGEST_KEY_BYTES]  # the run's public weights' key
@@ -93,7 +93,7 @@ def test_the_noise_step_draws_only_dng_noise(tmp_path):
 
 
 def test_server_noise_parameters_round_trip_through_json():
-    from harness.clients.mechanisms import central_noise
+    from harness.privacy.mechanisms import central_noise
 
     for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
                                           frac_bits=16, cells=8, clients=100),

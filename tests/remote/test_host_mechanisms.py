@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from _sshd import processes_under, trusted_inventory
 
-from harness.clients import ServerNoise
 from harness.engine import parse_output
 from harness.experiments import RunConfig, run
+from harness.privacy import ServerNoise
 from harness.remote.ssh import HostGroupError, SshCluster
 
 pytestmark = [

@@ -2,7 +2,7 @@
 (``central``) inside the MPC, beside the LTM's client noise (``ltm``).
 
 The release is the m x d sketch T; one client moves s d of its entries by at
-most 2 eta each (:func:`harness.clients.privacy.release_sensitivity`). In the
+most 2 eta each (:func:`harness.privacy.accounting.release_sensitivity`). In the
 central model nobody needs the clients' noise, so no concentration of honest
 clients enters (no delta_E): the servers' noise alone is certified.
 
@@ -13,10 +13,10 @@ clients enters (no delta_E): the servers' noise alone is certified.
   tolerates, the S - t honest ones must suffice: each adds mu_s = mu / (S - t),
   where mu is the least Skellam variance that the privacy loss distribution of
   the exact Skellam pmf certifies at (epsilon, delta) for the s d entries a client
-  moves, each by its lattice sensitivity (:mod:`harness.clients.skellam`, which
+  moves, each by its lattice sensitivity (:mod:`harness.privacy.skellam`, which
   says why smaller moves are covered); above a variance of 1e9 lattice steps^2
   (beyond scipy's Bessel functions) the Renyi bound
-  :func:`~harness.clients.privacy.skellam_mu` calibrates and certifies instead,
+  :func:`~harness.privacy.accounting.skellam_mu` calibrates and certifies instead,
   and ``accountant`` says which. A corrupt server's own draw is known to the
   adversary and subtracted (post-processing), but a cheating server can still
   spoil the output: it may input anything as its noise.
@@ -60,20 +60,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
-from harness.clients.digest import digest_weights, weighted_digest
-from harness.clients.noise import noise_rng
-from harness.clients.poisson import MAX_POISSON_MEAN, skellam
-from harness.clients.prepare import format_integers
-from harness.clients.privacy import (
+from harness.clients import (
+    MAX_POISSON_MEAN,
+    digest_weights,
+    format_integers,
+    skellam,
+    weighted_digest,
+)
+from harness.errors import InputError
+from harness.fileio import open_private, private_dir
+from harness.privacy.accounting import (
     analytic_gaussian_sigma,
     release_sensitivity,
     skellam_epsilon,
     skellam_mu,
 )
-from harness.clients.skellam import skellam_pld_epsilon, skellam_pld_mu, skellam_route
-from harness.errors import InputError
-from harness.fileio import open_private, private_dir
+from harness.privacy.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
+from harness.privacy.noise import noise_rng
+from harness.privacy.skellam import skellam_pld_epsilon, skellam_pld_mu, skellam_route
 
 __all__ = ["ROUNDING_COINS", "MECHANISMS", "CoinLayout", "ServerNoise", "central_noise",
            "check_dng_draws", "dng_noise", "input_server_noise", "server_noise"]
@@ -369,7 +373,7 @@ def input_server_noise(noise: ServerNoise, shape: tuple[int, int],
                        path: str | os.PathLike[str], *, append: bool,
                        digest_key: bytes) -> tuple[int, int]:
     """One server's own dng noise for every cell, drawn where this runs from a fresh
-    CSPRNG (:func:`~harness.clients.noise_rng`) and written as its private input to the
+    CSPRNG (:func:`~harness.privacy.noise_rng`) and written as its private input to the
     MPC: appended to ``path`` after its aggregate (``append``), else the whole file,
     0600 in a 0700 directory. Returns the number of cells drawn and the noise's digest
     under the run's public ``digest_key`` (:mod:`harness.clients.digest`), by which the

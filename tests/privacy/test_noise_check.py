@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.clients import server_noise
-from harness.experiments.noise_check import check_noise_release
+from harness.privacy import check_noise_release, server_noise
 
 SHAPE = (40, 50)
 

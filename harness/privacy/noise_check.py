@@ -29,7 +29,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import ServerNoise, noise_digest
+from harness.clients import noise_digest
+from harness.privacy.mechanisms import ServerNoise
 
 __all__ = ["FAIL_P", "FAIL_Z", "check_noise_release", "method"]
 
