@@ -42,21 +42,21 @@ from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
 from harness.privacy import (
     CALIBRATIONS,
+    Mechanism,
     NoiseSpec,
-    ServerNoise,
+    Request,
     certificate,
-    check_dng_draws,
     concentration_failure,
-    server_noise,
+    mechanism_class,
     smallest_n,
     zero_output_bound,
 )
 from harness.stream import BlockShape, SlotShape
 
 __all__ = ["Workload", "build_workload", "check_certified", "check_encodable", "check_fits",
-           "check_noise", "check_ring", "check_sketch_ring", "check_workload_size",
+           "check_noise", "check_ring", "check_workload_size",
            "check_zero_output",
-           "client_job", "coin_technique", "largest_rows", "noise_for", "servers_noise_for",
+           "client_job", "coin_technique", "largest_rows", "mechanism_for", "noise_for",
            "prepare_cluster", "program_for", "upload_model_mb"]
 
 
@@ -76,10 +76,10 @@ class Workload:
     noise: NoiseSpec
     fp: FixedPoint
     seed: int  # the sketch's (and synthetic data's): --seed, or drawn and recorded
+    mechanism: Mechanism  # who adds the noise, calibrated for this run
     blocks: BlockShape | None = None
     slots: SlotShape | None = None
     header: bool | None = None  # a text --data file's first line was a header (skipped)
-    servers_noise: ServerNoise | None = None  # dng or central: the servers' noise
     bound: InputBound | None = None  # --validate: each client's row checked against it
     poisoned: tuple[int, ...] = ()  # --poison: the clients that send out-of-range rows
 
@@ -88,13 +88,8 @@ class Workload:
         return self.rows.n
 
     def decode(self, revealed: np.ndarray) -> np.ndarray:
-        """The revealed ring elements in reals: central's are grid steps, the rest
-        lattice steps 2^-F."""
-        noise = self.servers_noise
-        if noise is not None and noise.kind == "central":
-            signed = np.asarray(revealed, dtype=np.uint64).view(np.int64)
-            return signed.astype(np.float64) * noise.step
-        return self.fp.decode(revealed)
+        """The revealed ring elements in reals, as the mechanism released them."""
+        return self.mechanism.decode(revealed, self.fp)
 
     @property
     def d(self) -> int:
@@ -172,7 +167,7 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     if cfg.calibration not in CALIBRATIONS:
         raise InputError(f"unknown --calibration {cfg.calibration!r}; choose "
                          f"{' or '.join(CALIBRATIONS)}")
-    if cfg.mechanism != "ltm":  # the servers add the noise: the clients send plain rows
+    if not mechanism_class(cfg.mechanism).clients_add_noise:  # the clients send plain rows
         return NoiseSpec("none", n=n, m=cfg.rows, d=d, s=s, frac_bits=cfg.frac_bits)
     # --calibration is the Gaussian's; every other noise has its one (named corollary).
     calibration = cfg.calibration if cfg.noise == "gaussian" else "corollary"
@@ -192,59 +187,19 @@ def noise_for(cfg: RunConfig, n: int, d: int, s: int) -> NoiseSpec:
     return noise
 
 
-def servers_noise_for(cfg: RunConfig, n: int, d: int, s: int) -> ServerNoise | None:
-    """The servers' noise of a dng or central run, certified (None for the LTM); an
-    (epsilon, delta) that would need too many coins, or Poissons beyond an exact
-    draw, or a sketch that could pass the ring, is refused in one line."""
-    if cfg.mechanism == "ltm":
-        return None
-    if round(cfg.eta * 2.0**cfg.frac_bits) < 1:  # no sensitivity to calibrate the noise to
-        least = next((f for f in range(53) if round(cfg.eta * 2.0**f) >= 1), None)
-        fix = (f"use --frac-bits {least} or more" if least is not None
-               else "rescale the data to a larger --eta")
-        raise InputError(f"--eta {cfg.eta:g} is below half a step of the lattice at --frac-bits "
-                         f"{cfg.frac_bits}: every value would encode to 0, and --mechanism "
-                         f"{cfg.mechanism} has no sensitivity to calibrate its noise to; {fix}")
-    # central's probabilistic truncation reads the sketch as a 63-bit signed value.
-    limit = 2.0**62 if cfg.mechanism == "central" else 2.0**63
-    if cfg.mechanism == "central" or s * cfg.eta * 2.0**cfg.frac_bits >= limit:
-        # dng's noise first where it can be computed: its limit names the larger change
-        check_sketch_ring(cfg, n, s, limit, 0.0)
-    noise = server_noise(cfg.mechanism, servers=cfg.party_count,
-                         corrupt=cfg.spec.corrupt(cfg.party_count), eta=cfg.eta, s=s, d=d,
-                         m=cfg.rows, epsilon=cfg.epsilon, delta=cfg.delta,
-                         frac_bits=cfg.frac_bits, clients=n, grid_bits=cfg.grid_bits)
-    if noise is not None and noise.kind == "dng":
-        check_dng_draws(noise)
-        # The servers' noise adds to the revealed sum: ten deviations, as check_ring's.
-        check_sketch_ring(cfg, n, s, limit, 10 * noise.std * 2.0**cfg.frac_bits)
-    if noise is not None and noise.kind == "central":
-        # recorded with the noise: its generator names how the coins were drawn
-        return dataclasses.replace(noise, **coin_technique(cfg.spec, cfg.party_count))
-    return noise
-
-
-def check_sketch_ring(cfg: RunConfig, n: int, s: int, limit: float, noise: float) -> None:
-    """Refuse a dng or central run whose bucket sums (n s eta 2^F lattice steps at most,
-    plus ``noise`` steps of the servers') could reach ``limit``, naming what fits."""
-    one = s * cfg.eta * 2.0**cfg.frac_bits  # one client's most in a bucket, in steps
-    if n * one + noise < limit:
-        return
-    where = ("rounds inside the MPC" if cfg.mechanism == "central"
-             else "reveals in the ring Z_2^64")
-    what = (f"n={n} clients could sum past 2^{math.log2(limit):.0f} in one bucket (2^"
-            f"{math.log2(n * one + noise):.1f} at --eta {cfg.eta:g}, --frac-bits "
-            f"{cfg.frac_bits}), beyond what --mechanism {cfg.mechanism} {where}")
-    fixes = []
-    most = math.ceil((limit - noise) / one) - 1  # the most clients whose sums stay below
-    if most >= 1:
-        fixes.append(f"--clients <= {most}")
-    bits = next((f for f in range(cfg.frac_bits - 1, -1, -1)
-                 if n * s * cfg.eta * 2.0**f + noise * 2.0**(f - cfg.frac_bits) < limit), None)
-    if bits is not None:
-        fixes.append(f"--frac-bits {bits}")
-    fixes.append("a smaller --eta (rescale the data)")
-    raise InputError(f"{what}; use {', or '.join(fixes)}")
+def mechanism_for(cfg: RunConfig, n: int, d: int, s: int,
+                  clients_noise: NoiseSpec | None = None) -> Mechanism:
+    """The run's mechanism calibrated for n clients of d values and s buckets each, its
+    noise certified; what it cannot certify is refused in one line. ``clients_noise``
+    is what the clients add (:func:`noise_for`'s); without it, none (what the servers'
+    noise alone costs)."""
+    if clients_noise is None:
+        clients_noise = NoiseSpec("none", n=n, m=cfg.rows, d=d, s=s, frac_bits=cfg.frac_bits)
+    return mechanism_class(cfg.mechanism).calibrate(Request(
+        servers=cfg.party_count, corrupt=cfg.spec.corrupt(cfg.party_count), n=n, d=d, s=s,
+        m=cfg.rows, eta=cfg.eta, frac_bits=cfg.frac_bits, epsilon=cfg.epsilon,
+        delta=cfg.delta, grid_bits=cfg.grid_bits,
+        coins=coin_technique(cfg.spec, cfg.party_count), clients_noise=clients_noise))
 
 
 def check_noise(cfg: RunConfig) -> None:
@@ -256,8 +211,7 @@ def check_noise(cfg: RunConfig) -> None:
     if cfg.dim < 1:
         raise InputError(f"--dim must be a positive integer, got {cfg.dim}")
     check_fits(cfg, cfg.clients, cfg.dim, s)  # in build_workload's order
-    noise_for(cfg, cfg.clients, cfg.dim, s)
-    servers_noise_for(cfg, cfg.clients, cfg.dim, s)
+    mechanism_for(cfg, cfg.clients, cfg.dim, s, noise_for(cfg, cfg.clients, cfg.dim, s))
 
 
 def check_certified(noise: NoiseSpec, n: int | None = None, s: int | None = None) -> None:
@@ -397,7 +351,7 @@ def build_workload(cfg: RunConfig) -> Workload:
     check_fits(cfg, n, d, s)
     noise = noise_for(cfg, n, d, s)
     check_zero_output(cfg, noise, cfg.dense)
-    servers = servers_noise_for(cfg, n, d, s)
+    mechanism = mechanism_for(cfg, n, d, s, noise)
     fp = FixedPoint(cfg.frac_bits)
     header = getattr(rows, "header", None)  # a text file's, before it is read whole
     # Without --seed the sketch and the synthetic data still get one, drawn here and
@@ -415,7 +369,7 @@ def build_workload(cfg: RunConfig) -> Workload:
     slots = SlotShape() if route.shape == "slots" else None
     bound = (input_bound(cfg.validation, noise, cfg.eta, cfg.frac_bits, n * s, d)
              if cfg.validation != "none" else None)
-    return Workload(rows, sketch, noise, fp, seed, blocks, slots, header, servers, bound,
+    return Workload(rows, sketch, noise, fp, seed, mechanism, blocks, slots, header, bound,
                     poisoned_clients(cfg.poison or 0, n))
 
 
@@ -440,12 +394,11 @@ def program_for(mp: MpSpdz, cfg: RunConfig, work: Workload) -> CompiledProgram:
               "block_rows": shape.block_rows if shape else 1,
               "chunk_blocks": shape.chunk_blocks if shape else 1}
     params = program.template_params(values)
+    params.update(work.mechanism.template_params(cfg.reveal_noise))
     options: tuple[str, ...] = ()
-    if work.servers_noise is not None:
-        params.update(work.servers_noise.template_params(), reveal_noise=cfg.reveal_noise)
-        if work.servers_noise.kind == "central":
-            options = cfg.spec.split_args(cfg.party_count)
-    if work.bound is not None:  # the comparisons convert shares locally where they can
+    # the mechanism's coins, and the check's comparisons, convert shares locally where
+    # the protocol can
+    if work.mechanism.draws_coins or work.bound is not None:
         options = cfg.spec.split_args(cfg.party_count)
     return compile_program(mp, program.template, params, cache_dir=cfg.cache_dir,
                            options=options)

@@ -1,12 +1,15 @@
 """Noise and what it buys: the mechanisms, their calibrations and accountants.
 
-Owns the mechanisms that decide who adds the noise (:mod:`.mechanisms`): the
-clients (the LTM), each server (``dng``) or the MPC itself (``central``); the
-clients' noise and its calibration by the paper's corollaries (:mod:`.noise`);
-the accountants (:mod:`.accounting`, the lattice's in :mod:`.lattice`, the
-exact Skellam's in :mod:`.skellam`, the binomial's in :mod:`.binomial`) and
-their certificates kept across runs (:mod:`.certificates`); and the check of a
-noisy release against the noise certified (:mod:`.noise_check`).
+Owns who adds a run's noise, behind one interface (:class:`Mechanism`, chosen by
+name through :func:`mechanism_class`; :func:`register` adds one): the clients
+(:class:`Ltm`, the paper's), each server (:class:`Dng`) or the MPC itself
+(:class:`Central`), each with what it adds, the step each server runs before the
+MPC, its program's parameters, its refusals, its verification of a release and
+its certificate. Beside them: the clients' noise and its calibration by the
+paper's corollaries (:mod:`.noise`); the accountants (:mod:`.accounting`, the
+lattice's in :mod:`.lattice`, the exact Skellam's in :mod:`.skellam`, the
+binomial's in :mod:`.binomial`) and their certificates kept across runs
+(:mod:`.certificates`); and the statistics of a noisy release (:mod:`.noise_check`).
 
 May import: ``harness.clients`` (the samplers, the digest, the integer format)
 and the shared modules. Nothing here knows about MP-SPDZ processes, hosts,
@@ -38,15 +41,17 @@ if TYPE_CHECKING:
         smallest_n,
     )
     from harness.privacy.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
+    from harness.privacy.central import ROUNDING_COINS, Central, CoinLayout, central_noise
     from harness.privacy.certificates import central_sigma, certificate, honest_split
-    from harness.privacy.mechanisms import (
-        MECHANISMS,
-        ROUNDING_COINS,
-        CoinLayout,
-        ServerNoise,
-        check_dng_draws,
-        input_server_noise,
-        server_noise,
+    from harness.privacy.dng import Dng, check_dng_draws, dng_noise, input_server_noise
+    from harness.privacy.ltm import Ltm, privacy_record
+    from harness.privacy.mechanism import (
+        Check,
+        Mechanism,
+        Options,
+        Request,
+        ServerStep,
+        programs_refusal,
     )
     from harness.privacy.noise import (
         CALIBRATIONS,
@@ -56,31 +61,52 @@ if TYPE_CHECKING:
         noise_rng,
         zero_output_bound,
     )
-    from harness.privacy.noise_check import check_noise_release, method
+    from harness.privacy.noise_check import FAIL_P, FAIL_Z
+    from harness.privacy.registry import (
+        DEFAULT_MECHANISM,
+        mechanism_class,
+        mechanism_names,
+        noise_words,
+        register,
+        run_server_step,
+        unregister,
+    )
+    from harness.privacy.servers import ServersNoise
 
 __all__ = [
     "CALIBRATIONS",
+    "DEFAULT_MECHANISM",
+    "FAIL_P",
+    "FAIL_Z",
     "MAX_COINS",
-    "MECHANISMS",
     "NOISE_GENERATOR",
     "NOISE_KINDS",
     "ROUNDING_COINS",
+    "Central",
+    "Check",
     "CoinLayout",
+    "Dng",
+    "Ltm",
+    "Mechanism",
     "NoiseSpec",
+    "Options",
+    "Request",
     "Sensitivity",
-    "ServerNoise",
+    "ServerStep",
+    "ServersNoise",
     "accountant",
     "analytic_gaussian_sigma",
     "analytic_split",
     "binomial_epsilon",
     "binomial_failure",
     "binomial_honest",
+    "central_noise",
     "central_sigma",
     "certificate",
     "certify",
     "check_dng_draws",
-    "check_noise_release",
     "concentration_failure",
+    "dng_noise",
     "gaussian_epsilon",
     "grid_sensitivity",
     "guaranteed_honest",
@@ -88,13 +114,19 @@ __all__ = [
     "honest_split",
     "input_server_noise",
     "least_coins",
-    "method",
+    "mechanism_class",
+    "mechanism_names",
     "noise_rng",
+    "noise_words",
+    "privacy_record",
+    "programs_refusal",
+    "register",
     "release_sensitivity",
-    "server_noise",
+    "run_server_step",
     "skellam_epsilon",
     "skellam_mu",
     "smallest_n",
+    "unregister",
     "zero_output_bound",
 ]
 

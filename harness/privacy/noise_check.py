@@ -1,4 +1,6 @@
-"""Verifying a run whose servers added noise (``--mechanism dng`` or ``central``).
+"""Verifying a release whose servers added noise: the statistics every noisy
+mechanism's :meth:`~harness.privacy.mechanism.Mechanism.verify` reports
+(``--mechanism dng``'s in :mod:`.dng`, ``central``'s in :mod:`.central`).
 
 Such a sketch is not bit-equal to the plaintext one, so the revealed sketch
 minus the plaintext sketch (on the central mechanism's grid) is checked against
@@ -29,24 +31,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import noise_digest
-from harness.privacy.mechanisms import ServerNoise
-
-__all__ = ["FAIL_P", "FAIL_Z", "check_noise_release", "method"]
+__all__ = ["FAIL_P", "FAIL_Z", "as_signed", "method_words", "release_statistics"]
 
 # Far outside: a p-value or a standardised deviation that an honest run shows with
 # probability below about 1e-9.
 FAIL_P = 1e-9
 FAIL_Z = 8.0
-# Above this total variance (lattice steps^2) Skellam is Normal to far below what a
-# chi-square test over a few thousand cells can see.
-_SKELLAM_EXACT = 1e6
 
 
-def method(noise: ServerNoise, exact: bool, digest: bool = False) -> str:
-    rounded = (f"the plaintext sketch truncated to the grid of {_grid_words(noise)}"
-               if noise.kind == "central" else "the plaintext sketch")
-    test = (f"revealed - {rounded} is the {noise.kind} noise: mean, variance and a "
+def method_words(name: str, rounded: str, exact: bool, digest: bool = False) -> str:
+    """result.json's ``verification.method`` for the noise of mechanism ``name``: the
+    release less ``rounded`` (the plaintext as the release rounds it, in words)."""
+    test = (f"revealed - {rounded} is the {name} noise: mean, variance and a "
             "chi-square goodness-of-fit against its exact distribution")
     if digest:
         test += ("; and exactly the noise the servers drew: the sum of their digests of "
@@ -56,12 +52,6 @@ def method(noise: ServerNoise, exact: bool, digest: bool = False) -> str:
         test += ("; and, with the noise revealed too (a test aid), released = "
                  f"{rounded} + noise bit for bit")
     return test
-
-
-def _grid_words(noise: ServerNoise) -> str:
-    """central's grid step in words: 2^-g, or 2^-g / c with a public scale c."""
-    power = f"2^-{noise.grid_bits}" if noise.grid_bits >= 0 else f"2^{-noise.grid_bits}"
-    return power if noise.scale == 1 else f"{power} / {noise.scale} = {noise.step:.6g}"
 
 
 def _gof(errors: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
@@ -96,79 +86,31 @@ def _gof(errors: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
     return float(stats.chi2.sf(chi2, int(keep.sum()) - 1))
 
 
-def _as_signed(values: np.ndarray) -> np.ndarray:
+def as_signed(values: np.ndarray) -> np.ndarray:
     return values.astype(np.uint64).view(np.int64)
 
 
-def check_noise_release(noise: ServerNoise, expected: np.ndarray, released: np.ndarray,
-                        revealed_noise: np.ndarray | None = None,
-                        revealed_rounded: np.ndarray | None = None, *,
-                        digest: tuple[bytes, int] | None = None) -> tuple[int, dict]:
-    """(mismatches, statistics) of a noisy release against the plaintext ``expected``
-    (both uint64 ring elements); mismatches only from the bit-exact check. ``digest``
-    (dng): the run's digest key and the sum of the servers' digests of their noise,
-    which the release minus ``expected`` must match exactly."""
-    from scipy import stats
-
-    plain = _as_signed(expected).ravel()
-    out = _as_signed(released).ravel()
-    mismatches = 0
-    digest_match = None
-    if noise.kind == "dng":
-        errors = (out - plain).astype(np.int64)  # wraps as the ring does
-        if digest is not None:
-            key, servers = digest
-            digest_match = noise_digest(errors, key) == servers
-        variance = noise.servers * noise.server_mu
-        mean_shift = np.zeros(errors.size)
-        if variance <= _SKELLAM_EXACT:
-            dist = stats.skellam(variance / 2, variance / 2)
-            def cdf(x: np.ndarray) -> np.ndarray:
-                return dist.cdf(x)
-        else:
-            def cdf(x: np.ndarray) -> np.ndarray:
-                return stats.norm.cdf((x + 0.5) / math.sqrt(variance))
-        if revealed_noise is not None:
-            mismatches = int(np.count_nonzero(
-                out != plain + _as_signed(revealed_noise).ravel()))
-    else:
-        k = noise.shift
-        scaled = plain * noise.scale  # below 2^62: the run was refused otherwise
-        floor = scaled >> k  # arithmetic: floor(v c / 2^k)
-        frac = (scaled - (floor << k)) / 2.0**k
-        errors = out - floor  # noise + the rounding's 0 or 1, in grid steps
-        variance = noise.coins / 4
-        mean_shift = frac
-        binom = stats.binom(noise.coins, 0.5)
-        half = noise.coins // 2
-        up = float(frac.mean())  # the cells' average chance of rounding up
-
-        def cdf(x: np.ndarray) -> np.ndarray:
-            return (1 - up) * binom.cdf(x + half) + up * binom.cdf(x - 1 + half)
-        if revealed_noise is not None and revealed_rounded is not None:
-            drawn = _as_signed(revealed_noise).ravel()
-            rounded = _as_signed(revealed_rounded).ravel()
-            # up only where there is a fraction: an exact value is never rounded
-            bad = ((out != rounded + drawn) | (rounded < floor)
-                   | (rounded > floor + (frac > 0)) | (np.abs(drawn) > half))
-            mismatches += int(np.count_nonzero(bad))
-    centred = errors - mean_shift
+def release_statistics(errors: np.ndarray, mean_shift: np.ndarray | float, variance: float,
+                       cdf: Callable[[np.ndarray], np.ndarray], *, units: str, exact: bool,
+                       digest_match: bool | None = None) -> dict:
+    """The statistics of a release's ``errors`` (integers: released less the plaintext as
+    rounded, per cell) against the noise certified: ``variance`` the noise's, the errors
+    less ``mean_shift`` (the rounding's expected part per cell, whose variance adds to
+    the noise's) centred; ``cdf`` the cells' average distribution. ``ok`` is False far
+    outside, or where ``digest_match`` (the exact check by the servers' digests) failed."""
+    shift = np.broadcast_to(np.asarray(mean_shift, dtype=np.float64), errors.shape)
+    centred = errors - shift
     cells = errors.size
     observed_var = float(centred.var()) if cells > 1 else 0.0
-    expected_var = variance + (float((mean_shift * (1 - mean_shift)).mean())
-                               if noise.kind == "central" else 0.0)
+    expected_var = variance + float((shift * (1 - shift)).mean())
     mean_z = float(centred.mean() / math.sqrt(expected_var / cells))
     var_z = float((observed_var / expected_var - 1) / math.sqrt(2 / max(cells - 1, 1)))
     p_value = _gof(errors, cdf)
     ok = (p_value >= FAIL_P and abs(mean_z) < FAIL_Z and abs(var_z) < FAIL_Z
           and digest_match is not False)
-    statistics = {"cells": cells, "mean": float(centred.mean()), "mean_z": mean_z,
-                  "variance": observed_var, "expected_variance": expected_var,
-                  "variance_z": var_z, "gof_p_value": p_value, "ok": ok,
-                  # dng: the release against the servers' digests of their noise, exactly
-                  # (None where nothing knows the noise: central)
-                  "digest_match": digest_match,
-                  "units": "lattice steps 2^-F" if noise.kind == "dng"
-                  else f"grid steps {_grid_words(noise)}",
-                  "exact": revealed_noise is not None}
-    return mismatches, statistics
+    return {"cells": cells, "mean": float(centred.mean()), "mean_z": mean_z,
+            "variance": observed_var, "expected_variance": expected_var,
+            "variance_z": var_z, "gof_p_value": p_value, "ok": ok,
+            # the release against the servers' digests of their noise, exactly (None
+            # where nothing knows the noise: central)
+            "digest_match": digest_match, "units": units, "exact": exact}
