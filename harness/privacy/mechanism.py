@@ -7,8 +7,9 @@ callers and the summary then call it and never ask which one they hold. A
 mechanism says:
 
 - before the run: its refusals of the run's options (:meth:`Mechanism.check_options`,
-  :attr:`Mechanism.programs`) and whether the clients add noise to their rows
-  (:attr:`Mechanism.clients_add_noise`; else they send plain rows);
+  :attr:`Mechanism.programs`) and what the clients add to their rows
+  (:meth:`Mechanism.clients_noise`, calibrated and refused there; none where the
+  servers add the noise);
 - calibrated, refusing in one line what it cannot certify: the step each server
   runs before the MPC, if any (:meth:`Mechanism.server_step`; a cluster runs it
   on every server, where the server runs), its parameters for the programs'
@@ -83,7 +84,11 @@ class Request:
     grid_bits: int | None
     # How the MPC draws random coins under the run's protocol: technique, summands.
     coins: Mapping[str, object]
-    clients_noise: NoiseSpec  # what the clients add (kind "none" where they add nothing)
+    noise: str = "none"  # the clients' noise asked for (--noise), and its calibration
+    calibration: str = "corollary"
+    t_prime: int = 0  # the corrupt clients (--corrupt-clients)
+    # What the clients add, once :meth:`Mechanism.clients_noise` said it.
+    clients_noise: NoiseSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +127,6 @@ class Mechanism(ABC):
     name: ClassVar[str]
     #: The server programs whose MPC adds its noise (None: every program).
     programs: ClassVar[tuple[str, ...] | None] = None
-    #: Whether the clients add noise to their rows (else they send them plain).
-    clients_add_noise: ClassVar[bool] = False
     #: Whether its MPC draws random coins for every cell (:attr:`mpc_coins`: its time
     #: grows with them) and needs the protocol's local share conversion (MP-SPDZ's -Z).
     draws_coins: ClassVar[bool] = False
@@ -133,6 +136,15 @@ class Mechanism(ABC):
         """Refuse, in one line, the run's options this mechanism cannot carry."""
         if cls.programs is not None and options.program not in cls.programs:
             raise InputError(programs_refusal(cls.name, cls.programs, options.program))
+
+    @classmethod
+    def clients_noise(cls, request: Request) -> NoiseSpec:
+        """What the clients add to their rows, certified (by default none: they send
+        their rows plain)."""
+        from harness.privacy.noise import NoiseSpec
+
+        return NoiseSpec("none", n=request.n, m=request.m, d=request.d, s=request.s,
+                         frac_bits=request.frac_bits)
 
     @classmethod
     @abstractmethod
