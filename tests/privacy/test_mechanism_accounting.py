@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from _calibrate import server_noise
 from scipy import stats
 
 from harness.errors import InputError
@@ -17,7 +18,6 @@ from harness.privacy import (
     binomial_epsilon,
     grid_sensitivity,
     least_coins,
-    server_noise,
 )
 from harness.privacy.accounting import release_sensitivity
 from harness.privacy.skellam import skellam_pld_epsilon

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 import pytest
+from _calibrate import server_noise
 from scipy import stats
 
-from harness.privacy import server_noise
 from harness.privacy.accounting import release_sensitivity, skellam_epsilon
 from harness.privacy.skellam import PLD_MAX_MU, skellam_pld_epsilon, skellam_pld_mu
 
