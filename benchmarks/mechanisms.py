@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._cli import run_benchmark
-from harness.clients import CoinLayout, ServerNoise
 from harness.engine import PROTOCOLS, LocalCluster, compile_program, find_mpspdz, parse_output
 from harness.errors import VerificationError
-from harness.experiments import check_noise_release, coin_technique, metadata
+from harness.experiments import coin_technique, metadata
+from harness.privacy import Central, CoinLayout
 
 # The reference prototype's figures: (seconds, MB) for 5,000 cells of 2,304 coins.
 REFERENCE = {"replicated-ring": (0.71, 16.0), "semi2k": (6.9, 774.0)}
@@ -42,10 +42,10 @@ REFERENCE_SIZE = (5000, 2304)
 _SMOKE = {"cells": 20, "coins": 128, "repeat": 1}
 
 
-def _noise(cells: int, coins: int) -> ServerNoise:
+def _noise(cells: int, coins: int) -> Central:
     layout = CoinLayout.cover(coins, cells)
-    return ServerNoise("central", 1.0, 1e-6, 0.0, 0.0, 1.0, 0, coins=layout.coins,
-                       grid_bits=0, layout=layout)
+    return Central(1.0, 1e-6, 0.0, 0.0, 1.0, 0, coins=layout.coins, grid_bits=0, steps=0,
+                   layout=layout)
 
 
 def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique: str,
@@ -57,7 +57,7 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
         spec = PROTOCOLS[name]
         parties = spec.exact_parties or 2
         options = spec.split_args(parties) if split else ()
-        params = {"m": cells, "d": 1, **noise.template_params(),
+        params = {"m": cells, "d": 1, **noise.template_params(False),
                   **coin_technique(spec, parties)}
         if technique != "best":
             params["technique"] = technique
@@ -72,9 +72,10 @@ def measure(cells: int, coins: int, repeat: int, protocols: list[str], technique
         for _ in range(repeat):
             runs = cluster.run(program, timeout=3600)
             released = parse_output("P0", runs[0].completed.stdout, cells)
-            mismatches, check = check_noise_release(noise, np.zeros(cells, np.uint64),
-                                                    released)
-            if mismatches or not check["ok"]:
+            verdict = noise.verify(np.zeros((cells, 1), np.uint64),
+                                   {0: released.reshape(1, cells, 1)})
+            check = verdict.statistics or {}
+            if verdict.mismatches or not check.get("ok"):
                 raise VerificationError(f"{name}: the revealed noise is not Binomial"
                                         f"({noise.coins}, 1/2): {check}")
             reps.append({"time_s": max(r.stats["time_s"] for r in runs),

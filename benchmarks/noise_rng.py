@@ -1,6 +1,6 @@
 """The clients' noise generator against numpy's default: normal draws per second.
 
-``harness.clients.noise_rng`` is a numpy Generator over randomgen's AESCounter
+``harness.privacy.noise_rng`` is a numpy Generator over randomgen's AESCounter
 (AES-128-CTR, AES-NI where the CPU has it), keyed from ``os.urandom``: PCG64,
 numpy's default, is not cryptographic, and its state can be recovered from its
 outputs. Both generators draw the same ``standard_normal`` blocks (the Gaussian
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._cli import parse_arguments
-from harness.clients import NOISE_GENERATOR, noise_rng
+from harness.privacy import NOISE_GENERATOR, noise_rng
 
 TARGET = 1.15
 # The smallest size (--smoke): in seconds.

@@ -28,13 +28,13 @@ from harness.clients import (
     ADDITIVE,
     FixedPoint,
     LatticeGaussian,
-    NoiseSpec,
     NumpyGaussian,
     Sketch,
     SyntheticRows,
     compiled_gaussian,
     vector_gaussian,
 )
+from harness.privacy import NoiseSpec
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks
 from harness.stream.produce import _FullShares

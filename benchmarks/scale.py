@@ -3,7 +3,7 @@
 In one run (the scale targets, S = 3, d = 10, m = 100, s = 1, ``local``, Gaussian):
 
 - the kernel floor on warm buffers, on one core: per noisy value one normal draw
-  (the clients' generator, :func:`harness.clients.noise_rng`), its fixed-point
+  (the clients' generator, :func:`harness.privacy.noise_rng`), its fixed-point
   encoding (x 2^16, rounded, to int64), two AES-256-CTR masks of one word each and
   two subtractions (additive shares for three servers), each kernel's fastest of
   ``--reps`` chunks of 2^20 values, in ns per noisy value, and their sum;
@@ -45,9 +45,9 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from benchmarks._cli import parse_arguments, run_benchmark
-from harness.clients import noise_rng
 from harness.errors import LtmError
 from harness.experiments import PeakMemory
+from harness.privacy import noise_rng
 
 TARGETS = {"floor_ratio": 1.5, "peak_ratio": 1.1, "peak_big_gib": 1.0}
 DIM, ROWS, SPARSITY, PARTIES = 10, 100, 1, 3

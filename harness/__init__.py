@@ -4,7 +4,8 @@ The package follows the data's path; each layer imports only those before it
 (``tests/test_layers.py`` keeps it so, ``ARCHITECTURE.md`` explains it):
 
 - ``errors``, ``fileio``, ``_version``: small pieces every layer shares;
-- :mod:`harness.clients`: the clients' side: sketch, noise, encoding, sharing, layout;
+- :mod:`harness.clients`: the clients' side: sketch, samplers, encoding, sharing, layout;
+- :mod:`harness.privacy`: the noise's mechanisms, calibrations, accountants and checks;
 - :mod:`harness.engine`: the MPC servers: MP-SPDZ, programs, local parties;
 - :mod:`harness.remote`: parties on other machines over SSH;
 - :mod:`infra` (a sibling package): the cloud machines themselves;
@@ -26,7 +27,7 @@ from harness.errors import InputError, LtmError, MpSpdzError, PartyError, Verifi
 
 _LAZY = {
     "FixedPoint": "harness.clients.encoding",
-    "NoiseSpec": "harness.clients.noise",
+    "NoiseSpec": "harness.privacy.noise",
     "Sketch": "harness.clients.sketch",
     "share": "harness.clients.sharing",
     "MpSpdz": "harness.engine.mpspdz",

@@ -35,6 +35,7 @@ LAYERS = (
                 "harness._version",
                 "mpc_programs")),
     ("clients", ("harness.clients",)),
+    ("privacy", ("harness.privacy",)),
     ("stream", ("harness.stream",)),
     ("engine", ("harness.engine",)),
     ("remote", ("harness.remote",)),

@@ -42,14 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analyst.baselines import Privacy, experiments_laplace_noise, local_sigma2
-from harness.clients import (
-    FixedPoint,
-    NoiseSpec,
-    guaranteed_honest,
-    honest_contributors,
-    noise_rng,
-)
+from harness.clients import FixedPoint
 from harness.errors import InputError
+from harness.privacy import NoiseSpec, guaranteed_honest, honest_contributors, noise_rng
 
 __all__ = ["AUDIT_CALIBRATIONS", "AUDIT_NOISES", "AuditConfig", "AuditResult",
            "BucketMechanism", "audit", "bucket_mechanism", "threshold_test", "trials_needed"]

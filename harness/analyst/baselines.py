@@ -40,7 +40,7 @@ of Gamma(c k, b) variables), which costs O(s m d) draws instead of O(s n d);
 ``per_client=True`` draws every client's noise as the MPC run does.
 
 Simulations are seeded: they publish nothing, and sweeps must be reproducible.
-The ``ltm run`` pipeline draws its noise from OS entropy instead (harness.clients.noise).
+The ``ltm run`` pipeline draws its noise from OS entropy instead (harness.privacy.noise).
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analyst.analysis import lowrank_projection, ridge_from_gram, ridge_solve, split_target
-from harness.clients import NoiseSpec, Sketch
+from harness.clients import Sketch
 from harness.errors import InputError
+from harness.privacy import NoiseSpec
 
 __all__ = [
     "CALIBRATIONS",

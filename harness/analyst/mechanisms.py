@@ -19,8 +19,8 @@ import numpy as np
 from harness.analyst import baselines
 from harness.analyst.analysis import ridge_from_gram
 from harness.analyst.simulate import Stats, gram_factor, stats_from_matrix, wishart
-from harness.clients import NoiseSpec
 from harness.errors import InputError
+from harness.privacy import NoiseSpec
 
 __all__ = [
     "compare_baselines",

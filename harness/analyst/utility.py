@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from harness.analyst import analysis, baselines, datasets
-from harness.clients import NoiseSpec, Sketch
+from harness.clients import Sketch
 from harness.errors import InputError
 from harness.fileio import check_output_dir
+from harness.privacy import NoiseSpec
 
 __all__ = [
     "DEFAULT_P_VALUES",

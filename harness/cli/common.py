@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harness.clients import CALIBRATIONS, NOISE_KINDS
 from harness.engine import ENV_VAR, NO_INSTALL_ENV_VAR, default_home
 from harness.errors import InputError, check_number
 from harness.experiments import PROGRAMS, PROTOCOLS, SHARINGS
+from harness.privacy import CALIBRATIONS, NOISE_KINDS
 
 __all__ = [
     "CALIBRATION", "CLI_DEFAULTS", "HOSTS", "MP_SPDZ", "NETWORK", "NOISE", "NO_INSTALL",

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
-from harness.clients import MAX_COINS, MECHANISMS, VALIDATIONS
+from harness.clients import VALIDATIONS
 from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
+from harness.privacy import MAX_COINS, mechanism_names
 
 # ``ltm run``'s own options; the shared ones are in harness.cli.common.
 PARTIES = option("--parties", type=int, metavar="S", unset="2, or every host of --hosts",
@@ -63,7 +64,7 @@ FRAC_BITS = option("--frac-bits", type=int,
                    help="fixed-point fraction bits (default {default})")
 PORT = option("--port", type=int, unset="a free range; 5000 inside --network",
               help="first party port (default: {default})")
-MECHANISM = option("--mechanism", choices=MECHANISMS,
+MECHANISM = option("--mechanism", choices=mechanism_names(),
                    help="who adds the noise: ltm, the clients (--noise); dng, each server "
                         "draws its own for every cell and inputs it (the honest servers' "
                         "noise suffices); central, the servers jointly draw binomial noise "

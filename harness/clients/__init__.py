@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 from harness.optional import lazy_package
 
 if TYPE_CHECKING:
-    from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
-    from harness.clients.certificates import central_sigma, certificate, honest_split
-    from harness.clients.digest import DIGEST_KEY_BYTES, digest_weights, noise_digest
+    from harness.clients.digest import (
+        DIGEST_KEY_BYTES,
+        digest_weights,
+        noise_digest,
+        weighted_digest,
+    )
     from harness.clients.encoding import FixedPoint
     from harness.clients.gaussian import (
         AesWords,
@@ -47,24 +50,7 @@ if TYPE_CHECKING:
         npy_error,
         open_rows,
     )
-    from harness.clients.mechanisms import (
-        MECHANISMS,
-        ROUNDING_COINS,
-        CoinLayout,
-        ServerNoise,
-        check_dng_draws,
-        input_server_noise,
-        server_noise,
-    )
     from harness.clients.native import find_library, load_library
-    from harness.clients.noise import (
-        CALIBRATIONS,
-        NOISE_GENERATOR,
-        NOISE_KINDS,
-        NoiseSpec,
-        noise_rng,
-        zero_output_bound,
-    )
     from harness.clients.picks import (
         CompiledLoops,
         NumpyLoops,
@@ -80,23 +66,6 @@ if TYPE_CHECKING:
         tamper_share_file,
         tamper_text_file,
         write_share_file,
-    )
-    from harness.clients.privacy import (
-        Sensitivity,
-        accountant,
-        analytic_gaussian_sigma,
-        analytic_split,
-        binomial_failure,
-        binomial_honest,
-        certify,
-        concentration_failure,
-        gaussian_epsilon,
-        guaranteed_honest,
-        honest_contributors,
-        release_sensitivity,
-        skellam_epsilon,
-        skellam_mu,
-        smallest_n,
     )
     from harness.clients.seeded import Components, components
     from harness.clients.sharing import (
@@ -123,6 +92,7 @@ __all__ = [
     "DIGEST_KEY_BYTES",
     "digest_weights",
     "noise_digest",
+    "weighted_digest",
     "SEED_BYTES",
     "choose_block_rows",
     "expand",
@@ -138,44 +108,21 @@ __all__ = [
     "open_rows",
     "AesWords",
     "BlockNoise",
-    "CALIBRATIONS",
     "GaussianNoise",
     "LatticeGaussian",
     "NumpyGaussian",
     "gaussian_noise",
     "FORMATS",
     "FixedPoint",
-    "MAX_COINS",
-    "ROUNDING_COINS",
-    "MECHANISMS",
-    "CoinLayout",
-    "ServerNoise",
-    "binomial_epsilon",
-    "check_dng_draws",
     "EXACT_BELOW",
     "MAX_POISSON_MEAN",
     "poisson",
     "skellam",
-    "grid_sensitivity",
-    "least_coins",
-    "server_noise",
     "MALICIOUS_REPLICATED",
-    "NOISE_GENERATOR",
-    "NOISE_KINDS",
-    "NoiseSpec",
     "Prepared",
     "REPLICATED",
-    "Sensitivity",
     "ShareFormat",
     "Sketch",
-    "analytic_gaussian_sigma",
-    "accountant",
-    "central_sigma",
-    "certificate",
-    "analytic_split",
-    "binomial_failure",
-    "binomial_honest",
-    "certify",
     "check_dimensions",
     "compiled_gaussian",
     "compiled_sketch",
@@ -185,25 +132,13 @@ __all__ = [
     "sketch_loops",
     "check_matrix",
     "components",
-    "concentration_failure",
     "format_integers",
     "libcrypto",
-    "gaussian_epsilon",
-    "guaranteed_honest",
-    "honest_split",
-    "honest_contributors",
-    "input_server_noise",
     "load_matrix",
     "npy_error",
-    "noise_rng",
     "read_share_file",
-    "release_sensitivity",
     "share",
     "share_format",
-    "skellam_epsilon",
-    "skellam_mu",
-    "smallest_n",
-    "zero_output_bound",
     "tamper_share_file",
     "tamper_text_file",
     "vector_gaussian",

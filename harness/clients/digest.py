@@ -20,7 +20,7 @@ probability at most 2^-(63 - v), v the least number of trailing zero bits of the
 cells' changes; a change of one cell by an odd amount (as ``--tamper``'s 5) is
 caught for certain. It is no check against a server that lies: a
 cheating server may report any digest, as it may input any noise (see
-:mod:`harness.clients.mechanisms`).
+:mod:`harness.privacy.mechanisms`).
 
 The digests reach only the runner, which computes the plaintext sketch anyway; they
 are compared and dropped, never written.

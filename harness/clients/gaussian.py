@@ -2,13 +2,13 @@
 
 The draws are numpy's: ``_gaussian.c`` is ``Generator.standard_normal``'s ziggurat
 (its tables, its wedge and its tail, step for step) over the words of the run's
-CSPRNG (:func:`~harness.clients.noise_rng`, randomgen's ``AESCounter``), which
+CSPRNG (:func:`~harness.privacy.noise_rng`, randomgen's ``AESCounter``), which
 :class:`AesWords` computes in bulk, one cipher call for a block's words, instead of
 a call into the generator per word. The same generator state gives the same
 normals, bit for bit, and leaves the generator where numpy would: the noise is what
 the accountant certifies, whichever draws it. Each draw is scaled to lattice steps,
 rounded on its own and added to its client's encoded entry as an integer, as
-:meth:`~harness.clients.NoiseSpec.sample_lattice` does, in one loop over a block
+:meth:`~harness.privacy.NoiseSpec.sample_lattice` does, in one loop over a block
 that stays in the core's cache, where numpy makes a pass per step.
 
 The library is built by the install (``setup.py``; a C compiler is optional). Where
@@ -184,9 +184,9 @@ class AesWords:
 class LatticeGaussian:
     """Gaussian noise of ``sigma`` lattice steps from ``source``, rounded to the
     lattice and added to encoded entries: what ``Generator(source).standard_normal``
-    would draw, scaled and rounded as :meth:`~harness.clients.NoiseSpec.sample_lattice`
+    would draw, scaled and rounded as :meth:`~harness.privacy.NoiseSpec.sample_lattice`
     does. Needs the compiled library (:func:`compiled_gaussian`) and an
-    ``AESCounter`` (:func:`~harness.clients.noise_rng`'s)."""
+    ``AESCounter`` (:func:`~harness.privacy.noise_rng`'s)."""
 
     def __init__(self, sigma: float, source: AESCounter) -> None:
         lib = _library()

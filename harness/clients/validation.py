@@ -34,8 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from harness.clients.noise import NoiseSpec
 from harness.errors import InputError
 
 __all__ = ["FAILURE_BITS", "VALIDATIONS", "InputBound", "input_bound", "noise_tail"]
@@ -44,6 +44,24 @@ VALIDATIONS = ("none", "linf", "l2")
 # The probability that any honest row of a run is rejected: at most 2^-FAILURE_BITS.
 FAILURE_BITS = 40
 _RING_HALF = 2**63
+
+
+class NoiseSpec(Protocol):
+    """What the bound reads of the clients' noise (:class:`harness.privacy.NoiseSpec`,
+    a layer above this one)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def zero_output(self) -> bool: ...
+    @property
+    def lattice_sigma(self) -> float: ...
+    @property
+    def client_mu(self) -> float: ...
+    @property
+    def gamma_shape(self) -> float: ...
+    @property
+    def laplace_lattice_scale(self) -> float: ...
 
 
 @dataclass(frozen=True)

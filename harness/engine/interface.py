@@ -12,7 +12,7 @@ The phases, in the order a run calls them::
     with cluster.launch(job, program, timeout=..., port=...):  # where it can
         prepared = cluster.prepare(job)      # the stream: clients and servers side by side
         with cluster.session():              # e.g. an emulated network kept up
-            cluster.input_servers_noise(...) # dng only: each server's own, where it runs
+            cluster.run_server_step(...)     # the mechanism's, if any: on each server
             runs = cluster.run(program, timeout=..., port=...)
     cluster.upload_bytes(prepared)           # what the clients' upload carried, per server
 """
@@ -27,17 +27,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
 
-    from harness.clients import (
-        FixedPoint,
-        NoiseSpec,
-        Prepared,
-        Rows,
-        ServerNoise,
-        ShareFormat,
-        Sketch,
-    )
+    from harness.clients import FixedPoint, Prepared, Rows, ShareFormat, Sketch
     from harness.engine.process import Completed
     from harness.engine.programs import CompiledProgram
+    from harness.privacy import NoiseSpec, ServerStep
     from harness.stream import FileShape, StreamPlan
 
 __all__ = ["Cluster", "ClientJob", "PartyRun"]
@@ -155,15 +148,16 @@ class Cluster(Protocol):
         ``servers_s`` and ``upload`` where they were timed here)."""
         ...
 
-    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool, digest_key: bytes) -> int:
-        """dng, after :meth:`prepare` and inside :meth:`session`: each server draws its
-        own noise for every cell (``shape``) where it runs and inputs it to the MPC,
-        appended to its input file after its aggregate when it inputs that too
-        (``after_aggregate``). Only the noise's public parameters (and the run's public
-        ``digest_key``) leave this machine; of any server's noise only its digest comes
-        back (:mod:`harness.clients.digest`). Returns the sum of the servers' digests
-        mod 2^64, which the release is checked against."""
+    def run_server_step(self, step: ServerStep, *, after_aggregate: bool,
+                        digest_key: bytes) -> int:
+        """After :meth:`prepare` and inside :meth:`session`: each server runs ``step``
+        (what the run's mechanism has each server do before the MPC) where it runs,
+        writing its own input to the MPC for every cell, appended to its input file
+        after its aggregate when it inputs that too (``after_aggregate``). Only the
+        step's public parameters (and the run's public ``digest_key``) leave this
+        machine; of what a server input only its digest comes back
+        (:mod:`harness.clients.digest`). Returns the sum of the servers' digests mod
+        2^64, which the release is checked against."""
         ...
 
     def session(self) -> AbstractContextManager[None]:

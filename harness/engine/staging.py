@@ -16,9 +16,9 @@ from harness.engine.certs import install_certificates, make_certificates
 from harness.fileio import private_dir
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
     from harness.engine.interface import ClientJob
     from harness.engine.programs import CompiledProgram
+    from harness.privacy import ServerStep
 
 __all__ = ["PartyStaging", "party_input_file"]
 
@@ -49,19 +49,17 @@ class PartyStaging:
         them: here they cannot (:meth:`run` starts them)."""
         return nullcontext(False)
 
-    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool, digest_key: bytes) -> int:
-        """dng: each server draws its own noise for every cell as its private input to
-        the MPC (after its aggregate, when it inputs that too). Every party runs on this
-        machine, each in its own directory, so each draws here; the sum of their
-        digests comes back."""
-        from harness.clients import input_server_noise
+    def run_server_step(self, step: ServerStep, *, after_aggregate: bool,
+                        digest_key: bytes) -> int:
+        """Each server runs ``step`` into its input file (after its aggregate, when it
+        inputs that too). Every party runs on this machine, each in its own directory,
+        so each runs it here; the sum of their digests comes back."""
+        from harness.privacy import run_server_step
 
         total = 0
         for i in range(self.parties):
-            _, digest = input_server_noise(noise, shape,
-                                           party_input_file(self.party_dir(i), i),
-                                           append=after_aggregate, digest_key=digest_key)
+            _, digest = run_server_step(step, party_input_file(self.party_dir(i), i),
+                                        append=after_aggregate, digest_key=digest_key)
             total += digest
         return total % 2**64
 

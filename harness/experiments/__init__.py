@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from harness.experiments.execute import RunOutcome, ServerInputs, execute
     from harness.experiments.memory import PeakMemory, tree_pss_bytes
     from harness.experiments.modes import Mode, Route, route_for
-    from harness.experiments.noise_check import check_noise_release
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
     from harness.experiments.results import (
@@ -75,7 +74,6 @@ __all__ = [
     "ServerInputs",
     "Workload",
     "build_workload",
-    "check_noise_release",
     "client_job",
     "coin_technique",
     "default_input_mode",

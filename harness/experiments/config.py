@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.clients import ADDITIVE, CALIBRATIONS, MECHANISMS, VALIDATIONS, ShareFormat
+from harness.clients import ADDITIVE, VALIDATIONS, ShareFormat
 from harness.engine import (
     DEFAULT_PROTOCOL,
     INPUT_MODES,
@@ -30,6 +30,7 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_number
 from harness.experiments.modes import SHARINGS, Mode, Route, check_limits, route_for
+from harness.privacy import CALIBRATIONS, DEFAULT_MECHANISM, Options, mechanism_class
 
 if TYPE_CHECKING:
     from harness.remote import Inventory
@@ -97,7 +98,7 @@ class RunConfig:
     sharing: str = "full"
     export_sketch: bool = False  # save sketch.npz (by default recomputed from the seed)
     # Who adds the noise: the clients (ltm), each server (dng) or the MPC (central).
-    mechanism: str = "ltm"
+    mechanism: str = DEFAULT_MECHANISM
     grid_bits: int | None = None  # central: the grid 2^-g (default: chosen by coins)
     reveal_noise: bool = False  # test aid: the MPC reveals the servers' noise as well
     # Each client's row checked inside the MPC before it counts: none, linf or l2.
@@ -185,6 +186,7 @@ class RunConfig:
         if route.refused:
             raise InputError(route.refused)
         check_limits(mode, route, vars(resolved))
+        check_mechanism(resolved)
         parties = self.parties
         if parties is None:
             parties = (len(load_inventory(self.hosts).hosts) if self.hosts
@@ -197,10 +199,6 @@ class RunConfig:
                              f"0..{parties - 1}")
         if self.timeout <= 0:
             raise InputError("--timeout must be positive")
-        if self.mechanism not in MECHANISMS:
-            raise InputError(f"unknown --mechanism {self.mechanism!r}; choose "
-                             f"{', '.join(MECHANISMS)}")
-        check_mechanism(self)
         if self.validation not in VALIDATIONS:
             raise InputError(f"unknown --validate {self.validation!r}; choose "
                              f"{', '.join(VALIDATIONS)}")
@@ -212,30 +210,12 @@ class RunConfig:
 
 
 def check_mechanism(cfg: RunConfig) -> None:
-    """The mechanism's own options (its program and placement are the table of modes')."""
-    if cfg.mechanism == "ltm":
-        if cfg.grid_bits is not None:
-            raise InputError("--grid-bits is the central mechanism's grid; add --mechanism "
-                             "central or drop it")
-        if cfg.reveal_noise:
-            raise InputError("reveal_noise reveals the servers' noise, and --mechanism ltm "
-                             "has none; use --mechanism dng or central")
-        return
-    if cfg.noise not in ("gaussian", "none"):
-        raise InputError(f"--noise {cfg.noise} is the clients' noise of the LTM; with "
-                         f"--mechanism {cfg.mechanism} the clients send noise-free rows: "
-                         "drop --noise or use --mechanism ltm")
-    if cfg.grid_bits is not None and cfg.mechanism != "central":
-        raise InputError("--grid-bits is the central mechanism's grid; use --mechanism "
-                         "central or drop it")
-    if cfg.mechanism == "central" and cfg.tamper is not None and not cfg.spec.malicious:
-        # A malicious protocol aborts on the changed word; a semi-honest one reveals it
-        # inside noise that no one knows, where no check can tell it.
-        raise InputError(f"--tamper under the semi-honest {cfg.protocol} cannot be detected "
-                         "with --mechanism central: its noise is known to no one, and a "
-                         "changed word hides in it; use --mechanism dng (checked against the "
-                         "servers' digests of their noise), a malicious protocol, or drop "
-                         "--tamper")
+    """The mechanism's refusals of the run's options
+    (:meth:`harness.privacy.Mechanism.check_options`)."""
+    mechanism_class(cfg.mechanism).check_options(Options(
+        mechanism=cfg.mechanism, program=cfg.program, noise=cfg.noise,
+        grid_bits=cfg.grid_bits, reveal_noise=cfg.reveal_noise, tamper=cfg.tamper,
+        protocol=cfg.protocol, malicious=cfg.spec.malicious))
 
 
 def check_numbers(cfg: RunConfig) -> None:

@@ -39,11 +39,12 @@ from harness.errors import InputError, LtmError
 from harness.experiments.config import RunConfig, default_input_mode
 from harness.experiments.mpc_time import COST_NS, MPC_START_S, mpc_seconds
 from harness.experiments.workload import upload_model_mb
+from harness.privacy import DEFAULT_MECHANISM, mechanism_class
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
     from harness.experiments.config import ReproduceConfig
     from harness.experiments.sweeps import Cell
+    from harness.privacy import Mechanism
 
 __all__ = ["COST_NS", "CellCost", "Estimate", "cell_cost", "estimate_sweep", "HOSTS_SETUP_S",
            "MPC_START_S", "SETUP_S", "UPLOAD_GOODPUT"]
@@ -131,17 +132,19 @@ def _upload_bytes(run_cfg: RunConfig, servers: int, values: int) -> float:
                      for i in range(servers)))
 
 
-def _central_noise(run_cfg: RunConfig, cell: Cell) -> ServerNoise | None:
-    """A central cell's noise (its coins cost MPC time), as its run would draw it."""
-    from harness.experiments.workload import servers_noise_for
+def _central_noise(run_cfg: RunConfig, cell: Cell) -> Mechanism | None:
+    """The noise of a cell whose MPC draws coins (they cost MPC time), as its run would
+    draw it."""
+    from harness.experiments.workload import mechanism_for
 
-    if cell.mechanism != "central":
+    name = cell.mechanism or DEFAULT_MECHANISM
+    if not mechanism_class(name).draws_coins:
         return None
     central = dataclasses.replace(
-        run_cfg, mechanism="central", rows=cell.rows, dim=cell.dim, sparsity=cell.sparsity,
+        run_cfg, mechanism=name, rows=cell.rows, dim=cell.dim, sparsity=cell.sparsity,
         epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
     try:
-        return servers_noise_for(central.validate(), cell.clients, cell.dim, cell.sparsity)
+        return mechanism_for(central.validate(), cell.clients, cell.dim, cell.sparsity)
     except InputError:
         return None  # refused: the sweep leaves it out, as plan_sweep says
 

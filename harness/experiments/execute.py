@@ -1,7 +1,7 @@
 """One run on a cluster: the clients' inputs, the parties, verification, the result.
 
 :func:`execute` talks to wherever the parties live only through
-:class:`harness.engine.Cluster` (launch, prepare, session, input_servers_noise,
+:class:`harness.engine.Cluster` (launch, prepare, session, run_server_step,
 run, upload_bytes, reuses_inputs); :func:`harness.experiments.placement.make_cluster`
 chose the kind. It returns a :class:`RunOutcome`: the typed result that is
 written, and apart from it what is never written into it (the revealed ring
@@ -10,7 +10,6 @@ elements, and the servers' inputs for a caller that reruns on them).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from contextlib import ExitStack
@@ -19,20 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.clients import (
-    DIGEST_KEY_BYTES,
-    NOISE_GENERATOR,
-    NoiseSpec,
-    Prepared,
-    ServerNoise,
-    accountant,
-    central_sigma,
-    certificate,
-    honest_split,
-    release_sensitivity,
-    tamper_share_file,
-    tamper_text_file,
-)
+from harness.clients import DIGEST_KEY_BYTES, Prepared, tamper_share_file, tamper_text_file
 from harness.engine import (
     OUTPUT_MARKER,
     ClientJob,
@@ -49,7 +35,6 @@ from harness.engine import (
 from harness.errors import MpSpdzError, PartyError, TamperDetectedError
 from harness.experiments.config import RunConfig
 from harness.experiments.mpc_time import mpc_progress, mpc_seconds
-from harness.experiments.noise_check import check_noise_release, method
 from harness.experiments.placement import make_cluster
 from harness.experiments.results import (
     PartyResult,
@@ -59,6 +44,7 @@ from harness.experiments.results import (
     metadata,
 )
 from harness.experiments.workload import Workload, client_job, upload_model_mb
+from harness.privacy import Check, Mechanism
 
 __all__ = ["RunOutcome", "ServerInputs", "execute"]
 
@@ -116,21 +102,22 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         timings.update(prepared.stages)
         # One session (an emulated network) carries the upload and then the MPC.
         digest = None
+        step = work.mechanism.server_step((work.sketch.m, work.d))
         with cluster.session():
-            if work.servers_noise is not None and work.servers_noise.kind == "dng":
-                # Each server draws its own where it runs (on a host, its agent there), and
-                # reports its noise's digest under weights drawn now, for the exact check.
+            if step is not None:
+                # Each server runs the mechanism's step where it runs (on a host, its agent
+                # there), and reports the digest of what it input under weights drawn now,
+                # for the exact check.
                 key = os.urandom(DIGEST_KEY_BYTES)
-                digest = (key, cluster.input_servers_noise(
-                    work.servers_noise, (work.sketch.m, work.d),
-                    after_aggregate=cfg.inputs_aggregates, digest_key=key))
+                digest = (key, cluster.run_server_step(
+                    step, after_aggregate=cfg.inputs_aggregates, digest_key=key))
             if cfg.tamper is not None:  # after the upload: a server changes what it received
                 tamper_input(cfg, work, cluster)
             launched = time.perf_counter()
             # MP-SPDZ prints nothing until the end: a long run shows its time against
             # the estimate instead.
             expected = mpc_seconds(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
-                                   work.servers_noise, work.sketch.m * work.d)
+                                   work.mechanism, work.sketch.m * work.d)
             try:
                 with mpc_progress(expected):
                     runs = cluster.run(program, timeout=cfg.timeout, port=cfg.port)
@@ -141,8 +128,9 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
                     raise MpSpdzError(refusal) from exc
                 raise
     timings["mpc_wall_s"] = time.perf_counter() - launched
-    revealed, mismatches, noise_check = _verify(runs, prepared.expected, work.servers_noise,
-                                                cfg.reveal_noise, digest)
+    revealed, check = _verify(runs, prepared.expected, work.mechanism, cfg.reveal_noise,
+                              digest)
+    mismatches = check.mismatches
     validation = None
     if work.bound is not None:
         validation, wrong = _rejections(runs, work)
@@ -188,47 +176,33 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
         c_mpc_mb=sum(upload) / 1e6 + global_mb,
         model_c_mpc_mb=cfg.party_count * 8 * (s * work.n * d + m * d) / 1e6,
         model_client_upload_mb=upload_model_mb(cfg, s * work.n * d),
-        verification=_verification(mismatches, m * d, work.servers_noise, noise_check),
+        verification=_verification(mismatches, m * d, check),
         # Statistics of the noise as released: drawn on the lattice, in reals.
         noise_observed={**prepared.stats, "released": True},
-        privacy=(work.servers_noise.record() if work.servers_noise is not None
-                 else privacy_record(work.noise)),
+        privacy=work.mechanism.record(),
         timings=timings,
         validation=validation,
     )
     kept = None
-    # dng's servers append fresh noise after their inputs: a rerun would read stale noise.
-    fresh_noise = work.servers_noise is not None and work.servers_noise.kind == "dng"
-    if keep_inputs and cluster.reuses_inputs and cfg.tamper is None and not fresh_noise:
+    # A server step appends to the servers' inputs (dng's fresh noise): a rerun would read
+    # what the step left.
+    if keep_inputs and cluster.reuses_inputs and cfg.tamper is None and step is None:
         kept = ServerInputs(cluster, job, prepared)
     return RunOutcome(result, revealed, kept)
 
 
-def _verify(runs: list[PartyRun], expected: np.ndarray, noise: ServerNoise | None = None,
+def _verify(runs: list[PartyRun], expected: np.ndarray, mechanism: Mechanism,
             reveal_noise: bool = False, digest: tuple[bytes, int] | None = None,
-            ) -> tuple[np.ndarray, int, dict | None]:
-    """P0's revealed ring elements, the most entries any party's view got wrong, and
-    for the servers' noise, its statistics against the noise certified (and for dng,
-    the release against the servers' ``digest``: key and sum)."""
+            ) -> tuple[np.ndarray, Check]:
+    """P0's revealed ring elements, and the mechanism's check of every party's views
+    (every party that printed them: one honest-looking P0 is not enough) against the
+    plaintext sketch (and the servers' ``digest``, key and sum, of their step's input)."""
     m, d = expected.shape
-    # The test aid reveals the noise (and central's rounded sketch) after the sketch.
-    views = 1 + (0 if noise is None or not reveal_noise else
-                 1 if noise.kind == "dng" else 2)
+    views = mechanism.views(reveal_noise)
     printed = {r.party: parse_output(f"P{r.party}", r.completed.stdout, views * m * d)
                .reshape(views, m, d)
                for r in runs if r.party == 0 or OUTPUT_MARKER in r.completed.stdout}
-    revealed = printed[0][0]
-    if noise is None:
-        # Every party that printed its view is checked: one honest-looking P0 is not enough.
-        return revealed, max(int(np.count_nonzero(view[0] != expected))
-                             for view in printed.values()), None
-    # Every party must have seen what P0 saw; that is then checked against the noise.
-    differ = max(int(np.count_nonzero(view != printed[0])) for view in printed.values())
-    extra = printed[0][1:]
-    mismatches, stats = check_noise_release(
-        noise, expected, revealed, extra[0] if len(extra) else None,
-        extra[1] if len(extra) > 1 else None, digest=digest)
-    return revealed, differ + mismatches, stats
+    return printed[0][0], mechanism.verify(expected, printed, digest)
 
 
 def _rejections(runs: list[PartyRun], work: Workload) -> tuple[dict, int]:
@@ -244,15 +218,11 @@ def _rejections(runs: list[PartyRun], work: Workload) -> tuple[dict, int]:
     return record, int(any(count != expected for count in counts.values()))
 
 
-def _verification(mismatches: int, entries: int, noise: ServerNoise | None,
-                  noise_check: dict | None) -> Verification:
-    if noise is None or noise_check is None:
+def _verification(mismatches: int, entries: int, check: Check) -> Verification:
+    if check.statistics is None:
         return Verification(ok=mismatches == 0, mismatches=mismatches, entries=entries)
-    return Verification(ok=mismatches == 0 and noise_check["ok"], mismatches=mismatches,
-                        entries=entries,
-                        method=method(noise, noise_check["exact"],
-                                      noise_check.get("digest_match") is not None),
-                        noise_check=noise_check)
+    return Verification(ok=mismatches == 0 and check.statistics["ok"], mismatches=mismatches,
+                        entries=entries, method=check.method or "", noise_check=check.statistics)
 
 
 def _party_results(cfg: RunConfig, runs: list[PartyRun], prepared: Prepared) -> list[PartyResult]:
@@ -300,37 +270,6 @@ def _parameters(cfg: RunConfig, work: Workload, prepared: Prepared) -> RunParame
         hosts=str(cfg.hosts) if cfg.hosts else "local", network=cfg.network or "loopback",
         noise=work.noise.describe(), layout=layout, mechanism=cfg.mechanism,
         validate=cfg.validation, poisoned=list(work.poisoned))
-
-
-def privacy_record(noise: NoiseSpec) -> dict:
-    """result.json's ``privacy``: what was asked, and what the accountant certifies for
-    the noise drawn (the run was refused before drawing if that were more), with the
-    noise's standard deviation per entry of T against the central Gaussian's."""
-    if noise.kind == "none":
-        return {"mechanism": "ltm", "requested_epsilon": None, "requested_delta": None,
-                "certified_epsilon": None, "certified_delta": None,
-                "accountant": accountant(noise), "calibration": None, "generator": None,
-                "on_lattice": True, "noise_std": 0.0, "central_std": None, "std_ratio": None}
-    epsilon, delta = certificate(noise)
-    # the honest draws the accountant counted, from the same cache as its certificate
-    honest = (honest_split(noise)[0] if noise.kind in ("gaussian", "skellam")
-              and not noise.zero_output else None)
-    calibration = {"gaussian": noise.calibration, "skellam": "skellam-rdp",
-                   "laplace": "corollary"}[noise.kind]
-    # A bucket holds n s / m of the clients' draws on average (the accountant counts
-    # only its guaranteed honest ones).
-    std = math.sqrt(noise.n * noise.s / noise.m * noise.variance)
-    central = central_sigma(release_sensitivity(noise.eta, noise.s, noise.d).l2,
-                            noise.epsilon, noise.delta)
-    return {"mechanism": "ltm", "requested_epsilon": noise.epsilon,
-            "requested_delta": noise.delta, "noise_std": std, "central_std": central,
-            "std_ratio": std / central,
-            # JSON has no infinity: None is "nothing certified".
-            "certified_epsilon": epsilon if math.isfinite(epsilon) else None,
-            "certified_delta": delta, "accountant": accountant(noise, honest),
-            "calibration": calibration, "generator": NOISE_GENERATOR,
-            # the certificate is for the noise rounded to the 2^-F lattice, as released
-            "on_lattice": True}
 
 
 def tamper_input(cfg: RunConfig, work: Workload, cluster: Cluster) -> None:

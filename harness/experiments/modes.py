@@ -28,9 +28,10 @@ processes, in their namespaces under ``--network``, or its host's agent);
 by SFTP, so hosts without the harness (only MP-SPDZ) can run it.
 
 Options beside the four axes that rule out a route (``--network`` with
-``--hosts``, a ``--protocol`` whose shares no client can write, ``--mechanism``,
+``--hosts``, a ``--protocol`` whose shares no client can write,
 ``--dense``, ``--tamper``, ``--validate``, ``--poison``) are :data:`LIMITS`,
-checked against the route the axes chose.
+checked against the route the axes chose; a ``--mechanism`` says itself which
+programs add its noise (:meth:`harness.privacy.Mechanism.check_options`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from itertools import product
 
 from harness.engine import INPUT_MODES, PROGRAMS, PROTOCOLS
 from harness.errors import InputError
+from harness.privacy import mechanism_class, mechanism_names, programs_refusal
 
 __all__ = ["INPUTS", "LIMITS", "PLACEMENTS", "PLACEMENT_NAMES", "PROGRAM_NAMES", "ROUTES",
            "SHARINGS", "Limit", "Mode", "Route", "combinations", "markdown", "route_for"]
@@ -190,9 +192,6 @@ LIMITS: tuple[Limit, ...] = (
     Limit("poison", None,
           "--poison makes some of this machine's clients lie, and with --hosts the clients "
           "run on their hosts; drop --poison or --hosts", placements=_HOSTS),
-    Limit("mechanism", ("dng", "central"),
-          "--mechanism {value} adds the servers' noise in the local program, not --program "
-          "{program}; use --program local", programs=("fast", "reference")),
     # A host computes each client's buckets from the sketch's seed; the dense sketch is
     # drawn here and held whole.
     Limit("dense", (True,),
@@ -256,4 +255,13 @@ def markdown() -> str:
         lines.append("- " + limit.message.format(
             value=" or ".join(map(str, limit.values or ())),
             program=" or ".join(limit.programs)))
+    # and a mechanism, in every program but those that add its noise
+    grouped: dict[tuple[str, ...], list[str]] = {}
+    for name in mechanism_names():
+        programs = mechanism_class(name).programs
+        if programs is not None:
+            grouped.setdefault(programs, []).append(name)
+    for programs, names in grouped.items():
+        others = " or ".join(p for p in PROGRAM_NAMES if p not in programs)
+        lines.append("- " + programs_refusal(" or ".join(names), programs, others))
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
+    from harness.privacy import Mechanism
 
 __all__ = ["CENTRAL_NS_PER_COIN", "CENTRAL_S_PER_CELL", "COST_NS", "LONG_RUN_S",
            "MPC_START_S", "PROGRESS_S", "long_run_notice", "mpc_progress", "mpc_seconds"]
@@ -68,13 +68,15 @@ MPC_START_S = 0.2
 
 
 def mpc_seconds(protocol: str, program: str, values: int,
-                noise: ServerNoise | None = None, cells: int = 0) -> float:
+                noise: Mechanism | None = None, cells: int = 0) -> float:
     """The parties' expected time for one run of ``values`` noisy values: start-up, the
-    sketch (:data:`COST_NS`) and, for central noise, ``cells`` times its coins."""
+    sketch (:data:`COST_NS`) and, for noise the MPC draws (central's), ``cells`` times
+    its coins."""
     mpc_ns = COST_NS.get((protocol, program), (0.0, 0.0))[1]
     seconds = MPC_START_S + values * mpc_ns * 1e-9
-    if noise is not None and noise.kind == "central":
-        seconds += cells * (noise.coins * CENTRAL_NS_PER_COIN.get(protocol, 0.0) * 1e-9
+    coins = 0 if noise is None else noise.mpc_coins
+    if coins:
+        seconds += cells * (coins * CENTRAL_NS_PER_COIN.get(protocol, 0.0) * 1e-9
                             + CENTRAL_S_PER_CELL.get(protocol, 0.0))
     return seconds
 
@@ -95,7 +97,7 @@ def _per_coin(ns: float) -> str:
     return f"{ns / 1e3:g} us" if ns >= 1e3 else f"{ns:g} ns"
 
 
-def long_run_notice(protocol: str, program: str, values: int, noise: ServerNoise | None,
+def long_run_notice(protocol: str, program: str, values: int, noise: Mechanism | None,
                     cells: int) -> str | None:
     """One line for a run whose MPC should take over :data:`LONG_RUN_S`: the estimate
     and what would make it shorter (None for a shorter run)."""
@@ -103,11 +105,12 @@ def long_run_notice(protocol: str, program: str, values: int, noise: ServerNoise
     if seconds <= LONG_RUN_S:
         return None
     line = f"note: this run's MPC should take about {_duration(seconds)}"
-    if noise is not None and noise.kind == "central":
+    if noise is not None and noise.mpc_coins:
         per_coin = CENTRAL_NS_PER_COIN.get(protocol, 0.0)
         fastest = min(CENTRAL_NS_PER_COIN, key=CENTRAL_NS_PER_COIN.__getitem__)
         other = mpc_seconds(fastest, program, values, noise, cells)
-        return (f"{line} ({cells:,} cells x {noise.coins:,} coins of central noise at about "
+        return (f"{line} ({cells:,} cells x {noise.mpc_coins:,} coins of {noise.name} noise "
+                f"at about "
                 f"{_per_coin(per_coin)} a coin under {protocol}); a larger --epsilon, fewer "
                 f"cells (--rows x --dim) or --protocol {fastest} (about "
                 f"{_duration(other)}) make it shorter")

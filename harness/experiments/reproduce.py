@@ -54,11 +54,12 @@ from harness.experiments.workload import (
     Workload,
     build_workload,
     check_fits,
+    mechanism_for,
     noise_for,
     program_for,
-    servers_noise_for,
 )
 from harness.fileio import output_lock
+from harness.privacy import DEFAULT_MECHANISM
 
 if TYPE_CHECKING:
     import numpy as np
@@ -290,16 +291,17 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
                 "full sweep measures it)")
     try:
         run_cfg = run_cfg.validate()
-        noise = servers_noise_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
+        noise = mechanism_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
     except InputError as exc:
         return str(exc)
-    if noise is not None and noise.kind == "central":
+    if noise.mpc_coins:
         cells = cell.rows * cell.dim
         expected = mpc_seconds(run_cfg.protocol, run_cfg.program,
                                cell.sparsity * cell.clients * cell.dim, noise, cells)
         if expected > _CENTRAL_RUN_MAX_S:
             per_coin = CENTRAL_NS_PER_COIN[run_cfg.protocol]
-            return (f"the central noise's {noise.coins:,} coins per cell for {cells:,} cells "
+            return (f"the {noise.name} noise's {noise.mpc_coins:,} coins per cell for {cells:,} "
+                    f"cells "
                     f"cost about {per_coin * 1e-6:g} ms a coin under {run_cfg.protocol} "
                     f"(MP-SPDZ v0.4.2 on a 2-core x86-64 VM), about {expected / 3600:.0f} "
                     f"hours a run; run only up to {_CENTRAL_RUN_MAX_S / 3600:g} hour")
@@ -326,7 +328,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
                      hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing,
-                     mechanism=cell.mechanism or "ltm",
+                     mechanism=cell.mechanism or DEFAULT_MECHANISM,
                      epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
 
 

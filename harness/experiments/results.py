@@ -61,6 +61,7 @@ from harness.engine import DEFAULT_PROTOCOL, PROTOCOLS
 from harness.errors import InputError
 from harness.fileio import PRIVATE_FILE_MODE, write_atomic
 from harness.optional import lazy_import
+from harness.privacy import DEFAULT_MECHANISM
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -141,7 +142,7 @@ class RunParameters:
     network: str  # the emulated network's profile, or "loopback"
     noise: dict = field(default_factory=dict)
     layout: dict = field(default_factory=dict)
-    mechanism: str = "ltm"  # who added the noise: the clients, each server or the MPC
+    mechanism: str = DEFAULT_MECHANISM  # who added the noise: clients, each server or the MPC
     validate: str = "none"  # each client's row checked inside the MPC: none, linf or l2
     poisoned: list[int] = field(default_factory=list)  # --poison's lying clients
 
@@ -351,8 +352,8 @@ _ROW_ADDED_IN_1 = {"sharing": "full", "t_end_to_end_s": math.nan, "expand_s": ma
 _ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan,
                  # the noise's price (rows before it: the LTM, its price not recorded), and
                  # the analyst's errors on the revealed sketch (the mechanisms sweep)
-                 "mechanism": "ltm", "requested_epsilon": math.nan, "noise_std": math.nan,
-                 "central_std": math.nan, "std_ratio": math.nan,
+                 "mechanism": DEFAULT_MECHANISM, "requested_epsilon": math.nan,
+                 "noise_std": math.nan, "central_std": math.nan, "std_ratio": math.nan,
                  "coins_per_cell": math.nan, "grid_bits": math.nan, "grid_step": math.nan,
                  "psi": math.nan,
                  "phi": math.nan}

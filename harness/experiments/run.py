@@ -43,6 +43,7 @@ from harness.fileio import (
     output_lock,
     short_writes_as_full_disk,
 )
+from harness.privacy import DEFAULT_MECHANISM, noise_words
 
 __all__ = ["PROGRAMS", "INPUT_MODES", "PROTOCOLS", "SHARINGS", "RunConfig", "run",
            "default_input_mode", "summary"]
@@ -64,7 +65,7 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     work = build_workload(cfg)
     # Before anything long starts: a run that will take long says so, and how to shorten it.
     notice = long_run_notice(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
-                             work.servers_noise, work.sketch.m * work.d)
+                             work.mechanism, work.sketch.m * work.d)
     if notice is not None and echo is not None:
         echo(notice)
     with output_directory(Path(cfg.out), force=cfg.force, swept=_say_swept) as staging:
@@ -226,7 +227,7 @@ def privacy_line(privacy: dict) -> str:
     """The summary's privacy line: requested against certified, and the generator."""
     if privacy.get("requested_epsilon") is None:
         return "privacy: none (no noise; nothing is private)"
-    mechanism = privacy.get("mechanism", "ltm")
+    mechanism = privacy.get("mechanism", DEFAULT_MECHANISM)
     price = ""
     if privacy.get("std_ratio") is not None:
         price = (f"; {mechanism} noise std {privacy['noise_std']:.4g} per entry, "
@@ -254,7 +255,7 @@ def summary(result: RunResult, out: Path) -> str:
         f"ltm run: {p.program} program, {p.protocol} ({p.security}), "
         f"{p.parties} parties, n={p.clients} d={p.dim}"
         f" m={p.rows} s={p.sparsity}, noise "
-        + (p.noise["kind"] if p.mechanism == "ltm" else f"{p.mechanism} (the servers')"),
+        + noise_words(p.mechanism, p.noise),
         verified_line(result),
         f"  T_MPC {result.t_mpc_s:.3f} s (slowest party{_aggregated(result)}); C_MPC "
         f"{result.c_mpc_mb:.3f} MB "

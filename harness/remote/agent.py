@@ -12,18 +12,21 @@ installed there. A streamed run (:mod:`harness.remote.streaming`) takes two step
 * ``stream SPEC TARGETS HOST CERT KEY``: client host HOST runs its client
   workers, each streaming to every server in TARGETS.
 
-Between a streamed run's stream and its MPC, ``--mechanism dng`` takes one more:
+Between a streamed run's stream and its MPC, a mechanism whose servers run a step
+of their own (:meth:`harness.privacy.Mechanism.server_step`: ``--mechanism dng``
+draws each server's noise) takes one more:
 
-* ``noise NOISE DEST --cells M D --digest-key HEX [--append]``: a server draws its own noise for
-  each of the M x D cells from the public parameters NOISE (JSON,
-  :meth:`harness.clients.ServerNoise.to_json`) and writes it into DEST, its input
-  file (after its aggregate, with ``--append``), 0600; only the count of cells
-  and the noise's digest under the public weights of ``--digest-key HEX``
+* ``input MECHANISM PARAMS DEST --cells M D --digest-key HEX [--append]``: a server
+  runs MECHANISM's step with its public parameters PARAMS (JSON, as the runner
+  writes them) for each of the M x D cells, writing its own input into DEST, its
+  input file (after its aggregate, with ``--append``), 0600; only the count of
+  cells and their digest under the public weights of ``--digest-key HEX``
   (:mod:`harness.clients.digest`), by which the runner checks the release exactly,
   are printed. DEST is a path inside the working directory whose directories are
   there already: none is created, and no symbolic link is followed (the file is
-  opened with ``O_NOFOLLOW``). Malformed parameters, a count of cells that could
-  not be held in memory, or such a DEST are refused before anything is drawn.
+  opened with ``O_NOFOLLOW``). An unknown mechanism, malformed parameters, a count
+  of cells that could not be held in memory, or such a DEST are refused before
+  anything is drawn.
 
 Each step prints exactly one JSON object line on stdout, ``{"step": NAME,
 ...}``, with its figures (``seconds`` as measured on the host); a receiver
@@ -75,17 +78,16 @@ def stream(args: argparse.Namespace) -> None:
                                args.timeout))
 
 
-def noise(args: argparse.Namespace) -> None:
-    from harness.clients import input_server_noise
+def server_input(args: argparse.Namespace) -> None:
+    from harness.privacy import mechanism_class
 
     started = time.perf_counter()
-    params = _noise_params(args.noise)
+    mechanism = mechanism_class(args.mechanism).step_params(args.params)
     shape = _cells(*args.cells)
     _check_dest(args.dest)
     key = _digest_key(args.digest_key)
-    cells, digest = input_server_noise(params, shape, args.dest, append=args.append,
-                                       digest_key=key)
-    _reply("noise", cells=cells, digest=digest, seconds=time.perf_counter() - started)
+    cells, digest = mechanism.run_step(shape, args.dest, append=args.append, digest_key=key)
+    _reply("input", cells=cells, digest=digest, seconds=time.perf_counter() - started)
 
 
 def _digest_key(text: str) -> bytes:
@@ -99,27 +101,6 @@ def _digest_key(text: str) -> bytes:
     if len(key) != DIGEST_KEY_BYTES:
         raise InputError(f"--digest-key must be {DIGEST_KEY_BYTES} bytes in hex, got {text!r}")
     return key
-
-
-def _noise_params(text: str):
-    """The noise's public parameters from their JSON, or one line saying what is wrong."""
-    import math
-
-    from harness.clients import ServerNoise
-    from harness.errors import InputError
-
-    what = "NOISE is not the noise's parameters as the runner writes them (ServerNoise.to_json)"
-    try:
-        if not isinstance(json.loads(text), dict):
-            raise ValueError("not a JSON object")
-        params = ServerNoise.from_json(text)
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"{what}: {exc}") from exc
-    mu = params.server_mu
-    if not isinstance(mu, int | float) or isinstance(mu, bool) or not math.isfinite(mu) \
-            or mu < 0:
-        raise InputError(f"NOISE's server_mu is {mu!r}; a variance is a finite number >= 0")
-    return params
 
 
 # What the draw holds per cell at its peak: two Poisson arrays and their difference, and
@@ -186,14 +167,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("cert", type=Path)
     s.add_argument("key", type=Path)
     s.add_argument("--timeout", type=float, default=900.0)
-    s = steps.add_parser("noise", help="a server (--mechanism dng): draw its own noise into "
-                                       "its input file")
-    s.add_argument("noise", help="the noise's public parameters, JSON")
+    s = steps.add_parser("input", help="a server: run its mechanism's step (--mechanism dng: "
+                                       "draw its own noise) into its input file")
+    s.add_argument("mechanism", help="the mechanism whose step it is")
+    s.add_argument("params", help="the step's public parameters, JSON")
     s.add_argument("dest", type=Path)
     s.add_argument("--cells", type=int, nargs=2, required=True, metavar=("M", "D"))
     s.add_argument("--append", action="store_true", help="after the aggregate in DEST")
     s.add_argument("--digest-key", required=True, metavar="HEX",
-                   help="the run's public key of the weights the noise's digest is taken under")
+                   help="the run's public key of the weights the digest is taken under")
     return p
 
 
@@ -205,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_on_signals()
     try:
-        {"serve": serve, "stream": stream, "noise": noise}[args.step](args)
+        {"serve": serve, "stream": stream, "input": server_input}[args.step](args)
     except Interrupted as exc:
         print(f"agent {args.step}: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum

@@ -55,7 +55,7 @@ from harness.remote.hosts import Inventory
 from harness.stream import Streamed, stream_inputs, write_owner
 
 if TYPE_CHECKING:
-    from harness.clients import ServerNoise
+    from harness.privacy import ServerStep
 
 __all__ = [
     "ConnectOptions",
@@ -164,30 +164,31 @@ class SshCluster(PartyStaging):
         self._streamed = streamed
         return streamed.outcome()
 
-    def input_servers_noise(self, noise: ServerNoise, shape: tuple[int, int], *,
-                            after_aggregate: bool, digest_key: bytes) -> int:
-        """Each server's agent draws its noise on its host, into its input file there
-        (0600, in its private working directory, removed with it): only the noise's
+    def run_server_step(self, step: ServerStep, *, after_aggregate: bool,
+                        digest_key: bytes) -> int:
+        """Each server's agent runs ``step`` on its host, into its input file there
+        (0600, in its private working directory, removed with it): only the step's
         public parameters, the cells' shape and the run's public digest key go there,
-        and only the count of cells and the noise's digest come back."""
+        and only the count of cells and their digest come back."""
         group = self._open_group
-        if group is None:  # the table of modes routes dng's streams to the servers' agents
-            raise LtmError("the servers' noise is drawn by each host's agent, and this run "
-                           "reached its hosts without them")
-        m, d = shape
-        args = [["noise", noise.to_json(), input_file_there(i), "--cells", str(m), str(d),
-                 "--digest-key", digest_key.hex(), *(["--append"] if after_aggregate else [])]
+        if group is None:  # the table of modes routes these streams to the servers' agents
+            raise LtmError(f"{step.what} by each host's agent, and this run reached its "
+                           "hosts without them")
+        m, d = step.shape
+        args = [["input", step.mechanism, step.params, input_file_there(i), "--cells", str(m),
+                 str(d), "--digest-key", digest_key.hex(),
+                 *(["--append"] if after_aggregate else [])]
                 for i in range(self.parties)]
-        replies = group.agent_step(args, "--mechanism dng draws each server's noise there")
+        replies = group.agent_step(args, step.what)
         total = 0
         for party, reply in zip(group.parties, replies, strict=True):
             if reply.get("cells") != m * d:
-                raise LtmError(f"{party.label}: its agent drew {reply.get('cells')} cells of "
-                               f"noise, not {m * d}")
+                raise LtmError(f"{party.label}: its agent's step wrote {reply.get('cells')} "
+                               f"cells, not {m * d}")
             digest = reply.get("digest")
             if not isinstance(digest, int) or not 0 <= digest < 2**64:
-                raise LtmError(f"{party.label}: its agent reported no digest of its noise "
-                               f"({digest!r}); run `ltm hosts setup` again")
+                raise LtmError(f"{party.label}: its agent reported no digest of its step's "
+                               f"input ({digest!r}); run `ltm hosts setup` again")
             total += digest
         return total % 2**64
 

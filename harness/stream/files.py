@@ -37,8 +37,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch
+from harness.clients import FixedPoint, Prepared, Rows, Sketch
 from harness.fileio import fdopen_owned, open_fifo_writer, open_private
+from harness.privacy import NoiseSpec
 from harness.stream.blocks import LINE_BYTES, RING_CHUNKS, FileShape
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.chunks import (

@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, components
+from harness.clients import FixedPoint, Prepared, Rows, Sketch, components
 from harness.errors import DiskFullError, InputError
+from harness.privacy import NoiseSpec
 from harness.stream.blocks import FileShape
 from harness.stream.chunks import Lost as _Lost
 from harness.stream.chunks import Refused as _Refused

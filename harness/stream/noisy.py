@@ -22,16 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.clients import (
-    FixedPoint,
-    NoiseSpec,
-    Rows,
-    Sketch,
-    gaussian_noise,
-    noise_rng,
-    sketch_loops,
-)
+from harness.clients import FixedPoint, Rows, Sketch, gaussian_noise, sketch_loops
 from harness.errors import InputError
+from harness.privacy import NoiseSpec, noise_rng
 from harness.stream.plan import StreamPlan
 
 __all__ = ["BLOCK_VALUES", "BlockSink", "NoisyChunks", "SketchGroups", "chunk_groups",

@@ -36,7 +36,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, Rows, ShareFormat, Sketch
+from harness.clients import FixedPoint, Rows, ShareFormat, Sketch
+from harness.privacy import NoiseSpec
 from harness.stream.buffer import ChannelBuffer
 from harness.stream.noisy import (
     BlockSink,

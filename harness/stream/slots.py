@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, Prepared, Rows, Sketch, format_integers
+from harness.clients import FixedPoint, Prepared, Rows, Sketch, format_integers
+from harness.privacy import NoiseSpec
 from harness.stream.blocks import ChunkFile, FileShape
 from harness.stream.noisy import NoisyChunks, group_slots
 from harness.stream.plan import StreamPlan

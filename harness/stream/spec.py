@@ -25,7 +25,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from harness.clients import FixedPoint, NoiseSpec, NpyRows, Rows, Sketch, SyntheticRows
+from harness.clients import FixedPoint, NpyRows, Rows, Sketch, SyntheticRows
+from harness.privacy import NoiseSpec
 from harness.stream.blocks import BlockShape, FileShape
 from harness.stream.plan import StreamPlan
 

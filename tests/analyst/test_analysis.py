@@ -10,9 +10,9 @@ import pytest
 
 from harness.analyst import analysis, baselines, datasets
 from harness.clients import matrices
-from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.privacy.noise import NoiseSpec
 
 # --- the formulas on hand-computed cases ---------------------------------------------
 

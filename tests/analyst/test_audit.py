@@ -26,7 +26,8 @@ from harness.analyst.audit import (
     trials_needed,
 )
 from harness.cli import main
-from harness.clients import NoiseSpec, privacy
+from harness.privacy import NoiseSpec
+from harness.privacy import accounting as privacy
 
 # harness.analyst exports the function audit under the module's name
 audit_module = importlib.import_module("harness.analyst.audit")

@@ -15,9 +15,9 @@ import pytest
 
 from harness.analyst import baselines, datasets, figure_plot, figures, mechanisms, simulate
 from harness.cli import analyze as _cmd_analyze
-from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.privacy.noise import NoiseSpec
 
 
 def _run(argv: list[str]) -> int:

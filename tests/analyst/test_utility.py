@@ -10,9 +10,9 @@ import pytest
 
 from harness.analyst import baselines, datasets, utility
 from harness.cli import analyze as _cmd_analyze
-from harness.clients.noise import NoiseSpec
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.privacy.noise import NoiseSpec
 
 SMALL = dict(n_min=2000, n_max=8000, points=2, d=3, k=1, m=8, repeat=2, epsilon=3.0)
 

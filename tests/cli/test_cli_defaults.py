@@ -103,7 +103,7 @@ def test_help_shows_each_commands_own_default():
 
 
 def test_run_defaults_to_the_tightest_certified_calibration_and_reproduce_to_the_papers():
-    from harness.clients import NoiseSpec, certificate
+    from harness.privacy import NoiseSpec, certificate
 
     run = common.config_from(RunConfig, build_parser().parse_args(["run", "--out", "x"]),
                              out=Path("x"))

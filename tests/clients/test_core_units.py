@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from harness.clients.encoding import FixedPoint
-from harness.clients.noise import NoiseSpec
 from harness.clients.prepare import SHARE_HEADER, read_share_file, write_share_file
 from harness.clients.sharing import share
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.privacy.noise import NoiseSpec
 
 # --- sketch -------------------------------------------------------------------------------
 

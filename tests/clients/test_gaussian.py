@@ -13,13 +13,13 @@ from harness.clients import (
     ArrayRows,
     FixedPoint,
     LatticeGaussian,
-    NoiseSpec,
     NumpyGaussian,
     Sketch,
     compiled_gaussian,
     gaussian_noise,
     vector_gaussian,
 )
+from harness.privacy import NoiseSpec
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks, group_slots
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.clients import FAILURE_BITS, NoiseSpec, input_bound, noise_tail
+from harness.clients import FAILURE_BITS, input_bound, noise_tail
 from harness.errors import InputError
+from harness.privacy import NoiseSpec
 
 ALLOWED = 2.0**-FAILURE_BITS
 

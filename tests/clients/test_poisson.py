@@ -10,19 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.clients import (
-    EXACT_BELOW,
-    MAX_POISSON_MEAN,
-    NoiseSpec,
-    ServerNoise,
-    check_dng_draws,
-    noise_rng,
-    poisson,
-    skellam,
-)
-from harness.clients.mechanisms import dng_noise
+from harness.clients import EXACT_BELOW, MAX_POISSON_MEAN, poisson, skellam
 from harness.clients.poisson import _ptrs
 from harness.errors import InputError
+from harness.privacy import Dng, NoiseSpec, check_dng_draws, dng_noise, noise_rng
 
 # 2^22 draws: variance / mu is read to sqrt(2 / 2^22) = 6.9e-4; 6 of those is 0.41 %,
 # against numpy's 1.8 % at 3e13, 2.6 % at 8.8e13, 9.5 % at 3e14 and 40-75 % past 1e16.
@@ -30,9 +21,8 @@ DRAWS = 1 << 22
 Z = 6.0
 
 
-def _dng(server_mu: float) -> ServerNoise:
-    return ServerNoise("dng", 1.0, 1e-6, 1.0, 1.0, 1.0, 16, servers=2, honest=1,
-                       server_mu=server_mu)
+def _dng(server_mu: float) -> Dng:
+    return Dng(1.0, 1e-6, 1.0, 1.0, 1.0, 16, servers=2, honest=1, server_mu=server_mu)
 
 
 def _moments(draws: np.ndarray, mean: float, variance: float) -> tuple[float, float]:

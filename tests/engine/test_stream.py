@@ -27,13 +27,13 @@ from harness.clients import (
     ADDITIVE,
     REPLICATED,
     FixedPoint,
-    NoiseSpec,
     Sketch,
     SyntheticRows,
     components,
     read_share_file,
 )
 from harness.clients.keystream import SEED_BYTES, expand
+from harness.privacy import NoiseSpec
 from harness.stream import (
     ChannelBuffer,
     SeededReader,
@@ -464,7 +464,8 @@ _STREAM_HERE = """
 import os, sys
 from pathlib import Path
 import numpy as np
-from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, SyntheticRows
+from harness.clients import ADDITIVE, FixedPoint, Sketch, SyntheticRows
+from harness.privacy import NoiseSpec
 from harness.stream import StreamPlan
 from harness.clients import read_share_file
 from harness.stream import stream_inputs

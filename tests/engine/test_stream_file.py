@@ -22,12 +22,12 @@ from harness.clients import (
     ADDITIVE,
     REPLICATED,
     FixedPoint,
-    NoiseSpec,
     Sketch,
     SyntheticRows,
     read_share_file,
 )
 from harness.errors import DiskFullError
+from harness.privacy import NoiseSpec
 from harness.stream import (
     BlockedFile,
     BlockShape,

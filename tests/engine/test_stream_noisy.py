@@ -6,14 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.clients import (
-    ADDITIVE,
-    REPLICATED,
-    ArrayRows,
-    FixedPoint,
-    NoiseSpec,
-    Sketch,
-)
+from harness.clients import ADDITIVE, REPLICATED, ArrayRows, FixedPoint, Sketch
+from harness.privacy import NoiseSpec
 from harness.stream import ChannelBuffer, StreamPlan
 from harness.stream.noisy import NoisyChunks, group_slots, run_starts
 from harness.stream.produce import _FullShares
@@ -109,7 +103,8 @@ from harness.stream.forkserver import PRELOAD
 for name in PRELOAD:
     __import__(name)
 import numpy as np
-from harness.clients import ADDITIVE, ArrayRows, FixedPoint, NoiseSpec, Sketch
+from harness.clients import ADDITIVE, ArrayRows, FixedPoint, Sketch
+from harness.privacy import NoiseSpec
 from harness.stream import StreamPlan
 from harness.stream.noisy import NoisyChunks, group_slots
 plan = StreamPlan(5000, 3, 7, 4, 3, ADDITIVE.name, workers=1, chunk=900)

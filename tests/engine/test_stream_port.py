@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 from _strangers import PROMPTLY, Strangers, reach
 
-from harness.clients import ADDITIVE, FixedPoint, NoiseSpec, Sketch, SyntheticRows, read_share_file
+from harness.clients import ADDITIVE, FixedPoint, Sketch, SyntheticRows, read_share_file
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
+from harness.privacy import NoiseSpec
 from harness.stream import BlockShape, SketchGroups, StreamPlan
 from harness.stream.launch import _server_main, _worker_main
 from harness.stream.procs import Processes

@@ -21,13 +21,13 @@ from harness.clients import (
     ADDITIVE,
     REPLICATED,
     FixedPoint,
-    NoiseSpec,
     Sketch,
     SyntheticRows,
     open_rows,
     read_share_file,
 )
 from harness.errors import InputError
+from harness.privacy import NoiseSpec
 from harness.stream import SlotShape, StreamError, StreamPlan, stream_inputs
 from harness.stream.files import write_owner
 

@@ -32,7 +32,6 @@ from harness.clients import (
     ADDITIVE,
     REPLICATED,
     FixedPoint,
-    NoiseSpec,
     Sketch,
     SyntheticRows,
     read_share_file,
@@ -41,6 +40,7 @@ from harness.engine import make_certificates
 from harness.engine.netns import NetworkEmulation
 from harness.experiments import RunConfig, run
 from harness.experiments.run import summary
+from harness.privacy import NoiseSpec
 from harness.stream import (
     BlockShape,
     ChannelBuffer,

@@ -14,10 +14,10 @@ import stat
 import numpy as np
 import pytest
 
-from harness.clients import least_coins, mechanisms
 from harness.errors import InputError, TamperDetectedError, VerificationError
 from harness.experiments import DIAGNOSTICS, RunConfig, run
 from harness.experiments.run import summary
+from harness.privacy import Dng, central, least_coins
 
 pytestmark = pytest.mark.mpspdz
 
@@ -122,8 +122,8 @@ def test_each_servers_noise_is_input_and_verified_bit_for_bit(
 
 def test_many_coins_in_lanes_and_rounds(tmp_path, mp_spdz, program_cache, monkeypatch):
     # small popcounts and rounds, so that a tiny run has several of each
-    monkeypatch.setattr(mechanisms, "_POPCOUNT_COINS", 128)
-    monkeypatch.setattr(mechanisms, "_ROUND_COINS", 6 * 64 * 2 * 2)
+    monkeypatch.setattr(central, "_POPCOUNT_COINS", 128)
+    monkeypatch.setattr(central, "_ROUND_COINS", 6 * 64 * 2 * 2)
     result = run(_config(tmp_path, program_cache, protocol="replicated-ring", parties=3,
                          mechanism="central", grid_bits=3, reveal_noise=True))
     privacy = _check(result, tmp_path / "out", "central", exact=True)
@@ -216,8 +216,8 @@ def test_noise_unlike_the_certified_one_fails_the_run_loudly(tmp_path, mp_spdz, 
                                                             monkeypatch):
     # Every server draws three times the standard deviation it should: the release is
     # still revealed, but the check against the certified noise must refuse it.
-    draw = mechanisms.ServerNoise.sample
-    monkeypatch.setattr(mechanisms.ServerNoise, "sample",
+    draw = Dng.sample
+    monkeypatch.setattr(Dng, "sample",
                         lambda self, rng, shape: 3 * draw(self, rng, shape))
     with pytest.raises(VerificationError, match="is not the dng noise the accountant "
                                                 "certified") as err:

@@ -22,12 +22,14 @@ from harness.experiments import RunConfig, build_workload, client_job
 from harness.experiments.modes import (
     LIMITS,
     PLACEMENTS,
+    PROGRAM_NAMES,
     Limit,
     Mode,
     combinations,
     markdown,
     route_for,
 )
+from harness.privacy import mechanism_class, mechanism_names
 from harness.remote import SshCluster, load_inventory
 from harness.stream import BlockShape, SlotShape
 
@@ -168,8 +170,6 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize(("options", "mode"), [
-    ({"mechanism": "dng"}, Mode("fast", "shares", "full", "loopback")),
-    ({"mechanism": "central"}, Mode("reference", "party", "full", "network")),
     ({"dense": True}, Mode("local", "shares", "full", "hosts")),
     ({"dense": True}, Mode("fast", "shares", "seeded", "hosts")),
     ({"dense": True}, Mode("reference", "shares", "full", "client-hosts"))])
@@ -183,6 +183,23 @@ def test_an_option_a_route_cannot_carry_is_refused_with_its_limits_message(
     assert str(info.value) == limit.message.format(value=options[limit.option], **vars(mode))
 
 
+@pytest.mark.parametrize("name", mechanism_names())
+def test_a_mechanism_refuses_every_program_that_does_not_add_its_noise(tmp_path, name):
+    """The mechanism, not the table, names the programs its noise is added in."""
+    programs = mechanism_class(name).programs
+    for mode in combinations():
+        if not route_for(mode).runs or mode.placement != "loopback":
+            continue
+        if programs is None or mode.program in programs:
+            assert _config(tmp_path, mode, mechanism=name).validate().mechanism == name
+            continue
+        with pytest.raises(InputError) as info:
+            _config(tmp_path, mode, mechanism=name).validate()
+        assert str(info.value) == (
+            f"--mechanism {name} adds the servers' noise in the local program, not "
+            f"--program {mode.program}; use --program local")
+
+
 def test_dng_runs_on_hosts_wherever_each_server_has_its_agent(tmp_path):
     # Each server's agent draws its dng noise on its host. A route that reached hosts
     # without the agent (streamed here, the files sent whole) could not draw it there:
@@ -190,8 +207,8 @@ def test_dng_runs_on_hosts_wherever_each_server_has_its_agent(tmp_path):
     taken = []
     for mode in combinations():
         route = route_for(mode)
-        hit = [x for x in LIMITS if x.option == "mechanism" and x.applies("dng", mode, route)]
-        if mode.on_hosts and route.runs and not hit:
+        refused = mode.program not in (mechanism_class("dng").programs or PROGRAM_NAMES)
+        if mode.on_hosts and route.runs and not refused:
             assert route.where == "servers", mode
             taken.append(mode)
             cfg = _config(tmp_path, mode, mechanism="dng", epsilon=4.0, delta=1e-3).validate()

@@ -22,7 +22,7 @@ from harness.experiments.mpc_time import (
 )
 from harness.experiments.reproduce import plan_sweep
 from harness.experiments.sweeps import expand, load_spec
-from harness.experiments.workload import servers_noise_for
+from harness.experiments.workload import mechanism_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def test_a_long_central_run_says_so_in_one_line_before_it_starts(tmp_path, mp_sp
             proc.wait()
     cfg = RunConfig(out=tmp_path / "out", clients=20000, program="local",
                     mechanism="central", protocol="spdz2k").validate()
-    noise = servers_noise_for(cfg, 20000, 10, 1)
+    noise = mechanism_for(cfg, 20000, 10, 1)
     expected = long_run_notice("spdz2k", "local", 20000 * 10, noise, 1000)
     assert expected is not None and first == expected + "\n", (first, err)
     assert first.startswith("note: this run's MPC should take about 2")  # 20-odd minutes
@@ -59,7 +59,7 @@ def test_a_long_central_run_says_so_in_one_line_before_it_starts(tmp_path, mp_sp
 def test_a_short_run_says_nothing_and_the_notice_names_its_estimate():
     cfg = RunConfig(out=Path("unused"), clients=20000, program="local", mechanism="central",
                     protocol="semi2k").validate()
-    noise = servers_noise_for(cfg, 20000, 10, 1)
+    noise = mechanism_for(cfg, 20000, 10, 1)
     assert long_run_notice("semi2k", "local", 200_000, noise, 1000) is None
     seconds = mpc_seconds("spdz2k", "local", 200_000, noise, 1000)
     assert seconds == pytest.approx(0.2 + 200_000 * 52e-9 + 1000 * noise.coins * 1.7e-3)

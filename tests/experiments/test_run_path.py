@@ -166,10 +166,10 @@ class Recording:
         self.calls.append("session")
         return self.inner.session()
 
-    def input_servers_noise(self, noise, shape, *, after_aggregate, digest_key):
-        self.calls.append("input_servers_noise")
-        return self.inner.input_servers_noise(noise, shape, after_aggregate=after_aggregate,
-                                              digest_key=digest_key)
+    def run_server_step(self, step, *, after_aggregate, digest_key):
+        self.calls.append("run_server_step")
+        return self.inner.run_server_step(step, after_aggregate=after_aggregate,
+                                          digest_key=digest_key)
 
     def run(self, program, *, timeout, port=None):
         self.calls.append("run")

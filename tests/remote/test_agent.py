@@ -1,11 +1,10 @@
 """The host agent (``python -m harness.remote.agent``) as the hosts run it: a real process,
 one JSON line per step on stdout, one line on stderr when it fails. Its steps
 themselves, ``serve`` and ``stream``, are tested with real hosts in test_host_streams.py,
-and ``noise`` in test_host_mechanisms.py."""
+and ``input`` in test_host_mechanisms.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import stat
@@ -17,7 +16,7 @@ import numpy as np
 
 import harness
 from harness.clients import DIGEST_KEY_BYTES, noise_digest
-from harness.clients.mechanisms import dng_noise
+from harness.privacy import Dng, central_noise, dng_noise
 
 TREE = Path(harness.__file__).resolve().parent.parent
 KEY = ["--digest-key", "ab" * DIGEST_KEY_BYTES]  # the run's public weights' key
@@ -59,12 +58,12 @@ def test_the_noise_step_appends_a_servers_own_draw_privately_and_prints_only_its
     dest.write_text("+1 -2 +3 -4 +5 -6 +7 -8\n")  # the server's aggregate, before its noise
     dest.chmod(0o644)
     key = os.urandom(DIGEST_KEY_BYTES)
-    done = agent("noise", noise.to_json(), "Player-Data/Input-P0-0", "--cells", "4", "2",
+    done = agent("input", "dng", noise.to_json(), "Player-Data/Input-P0-0", "--cells", "4", "2",
                  "--digest-key", key.hex(), "--append", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     [line] = done.stdout.splitlines()
     reply = json.loads(line)
-    assert reply["step"] == "noise" and reply["cells"] == 8
+    assert reply["step"] == "input" and reply["cells"] == 8
     # nothing of the noise itself but its digest under the run's weights
     assert set(reply) == {"step", "cells", "digest", "seconds"}
     words = np.array(dest.read_text().split(), dtype=np.int64)
@@ -77,34 +76,37 @@ def test_the_noise_step_appends_a_servers_own_draw_privately_and_prints_only_its
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
     # A second draw is another one: from a fresh CSPRNG, never a seed
-    again = agent("noise", noise.to_json(), "second", "--cells", "4", "2", "--digest-key",
+    again = agent("input", "dng", noise.to_json(), "second", "--cells", "4", "2", "--digest-key",
                   key.hex(), cwd=tmp_path)
     assert again.returncode == 0
     second = np.array((tmp_path / "second").read_text().split(), dtype=np.int64)
     assert second.size == 8 and not np.array_equal(second, words[8:])
 
 
-def test_the_noise_step_draws_only_dng_noise(tmp_path):
-    central = dataclasses.replace(_noise(), kind="central")
-    done = agent("noise", central.to_json(), "out", "--cells", "1", "1", *KEY, cwd=tmp_path)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == "agent noise: only dng noise is drawn outside the MPC\n"
+def test_the_step_runs_only_a_mechanism_that_has_one_with_its_own_parameters(tmp_path):
+    central = central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3, frac_bits=16,
+                            cells=8, clients=100)
+    for argv, message in [
+            (["central", central.to_json()], "--mechanism central has no step on the servers"),
+            (["nope", _noise().to_json()], "unknown --mechanism 'nope'; choose ltm, dng, "
+                                           "central"),
+            (["dng", central.to_json()], "is not the noise's parameters")]:
+        done = agent("input", *argv, "out", "--cells", "1", "1", *KEY, cwd=tmp_path)
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.startswith("agent input: ") and message in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1
     assert not (tmp_path / "out").exists()
 
 
 def test_server_noise_parameters_round_trip_through_json():
-    from harness.clients.mechanisms import central_noise
-
-    for noise in (_noise(), central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
-                                          frac_bits=16, cells=8, clients=100),
-                  central_noise(eta=1.0, s=1, d=2, epsilon=4.0, delta=1e-3,
-                                frac_bits=16, cells=8, clients=100, grid_bits=0)):
-        assert type(noise).from_json(noise.to_json()) == noise
+    for noise in (_noise(), dng_noise(servers=2, honest=1, eta=1.0, s=1, d=2, epsilon=2.0,
+                                      delta=1e-3, frac_bits=16)):
+        assert Dng.step_params(noise.to_json()) == noise
 
 
 def _refused(done: subprocess.CompletedProcess, needle: str) -> None:
     assert done.returncode == 1 and done.stdout == "", done.stderr
-    assert done.stderr.startswith("agent noise: ") and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("agent input: ") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr and needle in done.stderr, done.stderr
 
 
@@ -124,10 +126,10 @@ def test_malformed_noise_parameters_and_cell_counts_are_one_line_before_any_draw
         (json.dumps(good), ["100000000", "100000000"], "GB of memory, but only"),
     ]
     for params, cells, needle in cases:
-        done = agent("noise", params, "out", "--cells", *cells, *KEY, cwd=tmp_path)
+        done = agent("input", "dng", params, "out", "--cells", *cells, *KEY, cwd=tmp_path)
         _refused(done, needle)
     good = json.dumps(good)
-    _refused(agent("noise", good, "out", "--cells", "1", "1", "--digest-key", "abc",
+    _refused(agent("input", "dng", good, "out", "--cells", "1", "1", "--digest-key", "abc",
                    cwd=tmp_path), "--digest-key must be 16 bytes in hex")
     assert list(tmp_path.iterdir()) == []
 
@@ -153,7 +155,7 @@ def test_the_noise_step_writes_through_no_link_and_makes_no_directory(tmp_path):
         ("Player-Data", "exists and is not a regular file"),
     ]:
         for append in ([], ["--append"]):
-            _refused(agent("noise", params, dest, "--cells", "2", "2", *KEY, *append,
+            _refused(agent("input", "dng", params, dest, "--cells", "2", "2", *KEY, *append,
                            cwd=work), needle)
     # The link's target is untouched, its mode too; nothing was created anywhere.
     assert target.read_text() == "mine\n" and stat.S_IMODE(target.stat().st_mode) == 0o644

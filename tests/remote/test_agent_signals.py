@@ -19,9 +19,10 @@ from _buffers import buffers_held, left_in_shm, shm_entries
 from _sshd import descendants
 
 import harness
-from harness.clients import ADDITIVE, NoiseSpec, Sketch
+from harness.clients import ADDITIVE, Sketch
 from harness.engine import make_certificates
 from harness.engine.cluster import find_free_ports
+from harness.privacy import NoiseSpec
 from harness.remote.agent import LOST
 from harness.stream import StreamPlan, StreamSpec, pid_alive
 

@@ -5,7 +5,7 @@ there, never here."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 import signal
 import stat
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from _sshd import processes_under, trusted_inventory
 
-from harness.clients import ServerNoise
 from harness.engine import parse_output
 from harness.experiments import RunConfig, run
+from harness.privacy import Dng
 from harness.remote.ssh import HostGroupError, SshCluster
 
 pytestmark = [
@@ -107,9 +107,9 @@ def test_dng_noise_is_drawn_on_each_host_and_verifies_bit_for_bit(
 def test_a_host_whose_agent_cannot_draw_fails_the_run_naming_it(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch):
     # Parameters no server may draw outside the MPC: every host's agent refuses them.
-    to_json = ServerNoise.to_json
-    monkeypatch.setattr(ServerNoise, "to_json", lambda self: to_json(
-        dataclasses.replace(self, kind="central")))
+    to_json = Dng.to_json
+    monkeypatch.setattr(Dng, "to_json", lambda self: json.dumps(
+        {**json.loads(to_json(self)), "kind": "central"}))
     path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2)
     cfg = RunConfig(out=tmp_path / "out", clients=300, rows=4, dim=2, seed=5,
                     cache_dir=program_cache, parties=2, program="local", protocol="semi2k",
@@ -120,20 +120,20 @@ def test_a_host_whose_agent_cannot_draw_fails_the_run_naming_it(
     assert "\n" not in message and "no party was started" in message
     for fake in fakes:
         assert f"{fake.name} " in message or f"{fake.name}:" in message
-    assert "only dng noise is drawn outside the MPC" in message
+    assert "is not the noise's parameters" in message
     assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []
     assert not (tmp_path / "out").exists()
 
 
 def _kill_noise_agent(root: Path, killed: list[int], stop: threading.Event) -> None:
-    """SIGKILL the host agent's noise step under ``root`` as soon as it runs."""
+    """SIGKILL the host agent's step (dng's noise) under ``root`` as soon as it runs."""
     while not stop.is_set() and not killed:
         for pid, _ in processes_under(root):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"harness.remote.agent" in cmdline and b"noise" in cmdline:
+            if b"harness.remote.agent" in cmdline and b"input" in cmdline:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
                 break
@@ -160,7 +160,7 @@ def test_a_noise_agent_killed_on_its_host_is_named_by_step_and_host(
     assert killed, "the victim's noise agent was never seen"
     message = str(info.value)
     # the step and its host, not the shell wrapper it ran in
-    assert message == (f"p1 (root@127.0.0.1:{victim.port}): its agent's noise step was "
+    assert message == (f"p1 (root@127.0.0.1:{victim.port}): its agent's input step was "
                        "killed by SIGKILL there (status 137) (no party was started)")
     assert not (tmp_path / "out").exists()
     assert [p for f in fakes if f.workdir.exists() for p in f.workdir.iterdir()] == []

@@ -30,6 +30,7 @@ from harness.experiments.report.tables import (
 from harness.experiments.sweeps import Cell, Spec, load_spec
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
+from harness.privacy import DEFAULT_MECHANISM, mechanism_class, mechanism_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,7 +86,7 @@ def summarize_mechanisms(raw: pd.DataFrame, table: str,
         what, point = cell.left_out_keys
         base = {"cell": cell.key, "clients": cell.clients, "paper_clients": cell.paper_clients,
                 "epsilon": cell.epsilon, "protocol": cell.protocol,
-                "mechanism": cell.mechanism or "ltm", "servers": cell.servers,
+                "mechanism": cell.mechanism or DEFAULT_MECHANISM, "servers": cell.servers,
                 "sparsity": cell.sparsity, "rows": cell.rows, "dim": cell.dim}
         found = measured[measured["cell"] == cell.key]
         if len(found):
@@ -104,15 +105,16 @@ def _run_clients(rows: pd.DataFrame, cell: Cell) -> int:
 
 
 def _with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """T_MPC against the LTM's same protocol, n and epsilon; central's extra per cell/coin."""
-    ltm = frame[frame["mechanism"] == "ltm"].set_index(["protocol", "paper_clients",
+    """T_MPC against the LTM's same protocol, n and epsilon; the extra per cell and coin
+    of a mechanism whose MPC draws coins (central's)."""
+    ltm = frame[frame["mechanism"] == DEFAULT_MECHANISM].set_index(["protocol", "paper_clients",
                                                         "epsilon"])["t_mpc_mean_s"]
     key = list(zip(frame["protocol"], frame["paper_clients"], frame["epsilon"], strict=True))
     base = np.array([ltm.get(k, np.nan) for k in key], dtype=float)
     t = frame["t_mpc_mean_s"].astype(float).to_numpy()
     frame["t_vs_ltm"] = t / base
     cells = (frame["rows"] * frame["dim"]).astype(float).to_numpy()
-    extra = np.where(frame["mechanism"] == "central", t - base, np.nan)
+    extra = np.where(frame["mechanism"].map(_draws_coins).astype(bool), t - base, np.nan)
     frame["central_us_per_cell"] = 1e6 * extra / cells
     frame["central_ns_per_coin"] = 1e9 * extra / (
         cells * frame["coins_per_cell"].astype(float).to_numpy())
@@ -186,10 +188,11 @@ def _grid(row: Any) -> str:
 
 def central_cost_lines(summary: pd.DataFrame) -> list[str]:
     """The central noise's extra time over the LTM's, per cell and per coin, per protocol."""
-    part = summary[(summary["mechanism"] == "central") & (summary["left_out"] == "")]
+    part = summary[summary["mechanism"].map(_draws_coins).astype(bool)
+                   & (summary["left_out"] == "")]
     lines = []
     for r in part.itertuples():
-        lines.append(f"central, {r.protocol}, n={r.clients}, epsilon {r.epsilon:g}: "
+        lines.append(f"{r.mechanism}, {r.protocol}, n={r.clients}, epsilon {r.epsilon:g}: "
                      f"{int(r.coins_per_cell):,} coins per cell ({_grid(r)}), "
                      f"{_num(r.central_us_per_cell, 1)} us per cell, "
                      f"{_num(r.central_ns_per_coin, 2)} ns per coin over the LTM's T_MPC")
@@ -216,7 +219,12 @@ def headline(summary: pd.DataFrame) -> str:
         ["mechanism", "protocol", "T_MPC (s)", "C_MPC (MB)", "std ratio", "psi"], body))
 
 
-_MARKERS = {"ltm": "o", "dng": "s", "central": "^"}
+def _draws_coins(name: object) -> bool:
+    return str(name) in mechanism_names() and mechanism_class(str(name)).draws_coins
+
+
+# One marker per registered mechanism, in the registry's order (the LTM's first).
+_MARKERS = dict(zip(mechanism_names(), "os^Dvp", strict=False))
 
 
 def _plot(summary: pd.DataFrame, spec: Spec) -> bytes:

@@ -13,13 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.clients import NoiseSpec, certificate, certify
+from harness.privacy import NoiseSpec, certificate, certify
 
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = """
 import json, sys
-from harness.clients import NoiseSpec, certificate
+from harness.privacy import NoiseSpec, certificate
 noise = NoiseSpec(kind="gaussian", n=int(sys.argv[1]), m=100, d=10, s=1)
 epsilon, delta = certificate(noise)
 loaded = [name for name in ("dp_accounting", "scipy")
@@ -67,7 +67,7 @@ def test_an_unreadable_or_uncertified_entry_is_computed_anew(tmp_path, monkeypat
 
 _CENTRAL_PROBE = """
 import json, sys
-from harness.clients import central_sigma
+from harness.privacy import central_sigma
 sigma = central_sigma(2.0, float(sys.argv[1]), 1e-6)
 loaded = [name for name in ("dp_accounting", "scipy")
           if name in sys.modules and type(sys.modules[name]).__name__ == "module"]
@@ -76,7 +76,7 @@ print(json.dumps({"sigma": sigma, "loaded": loaded}))
 
 
 def test_the_central_sigma_every_result_compares_with_is_remembered_too(tmp_path):
-    from harness.clients import analytic_gaussian_sigma
+    from harness.privacy import analytic_gaussian_sigma
 
     def probe(epsilon: float) -> dict:
         done = subprocess.run([sys.executable, "-c", _CENTRAL_PROBE, str(epsilon)], cwd=ROOT,

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from _calibrate import server_noise
 from scipy import stats
 
-from harness.clients import server_noise
-from harness.clients.privacy import release_sensitivity, skellam_epsilon
-from harness.clients.skellam import PLD_MAX_MU, skellam_pld_epsilon, skellam_pld_mu
+from harness.privacy.accounting import release_sensitivity, skellam_epsilon
+from harness.privacy.skellam import PLD_MAX_MU, skellam_pld_epsilon, skellam_pld_mu
 
 
 def _skellam_pmf(mu: float, width: int) -> np.ndarray:

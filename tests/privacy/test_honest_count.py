@@ -9,8 +9,10 @@ import mpmath
 import numpy as np
 import pytest
 
-from harness.clients import NoiseSpec, Sketch, privacy
-from harness.clients.certificates import central_sigma
+from harness.clients import Sketch
+from harness.privacy import NoiseSpec
+from harness.privacy import accounting as privacy
+from harness.privacy.certificates import central_sigma
 
 
 def _exact_tail(n: int, p: mpmath.mpf, below: int) -> mpmath.mpf:

@@ -43,10 +43,11 @@ from functools import cached_property
 
 import numpy as np
 
-from harness.clients import lattice, privacy
-from harness.clients.certificates import calibrated, certificate, honest_split
-from harness.clients.poisson import MAX_POISSON_MEAN, poisson, skellam
+from harness.clients import MAX_POISSON_MEAN, poisson, skellam
 from harness.errors import InputError
+from harness.privacy import accounting as privacy
+from harness.privacy import lattice
+from harness.privacy.certificates import calibrated, certificate, honest_split
 
 __all__ = ["CALIBRATIONS", "NOISE_GENERATOR", "NOISE_KINDS", "NoiseSpec", "calibration_table",
            "noise_rng", "zero_output_bound"]

@@ -1,22 +1,26 @@
-"""The check of a noisy release against its certified noise (numpy stand-ins for the MPC)."""
+"""A mechanism's check of a noisy release against its certified noise (numpy stand-ins
+for the MPC)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from harness.clients import server_noise
-from harness.experiments.noise_check import check_noise_release
+from harness.privacy import central_noise, dng_noise
 
 SHAPE = (40, 50)
 
 
 def _central(grid_bits: int | None = 2, frac_bits: int = 8, eta: float = 1.0):
-    noise = server_noise("central", servers=3, corrupt=1, eta=eta, s=1, d=4, m=5,
-                         epsilon=2.0, delta=1e-5, frac_bits=frac_bits, clients=2**20,
-                         grid_bits=grid_bits)
-    assert noise is not None
-    return noise
+    return central_noise(eta=eta, s=1, d=4, epsilon=2.0, delta=1e-5, frac_bits=frac_bits,
+                         cells=5 * 4, clients=2**20, grid_bits=grid_bits)
+
+
+def check_noise_release(noise, expected, released, *revealed):
+    """(mismatches, statistics) of P0's views: the release, and what the test aid
+    reveals beside it."""
+    check = noise.verify(expected, {0: np.stack([released, *revealed])})
+    return check.mismatches, check.statistics
 
 
 def _ring(values: np.ndarray) -> np.ndarray:
@@ -72,9 +76,8 @@ def test_a_changed_entry_or_a_wrong_rounding_are_mismatches():
 
 def test_dng_skellam_noise_passes_and_other_noise_fails():
     rng = np.random.default_rng(4)
-    noise = server_noise("dng", servers=2, corrupt=1, eta=1.0, s=1, d=4, m=5, epsilon=8.0,
-                         delta=1e-3, frac_bits=2)
-    assert noise is not None
+    noise = dng_noise(servers=2, honest=1, eta=1.0, s=1, d=4, epsilon=8.0, delta=1e-3,
+                      frac_bits=2)
     plain = rng.integers(-2**40, 2**40, size=SHAPE)
     drawn = sum(noise.sample(rng, SHAPE) for _ in range(noise.servers))
     mismatches, stats = check_noise_release(noise, _ring(plain), _ring(plain + drawn),

@@ -54,8 +54,8 @@ from typing import Protocol
 
 import numpy as np
 
-from harness.clients import lattice
 from harness.optional import lazy_import
+from harness.privacy import lattice
 
 # Loaded on first use: importing dp-accounting takes about two seconds, which every
 # command and every streaming worker process would pay for nothing.
@@ -63,7 +63,7 @@ dp_accounting = lazy_import("dp_accounting")
 
 
 class CalibratedNoise(Protocol):
-    """What the accountant reads of :class:`harness.clients.noise.NoiseSpec` (which
+    """What the accountant reads of :class:`harness.privacy.noise.NoiseSpec` (which
     imports this module, so it is named here by its shape, not imported)."""
 
     @property

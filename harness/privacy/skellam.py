@@ -21,7 +21,7 @@ The pmf is evaluated on [-T, T] with T about 14 standard deviations (and 60 step
 past the shift; every bit of mass it leaves out, and the mass whose loss would need
 the pmf beyond T, counts as infinite privacy loss (pessimistic). scipy's ``ive``
 holds up to an argument of about 1e9, and the window grows as sqrt(mu): above
-:data:`PLD_MAX_MU` the Renyi bound of :func:`harness.clients.privacy.skellam_epsilon`
+:data:`PLD_MAX_MU` the Renyi bound of :func:`harness.privacy.accounting.skellam_epsilon`
 is used instead (:func:`skellam_route` says which).
 """
 
@@ -109,7 +109,7 @@ def skellam_pld_mu(steps: int, entries: int, epsilon: float, delta: float,
                    rtol: float = 1e-4) -> float | None:
     """The least mu (to ``rtol``) whose :func:`skellam_pld_epsilon` is <= ``epsilon``;
     None when it lies above :data:`PLD_MAX_MU` (the Renyi bound's calibration then)."""
-    from harness.clients.privacy import analytic_gaussian_sigma
+    from harness.privacy.accounting import analytic_gaussian_sigma
 
     def certifies(mu: float) -> bool:
         return mu <= _CALIBRATE_MAX and skellam_pld_epsilon(mu, steps, entries, delta) <= epsilon

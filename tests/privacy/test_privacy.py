@@ -11,13 +11,13 @@ from randomgen import AESCounter
 from scipy import stats
 from scipy.special import logsumexp
 
-from harness.clients import privacy
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import ArrayRows
-from harness.clients.noise import NOISE_GENERATOR, NoiseSpec, noise_rng
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
 from harness.errors import InputError
+from harness.privacy import accounting as privacy
+from harness.privacy.noise import NOISE_GENERATOR, NoiseSpec, noise_rng
 from harness.stream.noisy import NoisyChunks, group_slots
 from harness.stream.plan import StreamPlan
 

@@ -1,12 +1,12 @@
 """The accountant's certificates, remembered across runs.
 
-:func:`harness.clients.privacy.certify` imports dp-accounting, which imports
+:func:`harness.privacy.accounting.certify` imports dp-accounting, which imports
 most of scipy: seconds of start-up, more than a whole run at a million clients
 takes. Its answer is a function of the noise's parameters, the harness's own
 accounting code and dp-accounting's, so :func:`certificate` keeps it, keyed by
 all three, in ``$XDG_CACHE_HOME/ltm-harness/certificates`` (as the compiled
 programs are kept): a run with parameters certified before does not import
-the accountant at all. A changed line anywhere in :mod:`harness.clients`, or
+the accountant at all. A changed line anywhere in :mod:`harness.privacy`, or
 another dp-accounting, is another key; an unreadable entry is computed anew.
 """
 
@@ -23,8 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.clients import privacy
 from harness.fileio import write_atomic
+from harness.privacy import accounting as privacy
 
 __all__ = ["calibrated", "central_sigma", "certificate", "certificate_dir", "honest_split"]
 

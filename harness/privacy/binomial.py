@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.clients.privacy import analytic_gaussian_sigma
+from harness.privacy.accounting import analytic_gaussian_sigma
 
 __all__ = ["MAX_COINS", "binomial_epsilon", "grid_sensitivity", "least_coins"]
 

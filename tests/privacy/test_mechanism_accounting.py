@@ -7,20 +7,20 @@ import math
 
 import numpy as np
 import pytest
+from _calibrate import server_noise
 from scipy import stats
 
-from harness.clients import (
+from harness.errors import InputError
+from harness.privacy import (
     MAX_COINS,
     ROUNDING_COINS,
     CoinLayout,
     binomial_epsilon,
     grid_sensitivity,
     least_coins,
-    server_noise,
 )
-from harness.clients.privacy import release_sensitivity
-from harness.clients.skellam import skellam_pld_epsilon
-from harness.errors import InputError
+from harness.privacy.accounting import release_sensitivity
+from harness.privacy.skellam import skellam_pld_epsilon
 
 
 def _hockey_stick(coins: int, shifts: tuple[int, ...], epsilon: float) -> float:

@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from scipy import signal, stats
 
-from harness.clients import lattice, privacy
 from harness.clients.encoding import FixedPoint
 from harness.clients.matrices import ArrayRows
-from harness.clients.noise import NoiseSpec, noise_rng
 from harness.clients.sharing import ADDITIVE
 from harness.clients.sketch import Sketch
+from harness.privacy import accounting as privacy
+from harness.privacy import lattice
+from harness.privacy.noise import NoiseSpec, noise_rng
 from harness.stream.noisy import NoisyChunks, group_slots
 from harness.stream.plan import StreamPlan
 
