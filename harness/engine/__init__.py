@@ -36,7 +36,7 @@ if TYPE_CHECKING:
         find_free_ports,
     )
     from harness.engine.installer import ensure_mpspdz, install
-    from harness.engine.interface import ClientJob, Cluster
+    from harness.engine.interface import ClientJob, Cluster, Route
     from harness.engine.mpspdz import (
         ENV_VAR,
         NO_INSTALL_ENV_VAR,
@@ -107,6 +107,7 @@ __all__ = [
     "Protocol",
     "RELEASE_SHA256",
     "REQUIRED_BINARIES",
+    "Route",
     "SHA256_ENV_VAR",
     "SUPPORTED_VERSION",
     "ServerProgram",

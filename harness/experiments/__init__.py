@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     )
     from harness.experiments.execute import RunOutcome, ServerInputs, execute
     from harness.experiments.memory import PeakMemory, tree_pss_bytes
-    from harness.experiments.modes import Mode, Route, route_for
+    from harness.experiments.modes import Mode, route_for
     from harness.experiments.noise_check import check_noise_release
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
@@ -68,7 +68,6 @@ __all__ = [
     "SketchUtility",
     "RunConfig",
     "RunOutcome",
-    "Route",
     "RunResult",
     "SHARINGS",
     "PeakMemory",

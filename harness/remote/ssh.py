@@ -127,7 +127,7 @@ class SshCluster(PartyStaging):
         (here, or on the inventory's client hosts); the parties' group stays open, with
         their directories, for :meth:`run`. Where the route says ``here``, the stream
         runs on this machine into the files :meth:`run` sends."""
-        if job.here:
+        if job.route.here:
             return self._stream_here(job)
         group = self._party_group(self.inventory.base_port, job.timeout)
         try:
@@ -150,7 +150,7 @@ class SshCluster(PartyStaging):
         plan = job.stream_plan(self.parties)
         schedule = self.workdir / "public-input"
         self._schedule_here = schedule
-        if job.input_mode == "party":  # the data owner's text, for party 0's host
+        if job.route.sink == "owner":  # the data owner's text, for party 0's host
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
                                    self.input_file(), schedule, job.blocks)
             job.fp.check_bucket_bound(prepared.abs_sums)

@@ -131,7 +131,7 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
     shape = work.blocks or work.slots
     assert type(shape) is {"blocked": BlockShape, "slots": SlotShape, "": type(None)}[route.shape]
     job = client_job(cfg, work)
-    assert job.here == route.here and job.blocks == shape
+    assert job.route == route and job.blocks == shape
     # The cluster takes the stream where the table says.
     def taken(where: str):
         def take(*args, **kwargs):
@@ -143,6 +143,10 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 
         monkeypatch.setattr(local, "write_owner", taken("owner"))
         monkeypatch.setattr(local, "stream_inputs", taken("servers"))
+        # The route's TLS: its namespaces are where only a real network cluster has them.
+        monkeypatch.setattr(local, "start_fork_server", lambda: None)
+        monkeypatch.setattr(LocalCluster, "_hold_network", lambda self: None)
+        monkeypatch.setattr(LocalCluster, "_tls_route", lambda self, net, timeout: None)
         cluster = LocalCluster.__new__(LocalCluster)
         cluster.parties, cluster.workdir, cluster.network = cfg.party_count, tmp_path, None
         cluster._held, cluster._waiting, cluster._fed = None, None, False
@@ -196,7 +200,7 @@ def test_dng_runs_on_hosts_wherever_each_server_has_its_agent(tmp_path):
             taken.append(mode)
             cfg = _config(tmp_path, mode, mechanism="dng", epsilon=4.0, delta=1e-3).validate()
             assert cfg.mechanism == "dng" and cfg.streams and not client_job(
-                cfg, build_workload(cfg)).here
+                cfg, build_workload(cfg)).route.here
     assert {(m.program, m.placement) for m in taken} == {("local", "hosts"),
                                                          ("local", "client-hosts")}
 
