@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         PartyRun,
         find_free_ports,
     )
+    from harness.engine.held import holdable
     from harness.engine.installer import ensure_mpspdz, install
     from harness.engine.interface import ClientJob, Cluster, Route
     from harness.engine.mpspdz import (
@@ -121,6 +122,7 @@ __all__ = [
     "doctor",
     "ensure_mpspdz",
     "find_mpspdz",
+    "holdable",
     "install",
     "make_certificates",
     "start_signer",

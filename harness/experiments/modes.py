@@ -25,8 +25,9 @@ A file's *shape* is the program's: ``blocked`` per chunk of clients (``fast``,
 
 ``servers``: each server takes its stream where it runs (this machine's
 processes, in their namespaces under ``--network``, or its host's agent);
-``here``: this machine's processes write every file, which then go to the hosts
-by SFTP, so hosts without the harness (only MP-SPDZ) can run it.
+``here``: this machine, the data owner, writes party 0's input text, which goes
+to party 0's host whole by SFTP (``--input party``), so hosts without the
+harness (only MP-SPDZ) can run it. No share file is ever sent whole.
 
 Its *feeding* says how the parties take their inputs: ``fifo`` (started first,
 each is fed its server's stream through its public input as it comes), ``held``
@@ -143,15 +144,14 @@ ROUTES: tuple[_Rule, ...] = (
             placement=_HOSTS),
     _stream("owner", "here", "blocked", "files", "none", program="fast", input="party"),
     _stream("owner", "here", "slots", "files", "none", program="reference", input="party"),
-    # Full shares to hosts with no client host: streamed here into the share files, so the
-    # hosts need only MP-SPDZ. Seeded shares expand on the servers' hosts.
-    _stream("shares", "here", "blocked", "files", "sftp", program="fast", sharing="full",
-            placement=("hosts",)),
-    # fast reads its blocked file as it is written: on this machine its parties are fed.
+    # fast reads its blocked file as it is written: its parties are fed, here and on each
+    # host by its agent; no share file is ever whole. Under --network they run in their
+    # namespaces, started after the stream.
     _stream("shares", "servers", "blocked", "fifo", "shm", program="fast", placement=_HERE),
-    _stream("shares", "servers", "blocked", "files", "tls", program="fast"),
-    _stream("shares", "here", "slots", "files", "sftp", program="reference", sharing="full",
-            placement=("hosts",)),
+    _stream("shares", "servers", "blocked", "files", "tls", program="fast",
+            placement=("network",)),
+    _stream("shares", "servers", "blocked", "fifo", "tls", program="fast"),
+    # reference reads its file whole: each server writes it where it runs.
     _stream("shares", "servers", "slots", "files", "shm", program="reference",
             placement=_HERE),
     _stream("shares", "servers", "slots", "files", "tls", program="reference"),
@@ -208,8 +208,8 @@ LIMITS: tuple[Limit, ...] = (
     Limit("dense", (True,),
           "--dense draws the sketch here and holds it whole, and the hosts compute the "
           "sketch from its seed, which only a sparse sketch has; drop --dense, or use "
-          "--program fast or reference with --sharing full and no [[client]] host (the "
-          "stream then runs here)",
+          "--program fast or reference with --input party (the data owner's input is "
+          "then written here)",
           placements=_HOSTS, where="servers"),
     # Test aids: they change a server's input file on this machine after preparation.
     Limit("tamper", None,
