@@ -7,8 +7,9 @@ d = 10, m = 100, s = 1 and 2 parties, no noise, verified) at two sizes, by defau
 :class:`harness.experiments.PeakMemory` reads it) is sampled every 0.1 s over the
 run's whole process tree: the ``ltm`` process and everything below it (client
 workers, servers, MP-SPDZ's parties), plus, on loopback hosts, each host's sshd
-with every session below it (the hosts' agents and parties). Each run is killed if
-that sum passes ``--kill-above-gib``.
+with every session below it (the hosts' agents and parties); on hosts, the ``ltm``
+process's own tree (this machine's part) is reported beside it. Each run is killed
+if that sum passes ``--kill-above-gib``.
 
 Placements: ``loopback`` (every party here); ``network`` (``--network PROFILE``,
 needs root and iproute2); ``hosts`` and ``client-hosts`` (real sshd servers on this
@@ -72,9 +73,12 @@ class _TreesPeak(PeakMemory):
     def __init__(self, roots: list[int], *, interval: float = 0.1) -> None:
         super().__init__(roots[0], interval=interval)
         self.roots = roots
+        self.coordinator = 0  # the first tree's own peak (``ltm run`` and its children)
 
     def sample(self) -> int:
-        self.bytes = max(self.bytes, sum(tree_pss_bytes(root) for root in self.roots))
+        trees = [tree_pss_bytes(root) for root in self.roots]
+        self.coordinator = max(self.coordinator, trees[0])
+        self.bytes = max(self.bytes, sum(trees))
         self.samples += 1
         return self.bytes
 
@@ -111,7 +115,8 @@ def placed(placement: str, scratch: Path, args: argparse.Namespace
 
     where = scratch / f"hosts-{placement}"
     inventory = start_loopback(PARTIES, where, find_mpspdz().root,
-                               base_port=find_free_ports(PARTIES),
+                               # the parties' ports and past them (fed) the streams'
+                               base_port=find_free_ports(2 * PARTIES),
                                client_hosts=int(placement == "client-hosts"),
                                echo=lambda line: None)
     try:
@@ -155,7 +160,8 @@ def ltm_run(mode: Mode, n: int, out: Path, placement: list[str], hosts: list[int
     result = json.loads((out / "result.json").read_text())
     if not result["verification"]["ok"]:
         raise RunFailed(f"{name} did not verify")
-    return {"n": n, "wall_s": wall, "peak_pss_bytes": peak.bytes, "samples": peak.samples}
+    return {"n": n, "wall_s": wall, "peak_pss_bytes": peak.bytes, "samples": peak.samples,
+            "coordinator_peak_pss_bytes": peak.coordinator}
 
 
 def measure(scratch: Path, args: argparse.Namespace, echo: Callable[[str], None]) -> dict:
@@ -207,10 +213,15 @@ def report(result: dict) -> str:
 
 def _line(mode: Mode, row: dict) -> str:
     first, second = row["runs"]
+    here = ""
+    if Mode(**row["mode"]).on_hosts:  # this machine's own share of the trees
+        low, high = (r["coordinator_peak_pss_bytes"] for r in row["runs"])
+        here = (f"; this machine's tree {low / 2**30:.3f} and {high / 2**30:.3f} GiB, "
+                f"ratio {high / low:.3f}")
     return (f"{_name(mode)}: peak n={_short(first['n'])} {_gib(first)} GiB, "
             f"n={_short(second['n'])} {_gib(second)} GiB, ratio {row['ratio']:.3f} "
             f"({'within' if row['within'] else 'ABOVE'} {TARGET:.2f}; walls "
-            f"{first['wall_s']:.1f} s and {second['wall_s']:.1f} s)")
+            f"{first['wall_s']:.1f} s and {second['wall_s']:.1f} s{here})")
 
 
 def _gib(run: dict) -> str:

@@ -36,8 +36,10 @@ __all__ = ["FakeHost", "SshFarm", "descendants", "free_port", "mpc_base_port",
 
 
 def mpc_base_port(count: int) -> int:
-    """A free range for the parties (below the ephemeral ports the SSH sessions use)."""
-    return find_free_ports(count)
+    """A free range for ``count`` parties and, past them, their servers' streams (a fed
+    run's servers listen while their parties run), below the ephemeral ports the SSH
+    sessions use."""
+    return find_free_ports(2 * count)
 
 
 def processes_under(root: Path) -> list[tuple[int, str]]:

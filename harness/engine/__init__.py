@@ -35,8 +35,9 @@ if TYPE_CHECKING:
         PartyRun,
         find_free_ports,
     )
+    from harness.engine.held import holdable
     from harness.engine.installer import ensure_mpspdz, install
-    from harness.engine.interface import ClientJob, Cluster
+    from harness.engine.interface import ClientJob, Cluster, Route
     from harness.engine.mpspdz import (
         ENV_VAR,
         NO_INSTALL_ENV_VAR,
@@ -107,6 +108,7 @@ __all__ = [
     "Protocol",
     "RELEASE_SHA256",
     "REQUIRED_BINARIES",
+    "Route",
     "SHA256_ENV_VAR",
     "SUPPORTED_VERSION",
     "ServerProgram",
@@ -120,6 +122,7 @@ __all__ = [
     "doctor",
     "ensure_mpspdz",
     "find_mpspdz",
+    "holdable",
     "install",
     "make_certificates",
     "start_signer",

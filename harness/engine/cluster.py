@@ -127,7 +127,7 @@ class LocalCluster(PartyStaging):
         (``job.blocks``, the fast and reference programs) its share file. With
         ``--input party`` the data owner writes its input text instead, a chunk at a time."""
         plan = job.stream_plan(self.parties)
-        if job.input_mode == "party":
+        if job.route.sink == "owner":
             public = self.workdir / "public-input"
             prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
                                    self.input_file(), public, job.blocks)
@@ -143,7 +143,7 @@ class LocalCluster(PartyStaging):
                     else None)
         transport: TransportFactory = ShmTransport
         try:
-            if self.network is not None:  # each chunk crosses its server's link over TLS
+            if job.route.transport == "tls":  # each chunk crosses its server's link
                 start_fork_server()  # its imports overlap making the network
                 transport = self._tls_route(self._hold_network(), job.timeout)
             try:
@@ -247,22 +247,21 @@ class LocalCluster(PartyStaging):
     @contextmanager
     def launch(self, job: ClientJob, program: CompiledProgram, *,
                timeout: float, port: int | None = None) -> Iterator[bool]:
-        """A streamed job's parties on the loopback start now, held at their inputs
-        (:mod:`.held`) while the clients stream; :meth:`run` releases them. A ``fast``
-        job's (blocked files, ``job.live``) are fed: each reads its server's share file
-        and schedule as they are written, and sums the stream while it comes. Stopped
-        if the block ends first. Yields whether they started."""
-        fed = job.blocks is not None and job.blocks.feedable and job.live
+        """Where the job's route starts the parties first (its feeding ``held`` or
+        ``fifo``) they start now, held at their inputs (:mod:`.held`) while the clients
+        stream; :meth:`run` releases them. Fed ones (``fifo``) each read their server's
+        share file and schedule as they are written, and sum the stream while it comes.
+        Stopped if the block ends first. Yields whether they started (a program of
+        several threads cannot be held: its parties start in :meth:`run`)."""
         self._fed = False
-        if (self.network is not None or (job.blocks is not None and not fed)
-                or job.input_mode != "shares" or not holdable(program.threads)):
+        if job.route.feeding == "files" or not holdable(program.threads):
             yield False
             return
         commands = self._loopback_commands(program, port)
         gates = [self.party_dir(i) / "Programs" / "Public-Input" / program.name
                  for i in range(self.parties)]
         self._waiting = (program.name, HeldParties(commands, gates))
-        self._fed = fed
+        self._fed = job.route.fed
         try:
             yield True
         finally:

@@ -5,7 +5,10 @@ kind: local processes (:class:`~harness.engine.cluster.LocalCluster`, optionally
 behind an emulated network) and one party per SSH host
 (:class:`harness.remote.SshCluster`) both implement it. Modelled on CrypTen's
 ``Communicator`` and asv's ``Environment``: the caller states *what* happens to
-the clients' inputs and the parties; the cluster decides *where* and *how*.
+the clients' inputs and *how* they travel (the job's :class:`Route`, resolved once
+from the table of run modes, :mod:`harness.experiments.modes`); the cluster only
+supplies *where*: the servers' ends of the stream, where the client workers run,
+how the parties start.
 
 The phases, in the order a run calls them::
 
@@ -33,7 +36,55 @@ if TYPE_CHECKING:
     from harness.privacy import NoiseSpec, ServerStep
     from harness.stream import FileShape, StreamPlan
 
-__all__ = ["Cluster", "ClientJob", "PartyRun"]
+__all__ = ["Cluster", "ClientJob", "PartyRun", "Route"]
+
+@dataclass(frozen=True)
+class Route:
+    """How a combination of program, input, sharing and placement runs, as the table
+    of run modes declares it (:mod:`harness.experiments.modes`), or its refusal.
+
+    - ``sink``: what the stream makes: ``sum`` (each server sums its stream into its
+      m x d aggregate), ``shares`` (each server writes its share file as the chunks
+      arrive) or ``owner`` (this machine, the data owner, writes party 0's input text);
+    - ``where``: ``servers`` (each server takes its stream where it runs) or ``here``
+      (this machine writes the files);
+    - ``shape``: the files' layout, ``blocked`` or ``slots`` (``""`` for a sum);
+    - ``feeding``: ``fifo`` (each party is started first and its server feeds it the
+      stream through its public input, a FIFO, as it comes), ``held`` (the parties
+      start first and wait at their inputs until the stream is done) or ``files``
+      (they start on the complete files);
+    - ``transport``: ``shm`` (rings of shared memory on this machine), ``tls`` (a TLS
+      connection to each server, in its namespace or on its host), ``sftp`` (files
+      written here, then sent whole) or ``none`` (written here, where they are read).
+
+    A cluster reads it and re-derives none of it.
+    """
+
+    sink: str = ""
+    where: str = ""
+    shape: str = ""
+    feeding: str = ""
+    transport: str = ""
+    refused: str = ""  # the one-line refusal, naming the way out
+
+    @property
+    def runs(self) -> bool:
+        return not self.refused
+
+    @property
+    def here(self) -> bool:
+        """This machine writes the files, not a server (the data owner's text)."""
+        return self.where == "here"
+
+    @property
+    def fed(self) -> bool:
+        """The parties read the stream as it comes (their server feeds each one)."""
+        return self.feeding == "fifo"
+
+    @property
+    def shipped(self) -> bool:
+        """Its files are written here and then sent whole to the hosts."""
+        return self.transport == "sftp"
 
 
 @dataclass
@@ -56,8 +107,8 @@ class PartyRun:
 class ClientJob:
     """What the clients compute on and how they hand it to the servers.
 
-    ``input_mode`` is ``"shares"`` (every client secret-shares its noisy rows among
-    the servers) or ``"party"`` (party 0, the data owner, types the rows in);
+    ``route`` is how the inputs travel (:class:`Route`): the stream's sink, the
+    parties' feeding and the transport, as the table of run modes resolved them;
     ``sharing`` is ``"full"`` or ``"seeded"`` (all but one component as PRG seeds).
 
     Every job streams: the ``local`` program's servers sum the shares as they
@@ -67,17 +118,9 @@ class ClientJob:
     servers write the shares into share files of that shape as they arrive (blocked
     per chunk of clients, :mod:`harness.stream.blocks`, or one row per slot,
     :mod:`harness.stream.slots`), and the program's public input beside them. With
-    ``input_mode == "party"`` no server takes a stream: the data owner writes its
-    input text in the program's shape (``blocks``) and the public input a chunk of
-    clients at a time.
-
-    ``live`` lets the MPC read a blocked share file while it is written (where the
-    parties can be held, :meth:`Cluster.launch`); not when a server is to change
-    its shares after the upload (``--tamper``).
-
-    ``here`` says where a stream to hosts runs (the table of modes decides it,
-    :mod:`harness.experiments.modes`): on this machine, its files then sent whole,
-    so the hosts need only MP-SPDZ; else each server takes its stream on its host.
+    the sink ``owner`` (``--input party``) no server takes a stream: the data owner
+    writes its input text in the program's shape (``blocks``) and the public input
+    a chunk of clients at a time.
     """
 
     rows: Rows
@@ -85,13 +128,11 @@ class ClientJob:
     noise: NoiseSpec
     fp: FixedPoint
     share_format: ShareFormat
-    input_mode: str = "shares"
+    route: Route = Route("sum", "servers", "", "held", "shm")
     sharing: str = "full"
     timeout: float = 900.0
     as_input: bool = False
     blocks: FileShape | None = None
-    here: bool = False
-    live: bool = True
     # --poison's clients, sending the largest words the encoding holds; with --validate
     # the plaintext sums the release is checked against leave them out.
     poisoned: tuple[int, ...] = ()
@@ -118,7 +159,9 @@ class ClientJob:
 
 @runtime_checkable
 class Cluster(Protocol):
-    """The servers of one run and the path of the clients' inputs to them."""
+    """Where the servers of one run are: the servers' ends of the stream, where the
+    client workers run, how the parties start. How the clients' inputs travel is the
+    job's :class:`Route`, which a cluster follows and never re-derives."""
 
     parties: int
     workdir: Path

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     )
     from harness.experiments.execute import RunOutcome, ServerInputs, execute
     from harness.experiments.memory import PeakMemory, tree_pss_bytes
-    from harness.experiments.modes import Mode, Route, route_for
+    from harness.experiments.modes import Mode, route_for
     from harness.experiments.placement import make_cluster
     from harness.experiments.reproduce import reproduce
     from harness.experiments.results import (
@@ -67,7 +67,6 @@ __all__ = [
     "SketchUtility",
     "RunConfig",
     "RunOutcome",
-    "Route",
     "RunResult",
     "SHARINGS",
     "PeakMemory",

@@ -24,12 +24,13 @@ from harness.engine import (
     PROGRAMS,
     PROTOCOLS,
     Protocol,
+    Route,
     ServerProgram,
     protocol_for,
     server_program,
 )
 from harness.errors import InputError, check_number
-from harness.experiments.modes import SHARINGS, Mode, Route, check_limits, route_for
+from harness.experiments.modes import SHARINGS, Mode, check_limits, route_for
 from harness.privacy import CALIBRATIONS, DEFAULT_MECHANISM, Options, mechanism_class
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class RunConfig:
     @property
     def route(self) -> Route:
         """How this run streams, from the table of modes (its refusal if it does not run)."""
-        return route_for(self.mode)
+        return route_for(self.mode, tamper=self.tamper is not None)
 
     @property
     def streams(self) -> bool:

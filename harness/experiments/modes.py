@@ -3,10 +3,11 @@
 One table says, for each combination, whether ``ltm run`` runs it and how, or
 why not in the words the user reads. :meth:`RunConfig.validate
 <harness.experiments.RunConfig.validate>` refuses with its message,
-:attr:`RunConfig.streams`, the workload's disk check and the file shape, and
-the SSH cluster's choice of where the stream runs (:attr:`ClientJob.here
-<harness.engine.ClientJob.here>`) read its :class:`Route`; the docs' table of
-modes is :func:`markdown` of it, and a test runs every combination against it.
+:attr:`RunConfig.streams`, the workload's disk check and the file shape read its
+:class:`~harness.engine.Route`, resolved once; the route then travels on the
+clients' job (:attr:`ClientJob.route <harness.engine.ClientJob.route>`) and the
+clusters follow it. The docs' table of modes is :func:`markdown` of it, and a
+test runs every combination against it.
 
 Every combination that runs streams: nothing proportional to n is held in
 memory. A route names what the stream makes (its *sink*) and *where*:
@@ -24,8 +25,16 @@ A file's *shape* is the program's: ``blocked`` per chunk of clients (``fast``,
 
 ``servers``: each server takes its stream where it runs (this machine's
 processes, in their namespaces under ``--network``, or its host's agent);
-``here``: this machine's processes write every file, which then go to the hosts
-by SFTP, so hosts without the harness (only MP-SPDZ) can run it.
+``here``: this machine, the data owner, writes party 0's input text, which goes
+to party 0's host whole by SFTP (``--input party``), so hosts without the
+harness (only MP-SPDZ) can run it. No share file is ever sent whole.
+
+Its *feeding* says how the parties take their inputs: ``fifo`` (started first,
+each is fed its server's stream through its public input as it comes), ``held``
+(started first, they wait at their inputs until the stream is done) or ``files``
+(they start on the complete files); its *transport*, how the clients' data reach
+the servers: ``shm`` (shared memory here), ``tls`` (to each server's namespace or
+host), ``sftp`` (written here, then sent whole) or ``none`` (written where read).
 
 Options beside the four axes that rule out a route (``--network`` with
 ``--hosts``, a ``--protocol`` whose shares no client can write,
@@ -36,16 +45,18 @@ programs add its noise (:meth:`harness.privacy.Mechanism.check_options`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 
-from harness.engine import INPUT_MODES, PROGRAMS, PROTOCOLS
+from harness.engine import INPUT_MODES, PROGRAMS, PROTOCOLS, Route
 from harness.errors import InputError
 from harness.privacy import mechanism_class, mechanism_names, programs_refusal
 
 __all__ = ["INPUTS", "LIMITS", "PLACEMENTS", "PLACEMENT_NAMES", "PROGRAM_NAMES", "ROUTES",
-           "SHARINGS", "Limit", "Mode", "Route", "combinations", "markdown", "route_for"]
+           "SHARINGS", "Limit", "Mode", "combinations", "files_here", "markdown",
+           "route_for"]
 
 # The axes: the server programs' registry (harness.engine.server_programs), the input
 # modes, and the sharings (full: every server receives all its words; seeded: all but
@@ -62,8 +73,13 @@ PLACEMENT_NAMES = {"loopback": "this machine", "network": "`--network`",
 SINKS = {"sum": "each server sums it", "shares": "each server writes its share file",
          "owner": "the data owner writes party 0's input text"}
 SHAPES = {"": "", "blocked": ", blocked", "slots": ", a row per slot"}
+# What the docs' table says of a route's feeding and transport beside its sink (the
+# rest is said once, in the text around the table).
+FEEDINGS = {"fifo": "; its party fed through a FIFO"}
+TRANSPORTS = {"sftp": "; sent by SFTP"}
 _ANY = None
 _HOSTS = ("hosts", "client-hosts")
+_HERE = ("loopback",)  # every party a process of this machine, on no emulated link
 
 
 @dataclass(frozen=True)
@@ -80,27 +96,10 @@ class Mode:
         return self.placement in _HOSTS
 
 
-@dataclass(frozen=True)
-class Route:
-    """What a combination does: its stream's sink and where it runs, or the refusal."""
-
-    sink: str = ""  # "sum", "shares" or "owner"
-    where: str = ""  # "servers" or "here"
-    shape: str = ""  # the files': "blocked" or "slots" ("" for a sum)
-    refused: str = ""  # the one-line refusal, naming the way out
-
-    @property
-    def runs(self) -> bool:
-        return not self.refused
-
-    @property
-    def here(self) -> bool:
-        """The stream runs on this machine and its files go to the hosts whole (SFTP)."""
-        return self.where == "here"
-
-    def files_here(self, mode: Mode) -> bool:
-        """Its files are written on this machine's disk (they need room there)."""
-        return self.sink != "sum" and (not mode.on_hosts or self.here)
+def files_here(mode: Mode, route: Route) -> bool:
+    """Whether ``route``'s files are written on this machine's disk (they need room
+    there): a share file or text, by this machine's servers or its data owner."""
+    return route.sink != "sum" and (not mode.on_hosts or route.here)
 
 
 @dataclass(frozen=True)
@@ -124,8 +123,9 @@ def _refuse(message: str, **axes: object) -> _Rule:
     return _Rule(Route(refused=message), **axes)  # type: ignore[arg-type]
 
 
-def _stream(sink: str, where: str, shape: str, **axes: object) -> _Rule:
-    return _Rule(Route(sink, where, shape), **axes)  # type: ignore[arg-type]
+def _stream(sink: str, where: str, shape: str, feeding: str, transport: str,
+            **axes: object) -> _Rule:
+    return _Rule(Route(sink, where, shape, feeding, transport), **axes)  # type: ignore[arg-type]
 
 
 # First match wins. Every combination is matched (a test checks it).
@@ -135,18 +135,28 @@ ROUTES: tuple[_Rule, ...] = (
     _refuse("--sharing seeded compresses the servers' share files, and with --input party "
             "the servers receive none; use --input shares or --sharing full",
             input="party", sharing="seeded"),
-    _stream("sum", "servers", "", program="local"),
+    # The sums are the MPC's only input: its parties start at once and wait for them.
+    _stream("sum", "servers", "", "held", "shm", program="local", placement=_HERE),
+    _stream("sum", "servers", "", "files", "tls", program="local"),
     # The data owner is this machine: its text goes to party 0 (by SFTP to a host); a
     # client host makes shares, and has none to make here.
-    _stream("owner", "here", "blocked", program="fast", input="party"),
-    _stream("owner", "here", "slots", program="reference", input="party"),
-    # Full shares to hosts with no client host: streamed here into the share files, so the
-    # hosts need only MP-SPDZ. Seeded shares expand on the servers' hosts.
-    _stream("shares", "here", "blocked", program="fast", sharing="full", placement=("hosts",)),
-    _stream("shares", "servers", "blocked", program="fast"),
-    _stream("shares", "here", "slots", program="reference", sharing="full",
-            placement=("hosts",)),
-    _stream("shares", "servers", "slots", program="reference"),
+    _stream("owner", "here", "blocked", "files", "sftp", program="fast", input="party",
+            placement=_HOSTS),
+    _stream("owner", "here", "slots", "files", "sftp", program="reference", input="party",
+            placement=_HOSTS),
+    _stream("owner", "here", "blocked", "files", "none", program="fast", input="party"),
+    _stream("owner", "here", "slots", "files", "none", program="reference", input="party"),
+    # fast reads its blocked file as it is written: its parties are fed, here and on each
+    # host by its agent; no share file is ever whole. Under --network they run in their
+    # namespaces, started after the stream.
+    _stream("shares", "servers", "blocked", "fifo", "shm", program="fast", placement=_HERE),
+    _stream("shares", "servers", "blocked", "files", "tls", program="fast",
+            placement=("network",)),
+    _stream("shares", "servers", "blocked", "fifo", "tls", program="fast"),
+    # reference reads its file whole: each server writes it where it runs.
+    _stream("shares", "servers", "slots", "files", "shm", program="reference",
+            placement=_HERE),
+    _stream("shares", "servers", "slots", "files", "tls", program="reference"),
 )
 
 
@@ -197,8 +207,8 @@ LIMITS: tuple[Limit, ...] = (
     Limit("dense", (True,),
           "--dense draws the sketch here and holds it whole, and the hosts compute the "
           "sketch from its seed, which only a sparse sketch has; drop --dense, or use "
-          "--program fast or reference with --sharing full and no [[client]] host (the "
-          "stream then runs here)",
+          "--program fast or reference with --input party (the data owner's input is "
+          "then written here)",
           placements=_HOSTS, where="servers"),
     # Test aids: they change a server's input file on this machine after preparation.
     Limit("tamper", None,
@@ -215,9 +225,14 @@ def combinations() -> list[Mode]:
     return [Mode(*axes) for axes in product(PROGRAM_NAMES, INPUTS, SHARINGS, PLACEMENTS)]
 
 
-def route_for(mode: Mode) -> Route:
-    """The route of ``mode`` (its refusal if it does not run)."""
-    return next(rule.route for rule in ROUTES if rule.matches(mode))
+def route_for(mode: Mode, *, tamper: bool = False) -> Route:
+    """The route of ``mode`` (its refusal if it does not run). With ``tamper`` (a test
+    aid: a server changes its shares once they are all in) no party is fed: it would
+    have read them as they came."""
+    route = next(rule.route for rule in ROUTES if rule.matches(mode))
+    if tamper and route.fed:
+        return dataclasses.replace(route, feeding="files")
+    return route
 
 
 def check_limits(mode: Mode, route: Route, options: Mapping[str, object]) -> None:
@@ -243,8 +258,8 @@ def markdown() -> str:
                     reasons.append(route.refused)
                 cells.append(f"refused ({reasons.index(route.refused) + 1})")
             else:
-                where = "; sent by SFTP" if route.here and placement in _HOSTS else ""
-                cells.append(f"{SINKS[route.sink]}{SHAPES[route.shape]}{where}")
+                how = FEEDINGS.get(route.feeding, "") + TRANSPORTS.get(route.transport, "")
+                cells.append(f"{SINKS[route.sink]}{SHAPES[route.shape]}{how}")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"({k}) {reason}" for k, reason in enumerate(reasons, 1)]

@@ -35,7 +35,7 @@ from harness.engine import (
 )
 from harness.errors import InputError, LtmError, VerificationError
 from harness.experiments import report
-from harness.experiments.config import ReproduceConfig, RunConfig, default_input_mode
+from harness.experiments.config import ReproduceConfig, RunConfig
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
 from harness.experiments.memory import PeakMemory
 from harness.experiments.mpc_time import CENTRAL_NS_PER_COIN, mpc_seconds
@@ -283,12 +283,12 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
             check_protocol_usable(mp, run_cfg.protocol)
         protocol_for(run_cfg.protocol).check_parties(cell.servers)
         return None
-    if cfg.sharing == "seeded" and default_input_mode(run_cfg.program) != "shares":
-        # Said here for the report: run_cfg.validate()'s line names a fix (--input
-        # shares) that ltm reproduce does not offer.
-        return (f"--sharing seeded compresses the servers' share files, and {run_cfg.program} "
-                "has party 0 input the noisy rows, so there are none to seed (a --sharing "
-                "full sweep measures it)")
+    refused = run_cfg.route.refused
+    if refused:
+        # The table's problem, not its fix: that names options (--input) ltm reproduce
+        # does not offer; another sweep of the same table does.
+        return (f"{refused.partition('; ')[0]} (--program {run_cfg.program} takes --input "
+                f"{run_cfg.mode.input} here; a sweep of the other --sharing measures it)")
     try:
         run_cfg = run_cfg.validate()
         noise = mechanism_for(run_cfg, cell.clients, cell.dim, cell.sparsity)

@@ -38,6 +38,7 @@ from harness.engine import (
 )
 from harness.errors import InputError, check_disk, check_memory
 from harness.experiments.config import RunConfig
+from harness.experiments.modes import files_here
 from harness.privacy import (
     CALIBRATIONS,
     Mechanism,
@@ -151,7 +152,7 @@ def check_fits(cfg: RunConfig, n: int, d: int, s: int) -> None:
     if cfg.dense:
         check_workload_size(n, d, cfg.rows, s)
     route = cfg.route
-    if not route.files_here(cfg.mode):
+    if not files_here(cfg.mode, route):
         return
     if route.sink == "owner":
         # Fixed-width decimals: a sign, up to 20 digits and a blank per value.
@@ -293,10 +294,9 @@ def coin_technique(spec: Protocol, parties: int) -> dict[str, Any]:
 def client_job(cfg: RunConfig, work: Workload) -> ClientJob:
     """What the clients compute on and how they hand it to the servers."""
     return ClientJob(work.rows, work.sketch, work.noise, work.fp,
-                     cfg.share_format, input_mode=cfg.input_kind, sharing=cfg.sharing,
+                     cfg.share_format, route=cfg.route, sharing=cfg.sharing,
                      timeout=cfg.timeout, as_input=cfg.inputs_aggregates,
-                     blocks=work.blocks or work.slots, here=cfg.route.here,
-                     live=cfg.tamper is None, poisoned=work.poisoned,
+                     blocks=work.blocks or work.slots, poisoned=work.poisoned,
                      drop_poisoned=work.bound is not None)
 
 

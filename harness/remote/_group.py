@@ -56,12 +56,14 @@ class PartyGroup:
         self.options = options
         self.results = [HostResult(p.index, p.host) for p in parties]
         self.abandon = threading.Event()
+        self._started: set[int] = set()  # parties started before their stream (fed)
         self.pool = ThreadPoolExecutor(max_workers=len(parties), thread_name_prefix="ltm-ssh")
 
     def run(self, uploads: list[list[Upload]], program: str, timeout: float, *,
             opened: bool = False) -> list[HostResult]:
         """Prepare every party (``opened``: already done by :meth:`open_stream`; only
-        the uploads remain), start them all, wait for all, clean up in every case."""
+        the uploads remain), start them all (unless :meth:`open_stream` started them,
+        fed by their servers), wait for all, clean up in every case."""
         try:
             if opened:
                 self._all(lambda party: party.upload(_DIRECTORIES, uploads[party.index],
@@ -83,11 +85,17 @@ class PartyGroup:
     # --- a streamed run: the servers take their streams before the run ---------------
 
     def open_stream(self, uploads: list[list[Upload]], serve: list[list[str]],
-                    why: str) -> None:
+                    why: str, *, ports: list[int] | None = None,
+                    fed: str | None = None) -> None:
         """Connect, check and upload as for a run, then start each server's ``serve``
-        step (``serve[i]``, its agent arguments, listening on its base port + i; ``why``
-        it needs the harness, for the message when it is missing). The group stays
-        open for :meth:`run` (``opened=True``) or :meth:`close`."""
+        step (``serve[i]``, its agent arguments, listening on ``ports[i]``, by default
+        its base port + i; ``why`` it needs the harness, for the message when it is
+        missing). With ``fed`` (the program's name; the uploads then hold all the
+        party needs) each party starts first, waiting at its public input, a FIFO its
+        server then feeds. The group stays open for :meth:`run` (``opened=True``) or
+        :meth:`close`."""
+        listen = ports or [self.base_port + p.index for p in self.parties]
+
         def prepare(party: RemoteParty) -> None:
             party.open(self.known_hosts, self.options, self.inventory_path)
             if self.abandon.is_set():
@@ -96,8 +104,11 @@ class PartyGroup:
             party.check_space(sum(upload_size(u) for u in uploads[party.index])
                               + self.extra_bytes[party.index])
             party.upload(_DIRECTORIES, uploads[party.index], self.abandon)
-            party.start_serve(serve[party.index], self.base_port + party.index, self.timeout,
-                              why)
+            if fed is not None:
+                party.make_gate(f"Programs/Public-Input/{fed}")
+                party.start(party.mpc_args(fed))
+                self._started.add(party.index)
+            party.start_serve(serve[party.index], listen[party.index], self.timeout, why)
 
         try:
             self._all(prepare)
@@ -176,7 +187,8 @@ class PartyGroup:
 
     def _execute(self, program: str, timeout: float) -> None:
         def execute(party: RemoteParty) -> None:
-            party.start(["-p", str(party.index), *party.count_args, "-ip", "ip", program])
+            if party.index not in self._started:
+                party.start(party.mpc_args(program))
             self.results[party.index].completed = party.collect(self.abandon)
 
         futures = {self.pool.submit(self._timed, p.index, execute, p) for p in self.parties}

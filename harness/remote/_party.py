@@ -234,7 +234,22 @@ class RemoteParty(Listening):
             raise LtmError(f"{step} failed: {tail}")
         return reply
 
+    def make_gate(self, name: str) -> None:
+        """The FIFO ``name`` (0600) where the party's public input belongs: started
+        before its stream, the party waits there until its server feeds it."""
+        assert self.client is not None and self.remote_dir is not None
+        rc, _, err = exec_command(self.client, f"cd {shlex.quote(self.remote_dir)} && "
+                                  f"rm -f {shlex.quote(name)} && mkfifo -m 600 "
+                                  f"{shlex.quote(name)}")
+        if rc != 0:
+            raise LtmError(f"{self.label}: cannot make its party's public input a FIFO in "
+                           f"{self.remote_dir}: {err.strip() or f'status {rc}'}")
+
     # --- the run -------------------------------------------------------------------
+
+    def mpc_args(self, program: str) -> list[str]:
+        """The party's command line after its binary: its number, the count, the ip file."""
+        return ["-p", str(self.index), *self.count_args, "-ip", "ip", program]
 
     def start(self, args: list[str]) -> None:
         assert self.client is not None and self.remote_dir is not None

@@ -8,8 +8,10 @@ workers when the inventory has no client host, else from each ``[[client]]``
 host's own workers over its own contiguous range of clients
 (:meth:`StreamPlan.host_span`). A server adds each chunk into its m x d
 accumulators as it arrives and leaves only its aggregate (the ``local``
-program), or writes its blocked share file and the public schedule (``fast``),
-in its working directory, where the run then finds them.
+program), or writes its share file and the public schedule (``reference``), in
+its working directory, where the run then finds them; or, where the job's route
+feeds the parties (``fast``), feeds its party, started first and waiting at its
+public input, each chunk as it comes: no share file is ever whole, here or there.
 
 What comes back here is what verification needs (each worker's plaintext sums)
 and each side's figures, assembled as a local streamed run's are. If anything
@@ -29,7 +31,7 @@ from harness.engine import make_certificates
 from harness.errors import LtmError
 from harness.remote._client import ClientHost, StreamCut
 from harness.remote._group import HOST_ERRORS, PartyGroup
-from harness.remote._party import Upload
+from harness.remote._party import PGID_FILE, Upload
 from harness.remote._results import HostGroupError, labelled
 from harness.remote._steps import CERT_NAME, input_file_there, share_file_there
 from harness.stream import (
@@ -53,11 +55,16 @@ _SETTLE_S = 3.0  # for a server's own failure to arrive once a client lost its s
 
 
 def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost],
-                    staging: list[Path], workdir: Path, base_port: int) -> Streamed:
+                    staging: list[Path], workdir: Path, base_port: int, *,
+                    fed: tuple[str, list[list[Upload]]] | None = None) -> Streamed:
     """Run the stream into the group's servers; the group stays open for the run.
 
     ``staging[i]`` is party i's local staging directory (its certificates and key);
-    the clients' per-run certificate is the client hosts' one, or made here.
+    the clients' per-run certificate is the client hosts' one, or made here. With
+    ``fed`` (the job's route feeds the parties: the program's name and each party's
+    files) each party starts first, held at its public input, which its server then
+    feeds as the stream comes; the servers then listen past the parties' ports, on
+    base port + parties + i.
     """
     plan = job.stream_plan(len(staging), tuple(c.workers() for c in clients))
     if plan.chunks < plan.workers:  # few clients: smaller chunks, so every host has some
@@ -70,6 +77,7 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
     else:
         [(key, cert, _)] = make_certificates(1, workdir / "stream-client-cert")
     uploads, serve = [], []
+    ports = [base_port + (len(staging) if fed else 0) + i for i in range(len(staging))]
     for i, party_dir in enumerate(staging):
         files = [Upload(SPEC_FILE, local=spec_file), Upload("client.pem", local=cert)]
         for path in sorted((party_dir / "Player-Data").iterdir()):
@@ -77,27 +85,27 @@ def stream_to_hosts(group: PartyGroup, job: ClientJob, clients: list[ClientHost]
                 files.append(Upload(f"Player-Data/{path.name}", local=path, mode=0o600))
             elif CERT_NAME.fullmatch(path.name):
                 files.append(Upload(f"Player-Data/{path.name}", local=path))
+        if fed is not None:  # the party starts before its stream: all it needs, now
+            files += [u for u in fed[1][i] if u.remote not in {f.remote for f in files}]
         uploads.append(files)
         dest = input_file_there(i) if job.as_input else share_file_there(i)
-        args = [SPEC_FILE, str(i), str(base_port + i), f"Player-Data/P{i}.pem",
+        args = [SPEC_FILE, str(i), str(ports[i]), f"Player-Data/P{i}.pem",
                 f"Player-Data/P{i}.key", "client.pem", dest, "--timeout", str(job.timeout),
                 "--bind", group.parties[i].host.listen_address]
-        if job.blocks is not None:  # every server needs the public schedule: each writes it
+        if fed is not None:  # the schedule goes into the party's FIFO, a line at a time
+            args += ["--gate", f"Programs/Public-Input/{fed[0]}", "--party-pid-file",
+                     PGID_FILE]
+        elif job.blocks is not None:  # every server needs the public schedule: each writes it
             args += ["--schedule", SCHEDULE_FILE]
         serve.append(args)
-    if job.blocks is not None:  # the share file each server writes (padding aside)
+    if job.blocks is not None and fed is None:  # the share file each server writes whole
         group.extra_bytes = [8 * job.n * plan.s * plan.d * job.share_format.words] * plan.parties
-    if clients:
-        why = "each server receives its stream of shares from the client hosts with it"
-    elif job.sharing == "seeded":
-        why = "--sharing seeded expands each server's seeds there"
-    elif job.blocks is None:
-        why = "the local program aggregates the shares there"
-    else:
-        why = "each server writes its stream of shares there"
+    why = ("each server receives its stream of shares from the client hosts with it"
+           if clients else "each server takes its stream of shares there")
     started = time.perf_counter()
-    group.open_stream(uploads, serve, why)
-    servers = [(p.host, base_port + p.index,
+    group.open_stream(uploads, serve, why, ports=ports,
+                      fed=fed[0] if fed is not None else None)
+    servers = [(p.host, ports[p.index],
                 staging[p.index] / "Player-Data" / f"P{p.index}.pem") for p in group.parties]
     try:
         totals = _run_clients(plan, job, clients, servers, cert, key, workdir, group)

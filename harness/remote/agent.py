@@ -4,11 +4,16 @@
 host's) remote working directory, with the harness ``ltm hosts setup``
 installed there. A streamed run (:mod:`harness.remote.streaming`) takes two steps:
 
-* ``serve SPEC PARTY PORT CERT KEY PEER DEST --bind ADDRESS [--schedule FILE]``:
-  a server binds ADDRESS:PORT, prints ``{"step": "listening"}``, then sums its stream of shares
-  from every client worker as it arrives (TLS, PEER pinned) into DEST, its
-  aggregate (or, for ``fast`` and ``reference``, writes its share file DEST and the
-  public schedule FILE);
+* ``serve SPEC PARTY PORT CERT KEY PEER DEST --bind ADDRESS [--schedule FILE]
+  [--gate FIFO --party-pid-file FILE]``: a server binds ADDRESS:PORT, prints
+  ``{"step": "listening"}``, then sums its stream of shares from every client
+  worker as it arrives (TLS, PEER pinned) into DEST, its aggregate (or, for
+  ``fast`` and ``reference``, writes its share file DEST and the public schedule
+  FILE). With ``--gate`` its MPC party (whose process id FILE holds) was started
+  first and waits at its public input, the FIFO: the server *feeds* it, DEST a
+  ring of engine chunks and each chunk's schedule line into the FIFO, so the
+  party sums the stream as it comes and no share file is ever whole; its reply
+  says ``"fed": true``;
 * ``stream SPEC TARGETS HOST CERT KEY``: client host HOST runs its client
   workers, each streaming to every server in TARGETS.
 
@@ -67,8 +72,9 @@ def serve(args: argparse.Namespace) -> None:
 
     figures = serve_stream(args.spec, args.party, args.bind, args.port, args.cert, args.key,
                            args.peer, args.dest, args.schedule, args.timeout,
-                           on_listening=lambda: _reply("listening"))
-    _reply("serve", **figures)
+                           on_listening=lambda: _reply("listening"), gate=args.gate,
+                           party_pid_file=args.party_pid_file)
+    _reply("serve", **figures, fed=args.gate is not None)
 
 
 def stream(args: argparse.Namespace) -> None:
@@ -159,6 +165,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument(name, type=Path)
     s.add_argument("--bind", required=True, help="the address to listen on (this host's)")
     s.add_argument("--schedule", type=Path)
+    s.add_argument("--gate", type=Path, help="the FIFO its started party reads its public "
+                                             "input from: feed it the stream as it comes")
+    s.add_argument("--party-pid-file", type=Path,
+                   help="with --gate: the file holding that party's process id")
     s.add_argument("--timeout", type=float, default=900.0)
     s = steps.add_parser("stream", help="a client host: stream its clients' shares")
     s.add_argument("spec", type=Path)
@@ -180,7 +190,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.step == "serve" and (args.gate is None) != (args.party_pid_file is None):
+        p.error("--gate and --party-pid-file go together")
     os.umask(0o077)  # shares, seeds and aggregates are secret from creation
     from harness.errors import Interrupted, LtmError, stop_on_signals
     from harness.stream import StreamError, StreamLost, StreamViolation

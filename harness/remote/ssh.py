@@ -3,12 +3,14 @@
 :class:`SshCluster` is a :class:`harness.engine.Cluster`. Its :meth:`~SshCluster.prepare`
 is the stream: each server's host agent takes its own shares as the clients make
 them (here, or on the inventory's ``[[client]]`` machines, each a contiguous range of
-chunks), summing them or writing its share file, and times it there (the figures come
-back in each party's statistics). Where the table of run modes routes a combination
-``here`` (hosts with only MP-SPDZ), the stream runs on this machine into each
-server's file, and ``run`` sends each host only what that party may see: the
-compiled program, the public input, its own TLS key with everyone's certificates,
-and its own share file. The parties start together and
+chunks), summing them, writing its share file, or, where the job's route feeds the
+parties (``fast``), feeding them to its party, started first (:meth:`~SshCluster.launch`)
+and waiting at its public input; it times it there (the figures come back in each
+party's statistics). Where the route writes ``here`` (the data owner's input text,
+which hosts with only MP-SPDZ can run), this machine writes it and ``run`` sends
+party 0's host only what that party may see: the compiled program, the public input,
+its own TLS key with everyone's certificates, and that text. No share file is sent
+whole. The parties start together and
 are one unit (:mod:`harness.remote._group`): if one fails, all are stopped and
 one :class:`HostGroupError` names the failing host(s).
 
@@ -32,6 +34,7 @@ from harness.engine import (
     MpSpdz,
     PartyRun,
     PartyStaging,
+    holdable,
     make_certificates,
     parse_stats,
     protocol_for,
@@ -48,11 +51,11 @@ from harness.remote._connect import (
 from harness.remote._group import PartyGroup, upload_size
 from harness.remote._party import ConnectionLost, RemoteParty, Upload
 from harness.remote._results import HostGroupError, HostResult, parallel
-from harness.remote._steps import CERT_NAME, input_file_there, share_file_there
+from harness.remote._steps import CERT_NAME, input_file_there
 from harness.remote._streamed import SCHEDULE_FILE, stream_to_hosts
 from harness.remote._trust import HostCheck, TrustResult, check_hosts, trust_hosts
 from harness.remote.hosts import Inventory
-from harness.stream import Streamed, stream_inputs, write_owner
+from harness.stream import Streamed, write_owner
 
 if TYPE_CHECKING:
     from harness.privacy import ServerStep
@@ -112,7 +115,9 @@ class SshCluster(PartyStaging):
         # A streamed run: its servers' group, held open from prepare to run.
         self._open_group: PartyGroup | None = None
         self._streamed: Streamed | None = None
-        self._schedule_here: Path | None = None  # a fast run streamed here, files sent
+        self._schedule_here: Path | None = None  # the data owner's, written here, sent
+        self._feed: tuple[CompiledProgram, int | None] | None = None  # launched: fed
+        self._fed_group = False  # the open group's parties run already, fed
         if inventory.clients:
             [(key, cert, _)] = make_certificates(1, workdir / "client-cert")
             self._clients = [ClientHost(host, inventory.known_hosts, inventory_path,
@@ -122,47 +127,59 @@ class SshCluster(PartyStaging):
 
     # --- the Cluster protocol ----------------------------------------------------------
 
+    @contextlib.contextmanager
+    def launch(self, job: ClientJob, program: CompiledProgram, *,
+               timeout: float, port: int | None = None) -> Iterator[bool]:
+        """Where the job's route feeds the parties (``fifo``), :meth:`prepare` starts
+        each on its host before its stream, waiting at its public input, which its
+        server then feeds; :meth:`run` waits for them. Yields whether they start so."""
+        if not job.route.fed or not holdable(program.threads):
+            yield False
+            return
+        self._feed = (program, port)
+        try:
+            yield True
+        finally:
+            self._feed = None
+
     def prepare(self, job: ClientJob) -> Prepared:
-        """Each server sums (or writes) its stream on its host as the clients make it
-        (here, or on the inventory's client hosts); the parties' group stays open, with
-        their directories, for :meth:`run`. Where the route says ``here``, the stream
-        runs on this machine into the files :meth:`run` sends."""
-        if job.here:
-            return self._stream_here(job)
-        group = self._party_group(self.inventory.base_port, job.timeout)
+        """Each server sums (or writes, or feeds to its party) its stream on its host as
+        the clients make it (here, or on the inventory's client hosts); the parties'
+        group stays open, with their directories, for :meth:`run`. Where the route says
+        ``here``, this machine writes the data owner's text, which :meth:`run` sends."""
+        if job.route.here:
+            return self._write_owner(job)
+        base = self._base_port(None if self._feed is None else self._feed[1])
+        group = self._party_group(base, job.timeout)
+        fed = None
+        if self._feed is not None:
+            program = self._feed[0]
+            fed = (program.name, [self.uploads(i, program, base) for i in range(self.parties)])
         try:
             streamed = stream_to_hosts(group, job, self._clients,
                                        [self.party_dir(i) for i in range(self.parties)],
-                                       self.workdir, self.inventory.base_port)
+                                       self.workdir, base, fed=fed)
             job.fp.check_bucket_bound(streamed.prepared.abs_sums)
         except BaseException:
             group.close()
             self._remove_clients()
             raise
         self._open_group = group
+        self._fed_group = fed is not None
         self._streamed = streamed
         return streamed.outcome()
 
-    def _stream_here(self, job: ClientJob) -> Prepared:
-        """The stream runs here (bounded memory) into each server's share file (or party
-        0's input text) and the public schedule, which :meth:`run` uploads like any
-        other file: the hosts need only MP-SPDZ."""
+    def _write_owner(self, job: ClientJob) -> Prepared:
+        """The data owner's input text for party 0's host and the public schedule,
+        written here a chunk of clients at a time (bounded memory), which :meth:`run`
+        uploads like any other file: the hosts need only MP-SPDZ."""
         plan = job.stream_plan(self.parties)
         schedule = self.workdir / "public-input"
         self._schedule_here = schedule
-        if job.input_mode == "party":  # the data owner's text, for party 0's host
-            prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
-                                   self.input_file(), schedule, job.blocks)
-            job.fp.check_bucket_bound(prepared.abs_sums)
-            return prepared
-        streamed = stream_inputs(plan, job.sketch, job.rows, job.noise, job.fp,
-                                 [self.share_file(i) for i in range(self.parties)],
-                                 as_input=False, timeout=job.timeout,
-                                 blocks=job.blocks, schedule=schedule)
-        job.fp.check_bucket_bound(streamed.prepared.abs_sums)
-        streamed.upload = None  # the files go by SFTP, timed as any upload is
-        self._streamed = streamed
-        return streamed.outcome()
+        prepared = write_owner(plan, job.sketch, job.rows, job.noise, job.fp,
+                               self.input_file(), schedule, job.blocks)
+        job.fp.check_bucket_bound(prepared.abs_sums)
+        return prepared
 
     def run_server_step(self, step: ServerStep, *, after_aggregate: bool,
                         digest_key: bytes) -> int:
@@ -219,13 +236,19 @@ class SshCluster(PartyStaging):
     def reuses_inputs(self) -> bool:
         return False  # every run removes the hosts' working directories
 
-    def run(self, program: CompiledProgram, *, timeout: float,
-            port: int | None = None) -> list[PartyRun]:
+    def _base_port(self, port: int | None) -> int:
         base = self.inventory.base_port if port is None else port
         if not 1024 <= base <= 65536 - self.parties:
             raise InputError(f"--port {base} is out of range; pick a base in "
                              f"[1024, {65536 - self.parties}]")
-        uploads = [self.uploads(i, program, base) for i in range(self.parties)]
+        return base
+
+    def run(self, program: CompiledProgram, *, timeout: float,
+            port: int | None = None) -> list[PartyRun]:
+        base = self._base_port(port)
+        # Fed parties took everything before their stream; they run already.
+        uploads = ([[] for _ in range(self.parties)] if self._fed_group
+                   else [self.uploads(i, program, base) for i in range(self.parties)])
         held, self._open_group = self._open_group, None
         group = held or self._party_group(base, timeout)
         parties = group.parties
@@ -270,7 +293,9 @@ class SshCluster(PartyStaging):
             for path in sorted((program.programs_dir / sub).iterdir()):
                 if path.is_file():
                     files.append(Upload(f"Programs/{sub}/{path.name}", local=path))
-        if self._schedule_here is not None:  # streamed here into a file, sent as any file
+        if self._feed is not None:  # the party's FIFO, which its server feeds
+            pass
+        elif self._schedule_here is not None:  # the data owner's, written here
             files.append(Upload(f"Programs/Public-Input/{program.name}",
                                 local=self._schedule_here))
         elif self._streamed is not None and self._streamed.layout.get("kind"):
@@ -286,7 +311,5 @@ class SshCluster(PartyStaging):
                 files.append(Upload(f"Player-Data/{name}", local=path))
             elif name == f"P{i}.key" or name.startswith(f"Input-P{i}-"):
                 files.append(Upload(f"Player-Data/{name}", local=path, mode=0o600))
-        if self.share_file(i).exists():  # streamed here into the share file: sent whole
-            files.append(Upload(share_file_there(i), local=self.share_file(i), mode=0o600))
         files.append(Upload("ip", content=self.ip_file(base_port).encode()))
         return files

@@ -11,7 +11,10 @@ uploaded:
   pinned; any other connection is dropped) and sums the chunks into its accumulators as they arrive
   (:func:`harness.engine.serve_party`), or, for the ``fast`` program, writes
   them into its blocked share file and the public schedule. Only its m x d
-  aggregate (or that share file) is left, where MP-SPDZ then reads it.
+  aggregate (or that share file) is left, where MP-SPDZ then reads it. Where
+  the route feeds the parties (``fast``), its party was started first and waits
+  at its public input, a FIFO: the server feeds it each chunk as it comes
+  (:func:`harness.stream.files.fed`), and no share file is ever whole.
 * :func:`produce`, on a client host: runs that host's client workers over its
   own contiguous range of clients, each connecting to every server
   (:func:`harness.stream.stream_clients`), and reports what verification needs:
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +48,16 @@ __all__ = ["encode_totals", "decode_totals", "produce", "serve"]
 
 def serve(spec_path: Path, party: int, bind: str, port: int, cert: Path, key: Path,
           peer: Path, dest: Path, schedule: Path | None, timeout: float,
-          on_listening: object = None) -> dict:
+          on_listening: object = None, gate: Path | None = None,
+          party_pid_file: Path | None = None) -> dict:
     """Server ``party``'s stream into ``dest`` (and ``schedule``), listening on
-    ``bind:port``; its figures."""
+    ``bind:port``; or with ``gate``, fed to its party (whose process id
+    ``party_pid_file`` holds) through that FIFO as it comes. Its figures."""
     spec = StreamSpec.from_json(spec_path.read_text())
+    fed = None
+    if gate is not None:
+        assert party_pid_file is not None
+        fed = (gate, _party_pid(party_pid_file, timeout))
     sweep_stale_buffers()  # what a killed run of an earlier release left on this host
     route = TlsRoute.on_host(party, spec.plan.parties, port, cert, key, peer, timeout, bind)
     try:
@@ -59,7 +69,23 @@ def serve(spec_path: Path, party: int, bind: str, port: int, cert: Path, key: Pa
     if callable(on_listening):
         on_listening()
     return serve_party(party, spec.plan, spec.sketch, end, dest, spec.as_input, spec.blocks,
-                       schedule)
+                       schedule, gate=fed, timeout=timeout)
+
+
+def _party_pid(path: Path, timeout: float) -> int:
+    """The process id its party's wrapper writes as it starts (before this step)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = path.read_text().strip()
+        except FileNotFoundError:
+            text = ""
+        if text.isdigit():
+            return int(text)
+        if time.monotonic() > deadline:
+            raise LtmError(f"its MPC party never started: {path} holds no process id "
+                           f"after {timeout:g} s")
+        time.sleep(0.01)
 
 
 def produce(spec_path: Path, targets_path: Path, host: int, cert: Path, key: Path,

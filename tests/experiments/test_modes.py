@@ -81,15 +81,23 @@ def test_every_combination_has_one_route_and_the_impossible_ones_are_refused():
                        ("fast", "party", "seeded"), ("reference", "party", "seeded")}
     here = {(m.program, m.input, m.sharing, m.placement) for m in modes
             if route_for(m).here and m.on_hosts}
-    # To hosts, the stream runs here (its files then sent whole) for the data owner's text
-    # and for full shares without client hosts; everything else streams to the hosts.
+    # To hosts, only the data owner's text is written here (and sent whole); every share
+    # streams to the hosts' servers, and no share file is ever sent.
     assert here == {(p, "party", "full", place) for p in ("fast", "reference")
-                    for place in ("hosts", "client-hosts")} | \
-        {(p, "shares", "full", "hosts") for p in ("fast", "reference")}
+                    for place in ("hosts", "client-hosts")}
+    assert {m for m in modes if route_for(m).shipped} == {
+        Mode(*axes) for axes in here}
+    # fast's parties are fed its stream as it comes wherever they are not behind an
+    # emulated link: here and on every host.
+    assert {m.placement for m in modes if route_for(m).fed} == {
+        "loopback", "hosts", "client-hosts"}
+    assert {m.program for m in modes if route_for(m).fed} == {"fast"}
     for mode in modes:
         route = route_for(mode)
         assert route.refused or (route.sink in ("sum", "shares", "owner")
                                  and route.where in ("servers", "here")
+                                 and route.feeding in ("fifo", "held", "files")
+                                 and route.transport in ("shm", "tls", "sftp", "none")
                                  and route.shape == {"fast": "blocked", "reference": "slots",
                                                      "local": ""}[mode.program])
         assert "\n" not in route.refused
@@ -133,7 +141,7 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
     shape = work.blocks or work.slots
     assert type(shape) is {"blocked": BlockShape, "slots": SlotShape, "": type(None)}[route.shape]
     job = client_job(cfg, work)
-    assert job.here == route.here and job.blocks == shape
+    assert job.route == route and job.blocks == shape
     # The cluster takes the stream where the table says.
     def taken(where: str):
         def take(*args, **kwargs):
@@ -145,6 +153,10 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 
         monkeypatch.setattr(local, "write_owner", taken("owner"))
         monkeypatch.setattr(local, "stream_inputs", taken("servers"))
+        # The route's TLS: its namespaces are where only a real network cluster has them.
+        monkeypatch.setattr(local, "start_fork_server", lambda: None)
+        monkeypatch.setattr(LocalCluster, "_hold_network", lambda self: None)
+        monkeypatch.setattr(LocalCluster, "_tls_route", lambda self, net, timeout: None)
         cluster = LocalCluster.__new__(LocalCluster)
         cluster.parties, cluster.workdir, cluster.network = cfg.party_count, tmp_path, None
         cluster._held, cluster._waiting, cluster._fed = None, None, False
@@ -158,7 +170,7 @@ def test_a_streaming_combination_is_routed_as_the_table_says(tmp_path, monkeypat
 
     import harness.remote.ssh as ssh
 
-    monkeypatch.setattr(SshCluster, "_stream_here", taken("here"))
+    monkeypatch.setattr(SshCluster, "_write_owner", taken("here"))
     monkeypatch.setattr(SshCluster, "_party_group", lambda self, *a, **k: Group())
     monkeypatch.setattr(SshCluster, "_remove_clients", lambda self: None)
     monkeypatch.setattr(ssh, "stream_to_hosts", taken("servers"))
@@ -213,12 +225,12 @@ def test_dng_runs_on_hosts_wherever_each_server_has_its_agent(tmp_path):
             taken.append(mode)
             cfg = _config(tmp_path, mode, mechanism="dng", epsilon=4.0, delta=1e-3).validate()
             assert cfg.mechanism == "dng" and cfg.streams and not client_job(
-                cfg, build_workload(cfg)).here
+                cfg, build_workload(cfg)).route.here
     assert {(m.program, m.placement) for m in taken} == {("local", "hosts"),
                                                          ("local", "client-hosts")}
 
 
-@pytest.mark.parametrize("mode", [Mode("fast", "shares", "full", "hosts"),
+@pytest.mark.parametrize("mode", [Mode("fast", "party", "full", "hosts"),
                                   Mode("reference", "party", "full", "client-hosts"),
                                   Mode("local", "shares", "seeded", "network")])
 def test_the_dense_sketch_goes_where_the_stream_runs_on_this_machine(tmp_path, mode):

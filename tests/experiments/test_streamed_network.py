@@ -3,7 +3,7 @@
 ``ltm run --network`` with ``local`` seeded, and ``fast`` full or seeded: the
 client workers send each chunk over TLS from their namespace to the servers in
 theirs, real MP-SPDZ parties compute on what the servers made of it, and the run
-verifies bit for bit. (``local`` with full sharing: tests/engine/test_tls_stream.py.)
+verifies bit for bit. (``local`` with full sharing: tests/stream/test_tls_stream.py.)
 """
 
 from __future__ import annotations

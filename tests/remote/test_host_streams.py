@@ -1,5 +1,6 @@
 """Streaming to real sshd hosts: each server's host agent takes its TLS stream and sums it
-(``local``) or writes its share file (``fast``) as the shares arrive, and the run
+(``local``), writes its share file (``reference``) or feeds its party (``fast``) as the
+shares arrive, and the run
 verifies bit for bit. No file of the clients' shares is ever uploaded. A server killed
 mid-stream, or a client host killed while it streams, stops the run and is named
 first; nothing is left on any host, whatever signal ended its agent: no directory, no
@@ -26,7 +27,6 @@ from _sshd import (
 )
 
 from harness.cli import main
-from harness.clients import ADDITIVE
 from harness.experiments import RunConfig, run
 from harness.remote._party import RemoteParty
 from harness.remote.ssh import trust_hosts
@@ -52,7 +52,7 @@ def left_behind(fakes, seconds: float = 5.0) -> tuple[list, list]:
 
 @pytest.mark.parametrize(("program", "protocol", "sharing", "parties"), [
     ("local", "semi2k", "full", 2), ("local", "replicated-ring", "seeded", 3),
-    ("fast", "ps-rep-ring", "seeded", 3)])
+    ("fast", "ps-rep-ring", "seeded", 3), ("reference", "semi2k", "full", 2)])
 def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
         tmp_path, farm, mp_spdz, program_cache, monkeypatch, program, protocol, sharing,
         parties):
@@ -67,10 +67,11 @@ def test_this_machine_streams_to_the_hosts_and_the_run_verifies(
     monkeypatch.setattr(RemoteParty, "upload", spy)
     cfg = RunConfig(out=tmp_path / "out", clients=5000, rows=10, dim=3, seed=5,
                     cache_dir=program_cache, parties=parties, program=program,
-                    protocol=protocol, sharing=sharing, hosts=path)
+                    protocol=protocol, sharing=sharing, hosts=path, input_mode="shares")
     result = run(cfg)
     assert result["verification"]["ok"], result["verification"]
-    kind = "streamed" if program == "local" else "blocked-per-chunk"
+    kind = {"local": "streamed", "fast": "blocked-per-chunk",
+            "reference": "slots-per-chunk"}[program]
     assert result["parameters"]["layout"]["kind"] == kind
     timings = result["timings"]
     assert timings["stream_upload_bytes"] > 0 and timings["stream_servers_s"] > 0
@@ -102,18 +103,16 @@ def test_a_protocol_without_client_shares_inputs_each_hosts_aggregate(
 
 
 @pytest.mark.parametrize(("program", "input_mode", "kind", "dense"), [
-    ("fast", "shares", "blocked-per-chunk", False),
-    ("reference", "shares", "slots-per-chunk", False),
     ("reference", "party", "party-text-per-chunk", False),
     ("fast", "party", "party-text-per-chunk", False),
     # the dense sketch, drawn here, goes where the stream runs here (to the hosts' own
     # servers it is refused in one line: tests/experiments/test_modes.py)
-    ("fast", "shares", "blocked-per-chunk", True)])
+    ("fast", "party", "party-text-per-chunk", True)])
 def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
         tmp_path, farm, mp_spdz, program_cache, program, input_mode, kind, dense):
-    # fast or reference with full shares and no client host, or the data owner's input:
-    # the stream runs here into each server's share file (or party 0's input text), with
-    # bounded memory, and the files go by SFTP to hosts without the harness.
+    # The data owner's input: written here into party 0's input text, with bounded
+    # memory, and sent by SFTP to hosts without the harness. (No share file goes so:
+    # tests/remote/test_host_fed.py.)
     fakes = [farm.add(f"p{i}") for i in range(3)]
     path = write_inventory_file(tmp_path / "hosts.toml",
                                 [f.as_host(farm.client_key, mp_spdz.root) for f in fakes],
@@ -133,11 +132,8 @@ def test_streams_here_into_files_when_the_hosts_have_only_mp_spdz(
         t["prepare_s"] + t["client_upload_s"] + result["t_mpc_s"])
     sent = result["client_upload_bytes"]
     assert result["parameters"]["dense"] == dense
-    if input_mode == "shares":  # each server's whole share file, padding included
-        rows = result["parameters"]["layout"]["file_rows"]
-        assert sent == [len(ADDITIVE.header) + 8 * rows * 3] * 3
-    else:  # the data owner's text, to party 0 only
-        assert sent[0] > 3000 * 3 and sent[1:] == [0, 0]
+    # the data owner's text, to party 0 only
+    assert sent[0] > 3000 * 3 and sent[1:] == [0, 0]
     assert left_behind(fakes) == ([], [])
 
 

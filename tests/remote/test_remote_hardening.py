@@ -59,8 +59,9 @@ def test_two_users_of_one_machine_both_run_with_the_default_workdir(tmp_path, sh
         inventory = write_inventory_file(tmp_path / "hosts.toml", hosts, mpc_base_port(2))
         trust_hosts(inventory, echo=lambda line: None)
         for attempt in range(2):  # the second run finds both directories there already
+            # The data owner's input: hosts with only MP-SPDZ run it.
             cfg = small_config(tmp_path, program_cache, parties=2, hosts=inventory,
-                               out=tmp_path / f"out{attempt}")
+                               out=tmp_path / f"out{attempt}", input_mode="party")
             result = run(cfg)
             assert result["verification"]["ok"], result["verification"]
         for user in users:
@@ -87,7 +88,8 @@ def test_a_workdir_not_private_to_the_user_is_refused_before_use(tmp_path, farm,
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2,
                                       p1={"workdir": str(shared)})
     trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=2)
+    # The data owner's text, written here: the hosts are first reached by run.
+    cfg = small_config(tmp_path, program_cache, parties=2, input_mode="party")
     cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     with pytest.raises(HostGroupError) as info:
         cluster.run(program, timeout=60)
@@ -109,7 +111,8 @@ def test_a_host_lost_before_its_upload_is_named_first_on_one_line(tmp_path, farm
                                                                   program_cache, monkeypatch):
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
     trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=2)
+    # The data owner's text, written here: the hosts are first reached by run.
+    cfg = small_config(tmp_path, program_cache, parties=2, input_mode="party")
     cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     check_space = RemoteParty.check_space
 

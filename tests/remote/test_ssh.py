@@ -57,7 +57,7 @@ FAST = ConnectOptions(timeout=5, attempts=2, backoff=0.1)
 # --- fixtures and helpers ------------------------------------------------------------------
 
 def make_inventory(tmp_path: Path, farm: SshFarm, mp_root: Path, parties: int,
-                   harness: bool = False, client: bool | int = False,
+                   harness: bool = True, client: bool | int = False,
                    **overrides: dict) -> tuple[Path, list[FakeHost]]:
     """``parties`` running fake hosts and an inventory naming them (keys not yet trusted);
     ``harness``: set up as by ``ltm hosts setup``; ``client``: a [client] host as well
@@ -166,13 +166,15 @@ def test_reproduce_over_ssh_times_the_upload_apart(tmp_path, farm, mp_spdz, prog
 def test_each_host_gets_only_its_own_secrets(tmp_path, farm, mp_spdz, program_cache):
     inventory, _ = make_inventory(tmp_path, farm, mp_spdz.root, 3)
     trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=3)
+    # The data owner's text is the only input file sent: to party 0 alone. (Shares go by
+    # the servers' streams, never as files: tests/remote/test_host_fed.py.)
+    cfg = small_config(tmp_path, program_cache, parties=3, input_mode="party")
     cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     for i in range(3):
         names = {u.remote: u for u in cluster.uploads(i, program, 15000)}
-        assert f"Persistence/Transactions-P{i}.data" in names
-        assert not any(n.startswith("Persistence/") and n != f"Persistence/Transactions-P{i}.data"
-                       for n in names)
+        assert not any(n.startswith("Persistence/") for n in names)
+        assert [n for n in names if n.startswith("Player-Data/Input-P")] == (
+            ["Player-Data/Input-P0-0"] if i == 0 else [])
         assert [n for n in names if n.endswith(".key")] == [f"Player-Data/P{i}.key"]
         assert names[f"Player-Data/P{i}.key"].mode == 0o600
         assert {f"Player-Data/P{j}.pem" for j in range(3)} <= set(names)
@@ -276,7 +278,8 @@ def test_seeded_on_a_server_without_the_harness_says_to_set_it_up(tmp_path, farm
 
     monkeypatch.setattr(programs, "default_cache_dir", lambda: program_cache)
     # Only the servers lack the harness; a client host always has it here.
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2, client=client)
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2, harness=False,
+                                      client=client)
     trust_hosts(inventory, echo=lambda line: None)
     out = tmp_path / "out"
     code = main(["run", "--hosts", str(inventory), "--sharing", "seeded", "--clients", "500",
@@ -285,7 +288,7 @@ def test_seeded_on_a_server_without_the_harness_says_to_set_it_up(tmp_path, farm
     assert code == 1 and err.count("\n") == 1 and err.startswith("ltm: error: "), err
     assert f"p0 (root@127.0.0.1:{fakes[0].port}): the harness is not installed" in err
     assert "run `ltm hosts setup` first" in err and "(no party was started)" in err
-    assert ("from the client host" if client else "--sharing seeded expands") in err
+    assert ("from the client host" if client else "takes its stream of shares there") in err
     assert remote_dirs(fakes) == []
 
 
@@ -296,7 +299,8 @@ def test_unknown_or_wrong_host_key_is_refused_and_nothing_starts(tmp_path, farm,
                                                                  program_cache):
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
     known = load_inventory(inventory).known_hosts
-    cfg = small_config(tmp_path, program_cache, parties=2)
+    # The data owner's text, written here: the hosts are first reached by run.
+    cfg = small_config(tmp_path, program_cache, parties=2, input_mode="party")
     with pytest.raises(HostKeyError, match=rf"{known} .* does not exist.*`ltm hosts trust "
                                            rf"{inventory}` first"):
         staged(mp_spdz, cfg, inventory, tmp_path / "work")  # before any input is prepared
@@ -515,7 +519,8 @@ def test_missing_remote_mp_spdz_is_named_with_the_fix(tmp_path, farm, mp_spdz, p
     inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2,
                                       p1={"mp_spdz": str(tmp_path / "nowhere")})
     trust_hosts(inventory, echo=lambda line: None)
-    cfg = small_config(tmp_path, program_cache, parties=2)
+    # The data owner's text, written here: the hosts are first reached by run.
+    cfg = small_config(tmp_path, program_cache, parties=2, input_mode="party")
     cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
     with pytest.raises(HostGroupError) as info:
         cluster.run(program, timeout=60)
@@ -532,7 +537,7 @@ def test_local_program_on_a_host_without_the_harness_says_to_set_it_up(tmp_path,
                                                                        mp_spdz,
                                                                        program_cache):
     # The fake hosts log in as root, whose home has no venv of `ltm hosts setup`.
-    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2)
+    inventory, fakes = make_inventory(tmp_path, farm, mp_spdz.root, 2, harness=False)
     trust_hosts(inventory, echo=lambda line: None)
     cfg = small_config(tmp_path, program_cache, parties=2, program="local", hosts=inventory)
     with pytest.raises(HostGroupError) as info:
@@ -555,11 +560,11 @@ def test_a_host_without_room_for_its_shares_is_refused_before_any_upload(tmp_pat
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(small)],
                    check=True)
     try:
-        # 40000 clients x d = 4 x 8 bytes: about 1.3 MB of shares for each server
+        # 40000 clients x d = 4 x 8 bytes: about 1.3 MB of shares for each server, whose
+        # agent writes its share file whole where its party is not fed (no launch)
         cfg = small_config(tmp_path, program_cache, parties=2, clients=40_000)
-        cluster, program, _ = staged(mp_spdz, cfg, inventory, tmp_path / "work")
         with pytest.raises(HostGroupError) as info:
-            cluster.run(program, timeout=60)
+            staged(mp_spdz, cfg, inventory, tmp_path / "work")
         message = str(info.value)
         assert f"p1 (root@127.0.0.1:{fakes[1].port}): only 1.0 MiB free under {small}" in message
         assert "'workdir'" in message and "(no party was started)" in message
