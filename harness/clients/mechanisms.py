@@ -12,14 +12,15 @@ clients enters (no delta_E): the servers' noise alone is certified.
   servers' draws is again Skellam. Against the t corrupt servers the protocol
   tolerates, the S - t honest ones must suffice: each adds mu_s = mu / (S - t),
   where mu is the least Skellam variance that the privacy loss distribution of
-  the exact Skellam pmf certifies at (epsilon, delta) for the s d entries a client
+  the Skellam pmf certifies at (epsilon, delta) for the s d entries a client
   moves, each by its lattice sensitivity (:mod:`harness.clients.skellam`, which
-  says why smaller moves are covered); above a variance of 1e9 lattice steps^2
-  (beyond scipy's Bessel functions) the Renyi bound
-  :func:`~harness.clients.privacy.skellam_mu` calibrates and certifies instead,
-  and ``accountant`` says which. A corrupt server's own draw is known to the
-  adversary and subtracted (post-processing), but a cheating server can still
-  spoil the output: it may input anything as its noise.
+  says why smaller moves are covered; above a variance of 1e6 lattice steps^2 the
+  pmf in closed form, :mod:`harness.clients.skellam_pld`, at any variance dng
+  draws; the Renyi bound :func:`~harness.clients.privacy.skellam_mu` only for a
+  delta below what the composed PLD resolves; ``accountant`` says which). A
+  corrupt server's own draw is known to the adversary and subtracted
+  (post-processing), but a cheating server can still spoil the output: it may
+  input anything as its noise.
 - ``central``: the servers jointly draw binomial noise that no party learns, the
   sum of N shared random coins minus N/2 per cell. Useful variances need too
   many coins at the lattice 2^-F, so the sketch is first scaled by a public
@@ -71,7 +72,12 @@ from harness.clients.privacy import (
     skellam_epsilon,
     skellam_mu,
 )
-from harness.clients.skellam import skellam_pld_epsilon, skellam_pld_mu, skellam_route
+from harness.clients.skellam import (
+    EXACT_PMF_MAX_MU,
+    skellam_pld_epsilon,
+    skellam_pld_mu,
+    skellam_route,
+)
 from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 
@@ -203,7 +209,10 @@ class ServerNoise:
         if self.kind == "dng":
             servers = "server's" if self.honest == 1 else "servers'"
             if self.skellam_route == "pld":
-                return ("dp-accounting PLD from the exact Skellam pmf (pessimistic), over the "
+                pmf = ("the exact Skellam pmf" if self.server_mu * self.honest
+                       <= EXACT_PMF_MAX_MU else "the Skellam pmf in closed form (Debye's "
+                       "expansion), outcomes merged by loss")
+                return (f"dp-accounting PLD from {pmf} (pessimistic), over the "
                         f"entries one client moves, for the {self.honest} honest {servers} "
                         "noise")
             return (f"dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5) for the "
