@@ -127,7 +127,7 @@ def test_skellam_refuses_a_mean_past_its_bound():
 
 
 def test_dng_noise_past_an_exact_draw_is_refused_in_one_line():
-    noise = dng_noise(servers=2, honest=1, eta=1.0, s=1, d=10, epsilon=1e-3, delta=1e-6,
+    noise = dng_noise(servers=2, honest=1, eta=1.0, s=1, d=10, epsilon=1e-4, delta=1e-6,
                       frac_bits=16)
     with pytest.raises(InputError) as err:
         check_dng_draws(noise)
