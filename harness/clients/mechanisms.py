@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.clients.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
+from harness.clients.certificates import calibrated, central_sigma
 from harness.clients.digest import digest_weights, weighted_digest
 from harness.clients.noise import noise_rng
 from harness.clients.poisson import MAX_POISSON_MEAN, skellam
@@ -271,23 +272,51 @@ def _central_sigma(eta: float, s: int, d: int, epsilon: float, delta: float) -> 
     return analytic_gaussian_sigma(sens.l2, epsilon, delta)
 
 
+@dataclass(frozen=True)
+class _DngRequest:
+    """What dng's calibration (``value`` epsilon) or certificate (``value`` the honest
+    servers' total variance) depends on: its key among the remembered certificates
+    (``honest`` too: a calibration is remembered only where its draws are not refused)."""
+
+    steps: int
+    entries: int
+    value: float
+    delta: float
+    honest: int
+
+
 def dng_noise(*, servers: int, honest: int, eta: float, s: int, d: int, epsilon: float,
               delta: float, frac_bits: int) -> ServerNoise:
     """Skellam noise that the ``honest`` of ``servers`` servers' draws certify: the
-    least variance the exact Skellam PLD certifies, the Renyi bound's above its range."""
+    least variance the Skellam PLD certifies (the Renyi bound's where it cannot).
+    Refused in one line (:func:`check_dng_draws`) before anything is remembered where
+    no exact Poisson draw reaches it."""
     sens = release_sensitivity(eta, s, d, frac_bits)
-    mu = skellam_pld_mu(int(sens.entry), sens.entries, epsilon, delta)
-    if mu is None:
-        mu = skellam_mu(sens, epsilon, delta)
+    steps = int(sens.entry)
+
+    def calibrate() -> float:
+        mu = skellam_pld_mu(steps, sens.entries, epsilon, delta)
+        if mu is None:
+            mu = skellam_mu(sens, epsilon, delta)
+        check_dng_draws(ServerNoise("dng", epsilon, delta, 0.0, 0.0, 0.0, frac_bits,
+                                    server_mu=mu / honest))
+        return mu
+
+    # the PLD's bisection takes seconds: remembered across runs
+    mu = calibrated(_DngRequest(steps, sens.entries, epsilon, delta, honest), "dng mu",
+                    calibrate)
     server_mu = mu / honest
     if server_mu * honest < mu:  # the honest servers' total is at least the calibrated mu
         server_mu = math.nextafter(server_mu, math.inf)
     total = server_mu * honest
-    certified = (skellam_pld_epsilon(total, int(sens.entry), sens.entries, delta)
-                 if skellam_route(total) == "pld" else skellam_epsilon(total, sens, delta))
+    certified = calibrated(
+        _DngRequest(steps, sens.entries, total, delta, honest), "dng certificate",
+        lambda: (skellam_pld_epsilon(total, steps, sens.entries, delta)
+                 if skellam_route(total) == "pld" else skellam_epsilon(total, sens, delta)))
     std = math.sqrt(servers * server_mu) / 2.0**frac_bits
-    return ServerNoise("dng", epsilon, delta, certified, std,
-                       _central_sigma(eta, s, d, epsilon, delta), frac_bits,
+    # remembered with the LTM's (the same figure): a later run loads no dp-accounting
+    central = central_sigma(release_sensitivity(eta, s, d).l2, epsilon, delta)
+    return ServerNoise("dng", epsilon, delta, certified, std, central, frac_bits,
                        servers=servers, honest=honest, server_mu=server_mu)
 
 

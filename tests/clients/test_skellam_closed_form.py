@@ -6,7 +6,12 @@ and the Gaussian limit."""
 from __future__ import annotations
 
 import importlib
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -20,6 +25,7 @@ from harness.clients.skellam_pld import loss_buckets, loss_interval, skellam_log
 
 # harness.clients exports a function named skellam, which shadows the module
 skellam = importlib.import_module("harness.clients.skellam")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mp_log_pmf(y: int, mu: float) -> float:
@@ -167,3 +173,28 @@ def test_dng_at_the_default_lattice_is_certified_tight(servers, corrupt, epsilon
     assert 0.999 * epsilon <= noise.certified_epsilon <= epsilon
     exact = math.sqrt(servers / (servers - corrupt))
     assert exact <= noise.std_ratio <= 1.01 * exact
+
+
+_DNG_PROBE = """
+import importlib, json
+from harness.clients import server_noise
+noise = server_noise("dng", servers=3, corrupt=1, eta=1.0, s=1, d=10, m=100, epsilon=1.0,
+                     delta=1e-6, frac_bits=16)
+built = importlib.import_module("harness.clients.skellam")._single_pld.cache_info().misses
+print(json.dumps({"mu": noise.server_mu, "epsilon": noise.certified_epsilon,
+                  "built": built}))
+"""
+
+
+def test_a_second_run_reads_dngs_calibration_without_building_the_pld(tmp_path):
+    def probe() -> dict:
+        done = subprocess.run([sys.executable, "-c", _DNG_PROBE], cwd=ROOT,
+                              env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+                              capture_output=True, text=True, timeout=600, check=True)
+        return json.loads(done.stdout)
+
+    first = probe()
+    assert first["built"] > 1  # the calibration's bisection
+    again = probe()
+    assert again["built"] == 0
+    assert (again["mu"], again["epsilon"]) == (first["mu"], first["epsilon"])
