@@ -61,9 +61,9 @@ def honest_split(noise: privacy.CalibratedNoise) -> tuple[int, float]:
     return int(honest), failure
 
 
-def calibrated(noise: privacy.CalibratedNoise, what: str,
-               compute: Callable[[], float]) -> float:
-    """``compute()``, a calibration of ``noise`` named ``what``, from the cache when known."""
+def calibrated(noise: Any, what: str, compute: Callable[[], float]) -> float:
+    """``compute()``, a calibration of ``noise`` (any dataclass: its fields are the key)
+    named ``what``, from the cache when known."""
     if not dataclasses.is_dataclass(noise) or isinstance(noise, type):
         return compute()
     fields = _fields(noise)

@@ -7,14 +7,14 @@ Poisson(mu_s/2) - Poisson(mu_s/2) per cell and server, so that any sum of
 servers' draws is again Skellam. Against the t corrupt servers the protocol
 tolerates, the S - t honest ones must suffice: each adds mu_s = mu / (S - t),
 where mu is the least Skellam variance that the privacy loss distribution of the
-exact Skellam pmf certifies at (epsilon, delta) for the s d entries a client
-moves, each by its lattice sensitivity (:mod:`harness.privacy.skellam`, which
-says why smaller moves are covered); above a variance of 1e9 lattice steps^2
-(beyond scipy's Bessel functions) the Renyi bound
-:func:`~harness.privacy.accounting.skellam_mu` calibrates and certifies instead,
-and ``accountant`` says which. A corrupt server's own draw is known to the
-adversary and subtracted (post-processing), but a cheating server can still
-spoil the output: it may input anything as its noise.
+Skellam pmf certifies at (epsilon, delta) for the s d entries a client moves,
+each by its lattice sensitivity (:mod:`harness.privacy.skellam`, which says why
+smaller moves are covered; above a variance of 1e6 lattice steps^2 the pmf in
+closed form, :mod:`harness.privacy.skellam_pld`, at any variance dng draws; the
+Renyi bound :func:`~harness.privacy.accounting.skellam_mu` only for a delta below
+what the composed PLD resolves; ``accountant`` says which). A corrupt server's
+own draw is known to the adversary and subtracted (post-processing), but a
+cheating server can still spoil the output: it may input anything as its noise.
 
 Its noise is known where it was drawn, so its release is also checked exactly:
 each server's digest of its noise (:mod:`harness.clients.digest`) must add up to
@@ -42,11 +42,17 @@ from harness.clients import (
 from harness.errors import InputError
 from harness.fileio import open_private, private_dir
 from harness.privacy.accounting import release_sensitivity, skellam_epsilon, skellam_mu
+from harness.privacy.certificates import calibrated
 from harness.privacy.mechanism import Check, Request, ServerStep
 from harness.privacy.noise import noise_rng
 from harness.privacy.noise_check import as_signed, method_words, release_statistics
 from harness.privacy.servers import ServersNoise, central_sigma_for
-from harness.privacy.skellam import skellam_pld_epsilon, skellam_pld_mu, skellam_route
+from harness.privacy.skellam import (
+    EXACT_PMF_MAX_MU,
+    skellam_pld_epsilon,
+    skellam_pld_mu,
+    skellam_route,
+)
 
 __all__ = ["Dng", "check_dng_draws", "dng_noise", "input_server_noise"]
 
@@ -148,7 +154,10 @@ class Dng(ServersNoise):
     def accountant(self) -> str:
         servers = "server's" if self.honest == 1 else "servers'"
         if self.skellam_route == "pld":
-            return ("dp-accounting PLD from the exact Skellam pmf (pessimistic), over the "
+            pmf = ("the exact Skellam pmf" if self.server_mu * self.honest
+                   <= EXACT_PMF_MAX_MU else "the Skellam pmf in closed form (Debye's "
+                   "expansion), outcomes merged by loss")
+            return (f"dp-accounting PLD from {pmf} (pessimistic), over the "
                     f"entries one client moves, for the {self.honest} honest {servers} "
                     "noise")
         return (f"dp-accounting RDP (Skellam, Agarwal et al. 2021, Thm 3.5) for the "
@@ -176,20 +185,47 @@ def _skellam_cdf(variance: float) -> Callable[[np.ndarray], np.ndarray]:
     return cdf
 
 
+@dataclass(frozen=True)
+class _DngRequest:
+    """What dng's calibration (``value`` epsilon) or certificate (``value`` the honest
+    servers' total variance) depends on: its key among the remembered certificates
+    (``honest`` too: a calibration is remembered only where its draws are not refused)."""
+
+    steps: int
+    entries: int
+    value: float
+    delta: float
+    honest: int
+
+
 def dng_noise(*, servers: int, honest: int, eta: float, s: int, d: int, epsilon: float,
               delta: float, frac_bits: int) -> Dng:
     """Skellam noise that the ``honest`` of ``servers`` servers' draws certify: the
-    least variance the exact Skellam PLD certifies, the Renyi bound's above its range."""
+    least variance the Skellam PLD certifies (the Renyi bound's where it cannot).
+    Refused in one line (:func:`check_dng_draws`) before anything is remembered where
+    no exact Poisson draw reaches it."""
     sens = release_sensitivity(eta, s, d, frac_bits)
-    mu = skellam_pld_mu(int(sens.entry), sens.entries, epsilon, delta)
-    if mu is None:
-        mu = skellam_mu(sens, epsilon, delta)
+    steps = int(sens.entry)
+
+    def calibrate() -> float:
+        mu = skellam_pld_mu(steps, sens.entries, epsilon, delta)
+        if mu is None:
+            mu = skellam_mu(sens, epsilon, delta)
+        check_dng_draws(Dng(epsilon, delta, 0.0, 0.0, 0.0, frac_bits, servers=servers,
+                            honest=honest, server_mu=mu / honest))
+        return mu
+
+    # the PLD's bisection takes seconds: remembered across runs
+    mu = calibrated(_DngRequest(steps, sens.entries, epsilon, delta, honest), "dng mu",
+                    calibrate)
     server_mu = mu / honest
     if server_mu * honest < mu:  # the honest servers' total is at least the calibrated mu
         server_mu = math.nextafter(server_mu, math.inf)
     total = server_mu * honest
-    certified = (skellam_pld_epsilon(total, int(sens.entry), sens.entries, delta)
-                 if skellam_route(total) == "pld" else skellam_epsilon(total, sens, delta))
+    certified = calibrated(
+        _DngRequest(steps, sens.entries, total, delta, honest), "dng certificate",
+        lambda: (skellam_pld_epsilon(total, steps, sens.entries, delta)
+                 if skellam_route(total) == "pld" else skellam_epsilon(total, sens, delta)))
     std = math.sqrt(servers * server_mu) / 2.0**frac_bits
     return Dng(epsilon, delta, certified, std, central_sigma_for(eta, s, d, epsilon, delta),
                frac_bits, servers=servers, honest=honest, server_mu=server_mu)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.errors import InputError
-from harness.privacy.accounting import analytic_gaussian_sigma, release_sensitivity
+from harness.privacy.accounting import release_sensitivity
+from harness.privacy.certificates import central_sigma
 from harness.privacy.mechanism import Mechanism, Options, Request
 
 __all__ = ["ServersNoise", "central_sigma_for"]
@@ -25,8 +26,8 @@ __all__ = ["ServersNoise", "central_sigma_for"]
 
 def central_sigma_for(eta: float, s: int, d: int, epsilon: float, delta: float) -> float:
     """The central Gaussian's sigma for the release's l2 sensitivity."""
-    sens = release_sensitivity(eta, s, d)
-    return analytic_gaussian_sigma(sens.l2, epsilon, delta)
+    # remembered with the LTM's (the same figure): a later run loads no dp-accounting
+    return central_sigma(release_sensitivity(eta, s, d).l2, epsilon, delta)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ the modified Bessel function of the first kind (scipy's ``ive`` is e^(-mu) I, so
 the pmf needs no overflowing intermediate). A release adds independent Skellam(mu)
 noise to each entry; a neighbour moves ``entries`` entries by at most ``steps``
 lattice steps each. The certificate is dp-accounting's privacy loss distribution of
-(Y + steps, Y), its losses rounded up to a grid of 1e-4 (pessimistic), composed over
+(Y + steps, Y), its losses rounded up to a grid of 1e-4 (finer at large variance,
+:func:`harness.privacy.skellam_pld.loss_interval`; pessimistic), composed over
 the entries, and read at delta.
 
 Why the largest shift on every entry covers every neighbour: Skellam is log-concave
@@ -20,9 +21,13 @@ independent entries. A shift by -j is the mirror image of one by j (Y is symmetr
 The pmf is evaluated on [-T, T] with T about 14 standard deviations (and 60 steps)
 past the shift; every bit of mass it leaves out, and the mass whose loss would need
 the pmf beyond T, counts as infinite privacy loss (pessimistic). scipy's ``ive``
-holds up to an argument of about 1e9, and the window grows as sqrt(mu): above
-:data:`PLD_MAX_MU` the Renyi bound of :func:`harness.privacy.accounting.skellam_epsilon`
-is used instead (:func:`skellam_route` says which).
+loses digits as mu grows (1e-11 in the log pmf at 1e8, 1e-10 at 1e9, nan beyond),
+and the window grows as sqrt(mu): above :data:`EXACT_PMF_MAX_MU` the same
+distribution comes from the pmf's closed form, its outcomes merged by their loss
+(:mod:`harness.privacy.skellam_pld`, accurate to about 1e-14 and at a cost that
+does not grow with mu), up to :data:`PLD_MAX_MU`, beyond every variance dng draws;
+above it the Renyi bound of :func:`harness.privacy.accounting.skellam_epsilon` would be
+used instead (:func:`skellam_route` says which).
 """
 
 from __future__ import annotations
@@ -33,15 +38,17 @@ from functools import lru_cache
 import numpy as np
 
 from harness.optional import lazy_import
+from harness.privacy import skellam_pld
 
 dp_accounting = lazy_import("dp_accounting")
 
-__all__ = ["PLD_MAX_MU", "skellam_log_pmf", "skellam_pld_epsilon", "skellam_pld_mu",
-           "skellam_route"]
+__all__ = ["EXACT_PMF_MAX_MU", "PLD_MAX_MU", "skellam_log_pmf", "skellam_pld_epsilon",
+           "skellam_pld_mu", "skellam_route"]
 
-# The largest variance certified from the pmf: scipy's ive(v, x) returns nan beyond
-# x of about 1e9, and the window then holds 2 * 14 * sqrt(mu) ~ 9e5 points.
-PLD_MAX_MU = 1e9
+# The largest variance certified from scipy's pmf (its log is within 1e-12 there, far
+# inside the loss slack), and from the closed form (every Poisson mean dng draws).
+EXACT_PMF_MAX_MU = skellam_pld.MIN_MU
+PLD_MAX_MU = skellam_pld.MAX_MU
 _DISCRETIZATION = 1e-4
 _TAIL_SDS = 14.0
 _TAIL_STEPS = 60
@@ -69,6 +76,11 @@ def skellam_log_pmf(mu: float, ys: np.ndarray) -> np.ndarray:
 def _single_pld(mu: float, steps: int):
     from dp_accounting.pld import privacy_loss_distribution as pld
 
+    if mu > EXACT_PMF_MAX_MU:
+        interval = skellam_pld.loss_interval(mu, steps)
+        rounded, infinity = skellam_pld.loss_buckets(mu, steps, interval)
+        return pld.PrivacyLossDistribution.create_from_rounded_probability(
+            rounded, infinity, interval, pessimistic_estimate=True)
     window = math.ceil(_TAIL_SDS * math.sqrt(mu)) + _TAIL_STEPS + steps
     ys = np.arange(-window, window + 1)
     log_pmf = skellam_log_pmf(mu, ys)
@@ -108,7 +120,8 @@ def skellam_pld_epsilon(mu: float, steps: int, entries: int, delta: float) -> fl
 def skellam_pld_mu(steps: int, entries: int, epsilon: float, delta: float,
                    rtol: float = 1e-4) -> float | None:
     """The least mu (to ``rtol``) whose :func:`skellam_pld_epsilon` is <= ``epsilon``;
-    None when it lies above :data:`PLD_MAX_MU` (the Renyi bound's calibration then)."""
+    None when it lies above :data:`PLD_MAX_MU`, or when twice the Gaussian's variance
+    above :data:`EXACT_PMF_MAX_MU` does not certify (the Renyi bound's calibration then)."""
     from harness.privacy.accounting import analytic_gaussian_sigma
 
     def certifies(mu: float) -> bool:
@@ -118,7 +131,9 @@ def skellam_pld_mu(steps: int, entries: int, epsilon: float, delta: float,
     guess = analytic_gaussian_sigma(steps * math.sqrt(entries), epsilon, delta) ** 2
     low, high = 0.99 * guess, 1.03 * guess
     while not certifies(high):
-        if high > _CALIBRATE_MAX:
+        # Above 1e6 Skellam's loss is the Gaussian's to about 1e-6: failing at twice its
+        # variance, delta lies below what the composed PLD resolves (its truncation).
+        if high > _CALIBRATE_MAX or (high > EXACT_PMF_MAX_MU and high > 2 * guess):
             return None
         low, high = high, 1.5 * high
     while certifies(low):

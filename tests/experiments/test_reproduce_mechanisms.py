@@ -133,9 +133,10 @@ def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, caps
 
 def test_central_beyond_the_coins_limit_is_a_row_with_the_reason(tmp_path, monkeypatch):
     # at epsilon 0.001 the central noise needs more coins per cell than the limit, even
-    # on its one-step grid, and dng's Poissons a mean beyond an exact draw: the cells
-    # are left out before anything runs, and the table says why
-    _specs(tmp_path, monkeypatch, TINY.replace("epsilons = [1.0]", "epsilons = [1.0, 0.001]"))
+    # on its one-step grid, and dng's Poissons (at d = 250) a mean beyond an exact draw:
+    # the cells are left out before anything runs, and the table says why
+    _specs(tmp_path, monkeypatch, TINY.replace("epsilons = [1.0]", "epsilons = [1.0, 0.001]")
+           .replace("dim = 4", "dim = 250"))
     cfg = ReproduceConfig(tables="mechanisms", out=tmp_path / "o", repeat=1)
     cells, left_out = plan_sweep(cfg, ["mechanisms"])
     protocols = ("semi2k", "replicated-ring")

@@ -79,8 +79,8 @@ def test_calibration_is_the_least_variance_it_certifies():
     assert mu is not None
     assert skellam_pld_epsilon(mu, steps, entries, delta) <= epsilon
     assert skellam_pld_epsilon(mu * (1 - 2e-4), steps, entries, delta) > epsilon
-    # beyond scipy's Bessel functions there is no PLD calibration
-    assert skellam_pld_mu(1 << 17, 10, epsilon, 1e-6) is None
+    # beyond every variance dng draws there is no PLD calibration
+    assert skellam_pld_mu(1 << 40, 10, epsilon, 1e-6) is None
     with pytest.raises(ValueError):
         skellam_pld_epsilon(2 * PLD_MAX_MU, 1, 1, delta)
 
@@ -91,19 +91,10 @@ def test_dng_is_certified_by_the_skellam_pld_at_its_least_variance(servers, corr
                          epsilon=1.0, delta=1e-6, frac_bits=8)
     assert noise is not None
     record = noise.record()
-    assert record["calibration"] == "skellam-pld" and "exact Skellam pmf" in record["accountant"]
+    assert record["calibration"] == "skellam-pld" and "Skellam pmf" in record["accountant"]
     total = noise.server_mu * noise.honest
     assert 0.999 <= noise.certified_epsilon <= 1.0
     assert skellam_pld_epsilon(total, 512, 10, 1e-6) == noise.certified_epsilon
     assert skellam_pld_epsilon(total * (1 - 3e-4), 512, 10, 1e-6) > 1.0
     # sqrt(S / (S - t)) of the central Gaussian's, and almost nothing more
     assert noise.std_ratio == pytest.approx(ratio, abs=1e-3)
-
-
-def test_dng_beyond_the_pmf_range_keeps_the_renyi_bound_and_says_so():
-    noise = server_noise("dng", servers=3, corrupt=1, eta=1.0, s=1, d=10, m=100,
-                         epsilon=1.0, delta=1e-6, frac_bits=16)
-    assert noise is not None and noise.server_mu * noise.honest > PLD_MAX_MU
-    record = noise.record()
-    assert record["calibration"] == "skellam-rdp" and "RDP" in record["accountant"]
-    assert noise.certified_epsilon <= 1.0
