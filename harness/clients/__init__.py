@@ -115,6 +115,7 @@ if TYPE_CHECKING:
         InputBound,
         input_bound,
         noise_tail,
+        precheck_bits,
     )
 
 __all__ = [
@@ -213,6 +214,7 @@ __all__ = [
     "InputBound",
     "input_bound",
     "noise_tail",
+    "precheck_bits",
 ]
 
 lazy_package(__name__)
