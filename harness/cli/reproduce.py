@@ -66,8 +66,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
              "(servers plus one client machine), then exit")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)
     for opt in (REPEAT, SCALE, common.PROGRAM, common.PROTOCOL, common.SHARING, FRESH_INPUTS,
-                common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION, common.SEED,
-                common.TIMEOUT, NO_PROGRESS):
+                common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION,
+                common.VALIDATE, common.SEED, common.TIMEOUT, NO_PROGRESS):
         add(opt)
     p.add_argument("--bandwidth", type=common.number("--bandwidth", low=0.001, high=10000),
                    default=0.512, metavar="GBIT",

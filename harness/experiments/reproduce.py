@@ -326,7 +326,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
                      hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing,
-                     mechanism=cell.mechanism or "ltm",
+                     mechanism=cell.mechanism or "ltm", validation=cfg.validation,
                      epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
 
 
