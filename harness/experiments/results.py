@@ -358,7 +358,7 @@ _ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan,
                  "phi": math.nan,
                  # --validate: the check and the rows the MPC rejected (rows before it:
                  # no check)
-                 "validate": "none", "rejected_rows": math.nan}
+                 "validate": "none", "rejected_rows": math.nan, "poison": 0}
 
 
 def _row_to_2(row: dict) -> dict:
