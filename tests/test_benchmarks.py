@@ -40,6 +40,7 @@ REPORTS = {
     "scale": {"kernel_floor", "runs", "floor_ratio", "peak_ratio", "peak_big_gib"},
     "stream_local": {"workload", "repeat", "samples", "medians", "ratio"},
     "stream_read": {"mib", "repeat", "seconds"},
+    "validation": {"parameters", "metadata", "medians", "per_client", "ratios", "scale"},
 }
 # clients' end-to-end runs cross an emulated network: namespaces need root.
 NEEDS_ROOT = {"clients"}

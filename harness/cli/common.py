@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harness.clients import VALIDATIONS
 from harness.engine import ENV_VAR, NO_INSTALL_ENV_VAR, default_home
 from harness.errors import InputError, check_number
 from harness.experiments import PROGRAMS, PROTOCOLS, SHARINGS
@@ -32,6 +33,7 @@ from harness.privacy import CALIBRATIONS, NOISE_KINDS
 __all__ = [
     "CALIBRATION", "CLI_DEFAULTS", "HOSTS", "MP_SPDZ", "NETWORK", "NOISE", "NO_INSTALL",
     "Option", "PROGRAM", "PROTOCOL", "SEED", "SEED_MAX", "SHARED", "SHARING", "TIMEOUT",
+    "VALIDATE",
     "config_defaults", "config_from", "number", "option", "options_of",
 ]
 
@@ -189,6 +191,12 @@ SHARING = option("--sharing", choices=SHARINGS,
                       "servers) travel as 32-byte seeds per client, which the servers expand "
                       "(computationally hiding; a sweep leaves out cells without share "
                       "files; default {default})")
+VALIDATE = option("--validate", dest="validation", choices=VALIDATIONS,
+                  help="check each client's row inside the MPC before it counts: linf, every "
+                       "entry within B; l2, the row's norm within B (B: eta, plus the "
+                       "client's noise at a 2^-40 chance of rejecting any honest client); a "
+                       "row past B counts as zeros and only the number rejected is revealed "
+                       "(--program fast or reference; default {default})")
 # A function for the default: tests change HOME and XDG_DATA_HOME after import.
 MP_SPDZ = option("--mp-spdz", metavar="DIR", unset=lambda: str(default_home()),
                  help=f"MP-SPDZ directory (precedence: --mp-spdz > ${ENV_VAR} > {{default}})")
@@ -198,5 +206,5 @@ NO_INSTALL = option("--no-install", dest="install_mpspdz", action="store_false",
                          f"{NO_INSTALL_ENV_VAR}=1)")
 
 # The options both ``ltm run`` and ``ltm reproduce`` take (tests check they agree).
-SHARED = (HOSTS, NETWORK, SEED, TIMEOUT, NOISE, CALIBRATION, PROGRAM, PROTOCOL, SHARING, MP_SPDZ,
-          NO_INSTALL)
+SHARED = (HOSTS, NETWORK, SEED, TIMEOUT, NOISE, CALIBRATION, PROGRAM, PROTOCOL, SHARING, VALIDATE,
+          MP_SPDZ, NO_INSTALL)

@@ -44,7 +44,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "PNG beside the paper's values, plus report.md. Finished repetitions are "
                     "appended to DIR/raw.jsonl at once; rerunning the same command resumes.")
     p.add_argument("tables", choices=("table3", "table4", "table5", "all", "security",
-                                      "scale", "mechanisms"),
+                                      "scale", "mechanisms", "validation"),
                    help="a table, all three (the paper's tables only), security: every "
                         "protocol x program on Table 3's grid and Table 5's point s = 10 "
                         "(harness/experiments/specs/security.toml), or scale: n = 1e6 to "
@@ -54,7 +54,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "ltm, dng and central noise under every protocol at Table 3's "
                         "setting, n = 1e5 and 1e6, epsilon 0.1 and 1: cost against the "
                         "noise's std ratio and the analyst's errors psi and phi "
-                        "(specs/mechanisms.toml)")
+                        "(specs/mechanisms.toml), or validation: clients that lie, the cost "
+                        "of checking every client's row (none, linf, l2) under every "
+                        "protocol at n = 1e4, 1e5 and 1e6, and the analyst's psi with 0, 1 "
+                        "and 10 lying clients with and without the check "
+                        "(specs/validation.toml)")
     # A sweep needs its directory; an estimate needs none: one of the two is required.
     out_or_estimate = p.add_mutually_exclusive_group(required=True)
     out_or_estimate.add_argument(
@@ -66,8 +70,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
              "(servers plus one client machine), then exit")
     add = common.options_of(p, ReproduceConfig, unset=_UNSET)
     for opt in (REPEAT, SCALE, common.PROGRAM, common.PROTOCOL, common.SHARING, FRESH_INPUTS,
-                common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION, common.SEED,
-                common.TIMEOUT, NO_PROGRESS):
+                common.HOSTS, common.NETWORK, common.NOISE, common.CALIBRATION,
+                common.VALIDATE, common.SEED, common.TIMEOUT, NO_PROGRESS):
         add(opt)
     p.add_argument("--bandwidth", type=common.number("--bandwidth", low=0.001, high=10000),
                    default=0.512, metavar="GBIT",
@@ -83,9 +87,13 @@ def _handle(args: argparse.Namespace) -> int:
 
     if not args.estimate:
         check_output_dir(args.out)  # before anything is planned or created
-    if args.tables in ("security", "scale", "mechanisms") and (args.program or args.protocol):
+    if args.tables in ("security", "scale", "mechanisms", "validation") \
+            and (args.program or args.protocol):
         raise InputError(f"ltm reproduce {args.tables} runs the protocols and programs its "
                          "specification names; drop --program and --protocol")
+    if args.tables == "validation" and args.validation != "none":
+        raise InputError("ltm reproduce validation runs every check its specification names "
+                         "(none, linf and l2); drop --validate")
     # An estimate plans the same cells as the sweep would, so it gets the same settings.
     cfg = common.config_from(ReproduceConfig, args, unset=_UNSET, out=args.out or Path("."))
     if args.estimate:
@@ -94,7 +102,7 @@ def _handle(args: argparse.Namespace) -> int:
         est = estimate_sweep(cfg, bandwidth_gbit=args.bandwidth)
         print(f"ltm reproduce {args.tables}: expected {est.describe()}")
         return 0
-    if args.tables == "mechanisms":
+    if args.tables in ("mechanisms", "validation"):
         from harness.analyst import MechanismUtility
 
         reproduce(cfg, echo=print, utility=MechanismUtility())

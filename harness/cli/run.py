@@ -13,7 +13,6 @@ from pathlib import Path
 
 from harness.cli import common
 from harness.cli.common import option
-from harness.clients import VALIDATIONS
 from harness.experiments import INPUT_MODES, RunConfig
 from harness.fileio import check_output_dir
 from harness.privacy import MAX_COINS, mechanism_names
@@ -78,12 +77,6 @@ GRID_BITS = option("--grid-bits", type=int, metavar="g", unset="the grid on whic
                    help="--mechanism central: round the sketch inside the MPC to the grid "
                         f"2^-g before its noise (at most {MAX_COINS:,} coins per cell; "
                         "default: {default})")
-VALIDATE = option("--validate", dest="validation", choices=VALIDATIONS,
-                  help="check each client's row inside the MPC before it counts: linf, every "
-                       "entry within B; l2, the row's norm within B (B: eta, plus the "
-                       "client's noise at a 2^-40 chance of rejecting any honest client); a "
-                       "row past B counts as zeros and only the number rejected is revealed "
-                       "(--program fast or reference; default {default})")
 POISON = option("--poison", type=int, metavar="K",
                 help="test and study aid: K clients, drawn at random and named in "
                      "result.json, send the largest words the encoding holds with random "
@@ -109,7 +102,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                 common.CALIBRATION, EPSILON, DELTA, ETA, CORRUPT_CLIENTS, common.PROGRAM,
                 common.PROTOCOL, TAMPER, common.SHARING, INPUT, FRAC_BITS, common.SEED, PORT,
                 common.TIMEOUT, common.HOSTS, common.NETWORK, MECHANISM, GRID_BITS,
-                VALIDATE, POISON):
+                common.VALIDATE, POISON):
         add(opt)
     p.add_argument("--out", type=Path, help="result directory (default results/run-<time>)")
     for opt in (FORCE, KEEP_WORK, EXPORT_SKETCH, common.MP_SPDZ, common.NO_INSTALL):

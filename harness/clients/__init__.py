@@ -84,6 +84,7 @@ if TYPE_CHECKING:
         InputBound,
         input_bound,
         noise_tail,
+        precheck_bits,
     )
 
 __all__ = [
@@ -148,6 +149,7 @@ __all__ = [
     "InputBound",
     "input_bound",
     "noise_tail",
+    "precheck_bits",
 ]
 
 lazy_package(__name__)

@@ -23,10 +23,12 @@ What a lying client can still do: send any row within the bound, so move
 each cell its row reaches by at most B (``linf``) or its row's norm by B
 (``l2``), and nothing more; a row past the bound counts as zeros.
 
-In Z_2^64 a squared norm wraps (2^32 squares to 0), so ``l2`` first bounds
-every entry by B (which every row of norm at most B passes) and then compares
-the exact squared norm; :func:`input_bound` refuses a B whose d B^2 does not fit
-below 2^63.
+In Z_2^64 a squared norm wraps (2^32 squares to 0), so ``l2`` first checks
+every entry against a power of two, more cheaply than a comparison: every entry
+within 2^(m-1) passes, none past 1.5 2^m does, with m = :func:`precheck_bits`
+(d) the largest whose d squares of 1.5 2^m stay below 2^63; then it compares
+the exact squared norm with B^2. :func:`input_bound` refuses a B of 2^(m-1) or
+more (an honest row's entry could fail the pre-check).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from typing import Protocol
 
 from harness.errors import InputError
 
-__all__ = ["FAILURE_BITS", "VALIDATIONS", "InputBound", "input_bound", "noise_tail"]
+__all__ = ["FAILURE_BITS", "VALIDATIONS", "InputBound", "input_bound", "noise_tail",
+           "precheck_bits"]
 
 VALIDATIONS = ("none", "linf", "l2")
 # The probability that any honest row of a run is rejected: at most 2^-FAILURE_BITS.
@@ -80,6 +83,12 @@ class InputBound:
         return {"check": self.check, "bound": self.bound / 2.0**self.frac_bits,
                 "bound_lattice": self.bound, "noise_bound_lattice": self.noise_bound,
                 "z": self.z, "honest_rejection_bound": 2.0**-FAILURE_BITS}
+
+
+def precheck_bits(d: int) -> int:
+    """m of ``l2``'s entry pre-check (the programs' PRE): the largest with every row
+    of d entries within 1.5 2^m having its squared norm below 2^63, exact in the ring."""
+    return max(m for m in range(1, 32) if 9 * d * 2 ** (2 * m) < 2**65)
 
 
 def noise_tail(noise: NoiseSpec, t: int) -> float:
@@ -132,8 +141,10 @@ def input_bound(check: str, noise: NoiseSpec | None, eta: float, frac_bits: int,
     ``eta`` and carrying ``noise`` (None or kind ``none``: plain rows), such that an
     honest run rejects a row with probability at most 2^-:data:`FAILURE_BITS`.
 
-    Refuses (:class:`InputError`) a bound the ring cannot check: 2B (``linf``) or
-    d B^2 (``l2``) at 2^63 or more, where a lying client's row could wrap past it.
+    Refuses (:class:`InputError`) a bound the ring cannot check: 2B (``linf``) at
+    2^63 or more, where a lying client's row could wrap past it, or (``l2``) B at
+    2^(m-1) or more, m = :func:`precheck_bits` (d), where an honest entry could fail
+    the pre-check that keeps the squared norm from wrapping.
     """
     if check not in ("linf", "l2"):
         raise ValueError(f"no bound for check {check!r}")
@@ -161,7 +172,7 @@ def input_bound(check: str, noise: NoiseSpec | None, eta: float, frac_bits: int,
         z = t / std if std > 0 else None
     data = entry if check == "linf" else math.ceil(math.sqrt(d) * entry)
     bound = data + t
-    fits = 2 * bound < _RING_HALF if check == "linf" else d * bound**2 < _RING_HALF
+    fits = 2 * bound < _RING_HALF if check == "linf" else bound < 2 ** (precheck_bits(d) - 1)
     if not fits:
         way = ("raise --epsilon (less noise), lower --frac-bits or --dim"
                if check == "l2" else "raise --epsilon (less noise) or lower --frac-bits")

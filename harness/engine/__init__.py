@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         parse_stats,
     )
     from harness.engine.process import Command, Completed, check_call, run_group
-    from harness.engine.programs import CompiledProgram, compile_program
+    from harness.engine.programs import CompiledProgram, compile_program, compile_source, render
     from harness.engine.protocols import (
         DEFAULT_PROTOCOL,
         PROTOCOLS,
@@ -117,6 +117,8 @@ __all__ = [
     "check_call",
     "check_requirements",
     "compile_program",
+    "compile_source",
+    "render",
     "default_home",
     "detected_tampering",
     "doctor",

@@ -24,11 +24,11 @@ from harness.engine.process import Command, check_call
 from harness.errors import MpSpdzError, PartyError
 from harness.fileio import file_lock, write_atomic
 
-__all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "default_cache_dir",
-           "render"]
+__all__ = ["COMPILE_ARGS", "CompiledProgram", "compile_program", "compile_source",
+           "default_cache_dir", "render"]
 
 COMPILE_ARGS = ("-R", "64")
-_TEMPLATES = ("fast", "reference", "open", "engine_read", "noise_cost")
+_TEMPLATES = ("fast", "reference", "open", "engine_read", "noise_cost", "validate")
 
 
 def default_cache_dir() -> Path:
@@ -100,6 +100,19 @@ def compile_program(mp: MpSpdz, template: str, params: dict, *,
     index.parent.mkdir(exist_ok=True)
     write_atomic(index, key)
     return compiled
+
+
+def compile_source(mp: MpSpdz, name: str, source: str, *, cache_dir: Path | None = None,
+                   timeout: float = 900, options: tuple[str, ...] = ()) -> CompiledProgram:
+    """A program of the caller's own (``source``, a plain .mpc text) compiled as
+    :func:`compile_program` compiles a template's, into the same cache: for
+    benchmarks' and tests' programs beside the harness's."""
+    args = (*COMPILE_ARGS, *options)
+    key = _digest({"source": source, "args": args, "mp_spdz": str(mp.root.resolve()),
+                   "version": mp.version, "compiler_mtime": _mtime(mp.compiler)})
+    cache = cache_dir or default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    return _compile_cached(mp, name, source, args, cache, key, timeout)
 
 
 def _digest(identity: dict) -> str:

@@ -248,7 +248,7 @@ MAX_SCALE = 1e6
 # Settings that define what a sweep measures: resuming with other values would
 # mix incomparable repetitions in one table.
 _IDENTITY = ("program", "protocol", "sharing", "scale", "network", "hosts", "noise",
-             "calibration", "seed")
+             "calibration", "seed", "validate")
 
 
 @dataclass
@@ -273,6 +273,8 @@ class ReproduceConfig:
     sharing: str = "full"
     # Prepare (and upload) the clients' inputs for every repetition, not once per cell.
     fresh_inputs: bool = False
+    # Each client's row checked inside the MPC (none, linf, l2), as ltm run --validate.
+    validation: str = "none"
 
     @property
     def reuses_inputs(self) -> bool:
@@ -297,7 +299,8 @@ class ReproduceConfig:
                   "sharing": self.sharing, "scale": self.scale,
                   "network": self.network or "none",
                   "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
-                  "calibration": self.calibration, "seed": self.seed}
+                  "calibration": self.calibration, "seed": self.seed,
+                  "validate": self.validation}
         return {k: values[k] for k in _IDENTITY}
 
     def validate(self) -> list[str]:
@@ -326,8 +329,11 @@ class ReproduceConfig:
                              f"--program {self.program} has party 0 input the noisy rows "
                              "(no share files); use --program fast or local, or --sharing full")
         # the same rules as one run's (cells' server counts are checked per cell)
+        # (a per-cell sweep's programs are its cells': those --validate cannot run are
+        # left out, each with its reason)
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
                   protocol=self.protocol, sharing=self.sharing, noise=self.noise,
                   calibration=self.calibration,
+                  validation=self.validation if not per_cell else "none",
                   parties=protocol_for(self.protocol).exact_parties or 2).validate()
         return tables

@@ -172,7 +172,8 @@ def cell_cost(cfg: ReproduceConfig, cell: Cell) -> CellCost:
                           for c in comps.held[i]) for i in range(cell.servers))
         expand = values * slowest * EXPAND_NS * 1e-9
     return CellCost(prepare_s=prepare,
-                    mpc_s=mpc_seconds(protocol, program, values, noise, cell.rows * cell.dim),
+                    mpc_s=mpc_seconds(protocol, program, values, noise, cell.rows * cell.dim,
+                                      cell.validate or cfg.validation),
                     expand_s=expand, upload_bytes=_upload_bytes(run_cfg, cell.servers, values))
 
 

@@ -117,7 +117,7 @@ def execute(cfg: RunConfig, mp: MpSpdz, work: Workload, program: CompiledProgram
             # MP-SPDZ prints nothing until the end: a long run shows its time against
             # the estimate instead.
             expected = mpc_seconds(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
-                                   work.mechanism, work.sketch.m * work.d)
+                                   work.mechanism, work.sketch.m * work.d, cfg.validation)
             try:
                 with mpc_progress(expected):
                     runs = cluster.run(program, timeout=cfg.timeout, port=cfg.port)

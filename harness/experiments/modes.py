@@ -198,10 +198,6 @@ LIMITS: tuple[Limit, ...] = (
           "--validate {value} checks each client's row inside the MPC, and --program local's "
           "servers sum their shares before it, so the MPC never sees a client's row; use "
           "--program fast or reference, or drop --validate", programs=("local",)),
-    # The poisoned clients are named to the client workers of this machine.
-    Limit("poison", None,
-          "--poison makes some of this machine's clients lie, and with --hosts the clients "
-          "run on their hosts; drop --poison or --hosts", placements=_HOSTS),
     # A host computes each client's buckets from the sketch's seed; the dense sketch is
     # drawn here and held whole.
     Limit("dense", (True,),

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from harness.privacy import Mechanism
 
 __all__ = ["CENTRAL_NS_PER_COIN", "CENTRAL_S_PER_CELL", "COST_NS", "LONG_RUN_S",
-           "MPC_START_S", "PROGRESS_S", "long_run_notice", "mpc_progress", "mpc_seconds"]
+           "MPC_START_S", "PROGRESS_S", "VALIDATE_NS", "long_run_notice", "mpc_progress",
+           "mpc_seconds"]
 
 # (prepare, MPC) nanoseconds per noisy value, for each protocol x program. Source:
 # benchmarks/reproduction/security/raw.jsonl (party 0's rows, S = 3, all five
@@ -58,6 +59,17 @@ CENTRAL_NS_PER_COIN: dict[str, float] = {
 # (python -m benchmarks.mechanisms at 1,000 cells: 2.4 s for 768 coins a cell, 2.8 s
 # for 720; 61 s for 59,392 in the sweep).
 CENTRAL_S_PER_CELL: dict[str, float] = {"malicious-rep-ring": 2.5e-3}
+# --validate's check, MPC nanoseconds per noisy value (d = 10, --noise none, fast, MP-SPDZ
+# v0.4.2 on a 2-core x86-64 VM shared with other work, November 2026; the docs page
+# Validating the clients' rows): replicated-ring at n = 10,000 (benchmarks/validation.py),
+# semi2k (2 parties) at 100,000, ps-rep-ring and malicious-rep-ring at 2,000; spdz2k's
+# random bits at 200 clients of d = 3, l2 the same (it bounds each entry as linf does).
+VALIDATE_NS: dict[tuple[str, str], float] = {
+    ("replicated-ring", "linf"): 6_600, ("replicated-ring", "l2"): 3_000,
+    ("semi2k", "linf"): 199_000, ("semi2k", "l2"): 73_000,
+    ("ps-rep-ring", "linf"): 79_000, ("ps-rep-ring", "l2"): 30_000,
+    ("malicious-rep-ring", "linf"): 312_000, ("malicious-rep-ring", "l2"): 172_000,
+    ("spdz2k", "linf"): 2.0e8, ("spdz2k", "l2"): 2.0e8}
 # A run whose MPC should take longer than this says so before it starts.
 LONG_RUN_S = 180.0
 # The MPC's progress (elapsed against the estimate) is shown above this.
@@ -68,11 +80,13 @@ MPC_START_S = 0.2
 
 
 def mpc_seconds(protocol: str, program: str, values: int,
-                noise: Mechanism | None = None, cells: int = 0) -> float:
+                noise: Mechanism | None = None, cells: int = 0,
+                validation: str = "none") -> float:
     """The parties' expected time for one run of ``values`` noisy values: start-up, the
-    sketch (:data:`COST_NS`) and, for noise the MPC draws (central's), ``cells`` times
-    its coins."""
+    sketch (:data:`COST_NS`), the check of ``--validate`` (:data:`VALIDATE_NS`) and, for
+    noise the MPC draws (central's), ``cells`` times its coins."""
     mpc_ns = COST_NS.get((protocol, program), (0.0, 0.0))[1]
+    mpc_ns += VALIDATE_NS.get((protocol, validation), 0.0)
     seconds = MPC_START_S + values * mpc_ns * 1e-9
     coins = 0 if noise is None else noise.mpc_coins
     if coins:
@@ -98,10 +112,10 @@ def _per_coin(ns: float) -> str:
 
 
 def long_run_notice(protocol: str, program: str, values: int, noise: Mechanism | None,
-                    cells: int) -> str | None:
+                    cells: int, validation: str = "none") -> str | None:
     """One line for a run whose MPC should take over :data:`LONG_RUN_S`: the estimate
     and what would make it shorter (None for a shorter run)."""
-    seconds = mpc_seconds(protocol, program, values, noise, cells)
+    seconds = mpc_seconds(protocol, program, values, noise, cells, validation)
     if seconds <= LONG_RUN_S:
         return None
     line = f"note: this run's MPC should take about {_duration(seconds)}"
@@ -114,6 +128,10 @@ def long_run_notice(protocol: str, program: str, values: int, noise: Mechanism |
                 f"{_per_coin(per_coin)} a coin under {protocol}); a larger --epsilon, fewer "
                 f"cells (--rows x --dim) or --protocol {fastest} (about "
                 f"{_duration(other)}) make it shorter")
+    if validation != "none":
+        return (f"{line} ({values:,} noisy values under {protocol}, each checked by "
+                f"--validate {validation}); fewer --clients, --validate l2 (cheaper than "
+                "linf) or --protocol replicated-ring make it shorter")
     return f"{line} ({values:,} noisy values under {protocol}); fewer --clients make it shorter"
 
 

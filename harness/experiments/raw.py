@@ -74,6 +74,8 @@ def repetition_rows(result: RunResult, cell: Cell, repetition: int, *, program: 
         # Who added the noise and its price: its std per entry against the central
         # Gaussian's (the LTM without noise has none).
         "mechanism": result.parameters.mechanism,
+        "validate": result.parameters.validate, "poison": len(result.parameters.poisoned),
+        **({"rejected_rows": result.validation["rejected_rows"]} if result.validation else {}),
         **{k: privacy[k] for k in _PRIVACY_KEYS if privacy.get(k) is not None},
         "format_version": FORMAT_VERSION, **meta,
         # The stages beyond T_end_to_end's sum as the run timed them; stream_*: the

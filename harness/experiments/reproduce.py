@@ -38,7 +38,7 @@ from harness.experiments import report
 from harness.experiments.config import ReproduceConfig, RunConfig
 from harness.experiments.execute import RunOutcome, ServerInputs, execute
 from harness.experiments.memory import PeakMemory
-from harness.experiments.mpc_time import CENTRAL_NS_PER_COIN, mpc_seconds
+from harness.experiments.mpc_time import CENTRAL_NS_PER_COIN, VALIDATE_NS, mpc_seconds
 from harness.experiments.placement import check_placement, check_protocol_usable
 from harness.experiments.raw import completed, heal, load_raw, repetition_rows
 from harness.experiments.results import (
@@ -76,6 +76,9 @@ _SPDZ2K_PARTY_INPUT_MAX = 200_000
 # A central cell whose MPC should take longer than this (the estimate's per-coin cost,
 # harness.experiments.estimate) is left out, its expected time given.
 _CENTRAL_RUN_MAX_S = 3600.0
+# A validated cell (the validation sweep's) whose MPC should take longer than this is
+# left out likewise.
+_VALIDATED_RUN_MAX_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,9 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
                                settings=settings)
     if echo:
         for table in tables:
+            if load_spec(table).validations:
+                echo(report.validation_headline(report.summarize_validation(
+                    load_raw(raw_path), table, left_out)).rstrip())
             if load_spec(table).mechanisms:
                 echo(report.headline(report.summarize_mechanisms(
                     load_raw(raw_path), table, left_out)).rstrip())
@@ -292,8 +298,16 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
     try:
         run_cfg = run_cfg.validate()
         noise = mechanism_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
+        # The validation sweep measures psi on its own data, where R_D's zeros at small n
+        # are refused: such a cell is left out.
+        clients = noise_for(run_cfg, cell.clients, cell.dim, cell.sparsity) \
+            if cell.validate else None
     except InputError as exc:
         return str(exc)
+    if clients is not None and clients.zero_output:
+        return (f"the LTM's client randomizer R_D sends zeros at n = {cell.clients:,} for "
+                f"m = {cell.rows} (see the docs page Privacy of the client noise), so psi "
+                "would measure nothing; --noise none runs this n")
     if noise.mpc_coins:
         cells = cell.rows * cell.dim
         expected = mpc_seconds(run_cfg.protocol, run_cfg.program,
@@ -305,6 +319,16 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
                     f"cost about {per_coin * 1e-6:g} ms a coin under {run_cfg.protocol} "
                     f"(MP-SPDZ v0.4.2 on a 2-core x86-64 VM), about {expected / 3600:.0f} "
                     f"hours a run; run only up to {_CENTRAL_RUN_MAX_S / 3600:g} hour")
+    if run_cfg.validation != "none":
+        values = cell.sparsity * cell.clients * cell.dim
+        expected = mpc_seconds(run_cfg.protocol, run_cfg.program, values,
+                               validation=run_cfg.validation)
+        if expected > _VALIDATED_RUN_MAX_S:
+            per_value = VALIDATE_NS[(run_cfg.protocol, run_cfg.validation)]
+            return (f"--validate {run_cfg.validation} costs about {per_value * 1e-3:g} us a "
+                    f"value under {run_cfg.protocol} (MP-SPDZ v0.4.2 on a 2-core x86-64 VM), "
+                    f"about {expected / 60:.0f} minutes a run; run only up to "
+                    f"{_VALIDATED_RUN_MAX_S / 60:g} minutes")
     if run_cfg.protocol == "spdz2k" and run_cfg.input_mode == "party" \
             and cell.sparsity * cell.clients * cell.dim > _SPDZ2K_PARTY_INPUT_MAX:
         return (f"party input of every noisy value under spdz2k costs about 1.84 s and 222 MB "
@@ -329,6 +353,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,
                      hosts=cfg.hosts, network=cfg.network, sharing=cfg.sharing,
                      mechanism=cell.mechanism or DEFAULT_MECHANISM,
+                     validation=cell.validate or cfg.validation, poison=cell.poison or None,
                      epsilon=RunConfig.epsilon if cell.epsilon is None else cell.epsilon)
 
 

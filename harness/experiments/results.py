@@ -356,7 +356,10 @@ _ROW_OPTIONAL = {"run_wall_s": math.nan, "peak_pss_bytes": math.nan,
                  "noise_std": math.nan, "central_std": math.nan, "std_ratio": math.nan,
                  "coins_per_cell": math.nan, "grid_bits": math.nan, "grid_step": math.nan,
                  "psi": math.nan,
-                 "phi": math.nan}
+                 "phi": math.nan,
+                 # --validate: the check and the rows the MPC rejected (rows before it:
+                 # no check)
+                 "validate": "none", "rejected_rows": math.nan, "poison": 0}
 
 
 def _row_to_2(row: dict) -> dict:
@@ -408,7 +411,8 @@ def migrate_rows(rows: pd.DataFrame) -> pd.DataFrame:
 # sweep.json settings written before a setting existed ran what is now its default
 # (the committed benchmarks/reproduction/*/sweep.json): read a missing key as that,
 # so that those sweeps still resume.
-_SETTINGS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full", "calibration": "corollary"}
+_SETTINGS_BEFORE = {"protocol": DEFAULT_PROTOCOL, "sharing": "full", "calibration": "corollary",
+                    "validate": "none"}
 
 
 def migrate_sweep_settings(record: dict, where: str = "sweep.json") -> dict:

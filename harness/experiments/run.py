@@ -65,7 +65,7 @@ def _run_locked(cfg: RunConfig, echo: Callable[[str], object] | None) -> RunResu
     work = build_workload(cfg)
     # Before anything long starts: a run that will take long says so, and how to shorten it.
     notice = long_run_notice(cfg.protocol, cfg.program, work.sketch.s * work.n * work.d,
-                             work.mechanism, work.sketch.m * work.d)
+                             work.mechanism, work.sketch.m * work.d, cfg.validation)
     if notice is not None and echo is not None:
         echo(notice)
     with output_directory(Path(cfg.out), force=cfg.force, swept=_say_swept) as staging:

@@ -56,13 +56,13 @@ __all__ = [
 
 TABLES = ("table3", "table4", "table5")
 # Sweeps beside the paper's tables, run by name only (not part of "all").
-EXTRA_SWEEPS = ("security", "scale", "mechanisms")
+EXTRA_SWEEPS = ("security", "scale", "mechanisms", "validation")
 X_AXES = ("clients", "sparsity")
 PAPER_CSV = "paper_tables.csv"
 
 _TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid",
              "protocols", "programs", "points", "whole_runs", "mechanisms", "epsilons",
-             "utility")
+             "utility", "validations", "poisons")
 _REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
 _VARIANT_KEYS = ("servers", "label", "note")
 _GRID_KEYS = ("clients", "sparsity")
@@ -85,6 +85,8 @@ class Cell:
     program: str = ""  # "": the command line's --program
     mechanism: str = ""  # "": the LTM (who adds the noise; see harness.clients.MECHANISMS)
     epsilon: float | None = None  # None: the run's default
+    validate: str = ""  # "": the command line's --validate (the validation sweep's cells)
+    poison: int | None = None  # lying clients (--poison); None: none
 
     @property
     def key(self) -> str:
@@ -101,15 +103,19 @@ class Cell:
     def _where(self) -> list[str]:
         parts = [self.table] + ([self.variant] if self.variant else [])
         parts += [x for x in (self.protocol, self.program, self.mechanism) if x]
+        parts += [f"validate={self.validate}"] if self.validate else []
+        parts += [f"K={self.poison}"] if self.poison is not None else []
         return parts + ([f"eps={self.epsilon:g}"] if self.epsilon is not None else [])
 
     @property
     def left_out_keys(self) -> tuple[str, str]:
         """(what, point) under which a sweep records why this cell was left out, e.g.
         ``("spdz2k local central", "n=100000 s=1 eps=0.1")``."""
-        what = " ".join(x for x in (self.protocol, self.program, self.mechanism) if x)
+        what = " ".join(x for x in (self.protocol, self.program, self.mechanism,
+                                    self.validate and f"--validate {self.validate}") if x)
         eps = f" eps={self.epsilon:g}" if self.epsilon is not None else ""
-        return what, f"n={self.paper_clients} s={self.sparsity}{eps}"
+        liars = f" K={self.poison}" if self.poison is not None else ""
+        return what, f"n={self.paper_clients} s={self.sparsity}{eps}{liars}"
 
     @property
     def model_c_mpc_mb(self) -> float:
@@ -149,6 +155,11 @@ class Spec:
     epsilons: tuple[float, ...] = ()
     # The analyst's error measures on each revealed sketch: (rank k of psi, ridge lambda).
     utility: tuple[int, float] | None = None
+    # The checks of each client's row (--validate), every one in every cell, and the
+    # numbers of lying clients (--poison), those above 0 under the first protocol only
+    # (what they do to the release does not depend on the protocol).
+    validations: tuple[str, ...] = ()
+    poisons: tuple[int, ...] = ()
 
 
 def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
@@ -229,22 +240,33 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
     mechanisms = _names(path, "mechanisms", data.get("mechanisms", []))
     epsilons = _epsilons(path, data.get("epsilons", []))
     utility = _utility(path, data["utility"]) if "utility" in data else None
+    validations = _names(path, "validations", data.get("validations", []))
+    if not set(validations) <= {"none", "linf", "l2"}:
+        raise InputError(f"{path}: key 'validations' must name checks of none, linf, l2")
+    poisons = data.get("poisons", [])
+    if not isinstance(poisons, list) or len(set(poisons)) != len(poisons) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in poisons):
+        raise InputError(f"{path}: key 'poisons' must be a list of distinct counts >= 0")
     # Point by point, every protocol x program in turn: a repetition of each runs
     # close in time to the others', so machine load falls on all of them alike and
     # the ratios between protocols compare like with like.
     # The mechanisms of one protocol run back to back, for the same reason.
     eps_list: list[float | None] = list(epsilons) or [None]
+    checks: list[str] = list(validations) or [""]
+    liars: list[int | None] = list(poisons) or [None]
     cells = tuple(
         Cell(table=name, variant=v.label, servers=v.servers, clients=n, paper_clients=n,
              sparsity=s, rows=rows, dim=dim, protocol=proto, program=prog, mechanism=mech,
-             epsilon=eps)
+             epsilon=eps, validate=check, poison=k)
         for v in variants for n, s in points for eps in eps_list
         for proto in (protocols or [""]) for prog in (programs or [""])
-        for mech in (mechanisms or [""]))
+        for mech in (mechanisms or [""]) for k in liars for check in checks
+        if not k or proto == (protocols or [""])[0])
     return Spec(name=name, title=title, x=x, repeat=repeat, cells=cells, rows=rows, dim=dim,
                 variants=variants, paper=paper, path=path, protocols=tuple(protocols),
                 programs=tuple(programs), whole_runs=whole_runs,
-                mechanisms=tuple(mechanisms), epsilons=tuple(epsilons), utility=utility)
+                mechanisms=tuple(mechanisms), epsilons=tuple(epsilons), utility=utility,
+                validations=tuple(validations), poisons=tuple(poisons))
 
 
 def _epsilons(path: Path, raw: Any) -> list[float]:

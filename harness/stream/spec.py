@@ -73,9 +73,17 @@ class StreamSpec:
         plan = raw["plan"]
         n, d, m, s, parties, workers, chunk = (_int(plan[k]) for k in (
             "n", "d", "m", "s", "parties", "workers", "chunk"))
+        drop = plan.get("drop_poisoned", False)
+        if not isinstance(drop, bool):
+            raise ValueError(f"drop_poisoned is {drop!r}, not true or false")
+        poisoned = tuple(sorted(_int(c) for c in plan.get("poisoned", ())))
+        if poisoned and not 0 <= poisoned[0] <= poisoned[-1] < n:
+            raise ValueError(f"poisoned clients {poisoned} beyond the run's {n}")
         plan = StreamPlan(n, d, m, s, parties, format=str(plan["format"]), workers=workers,
                           chunk=chunk, sharing=str(plan["sharing"]),
-                          hosts=tuple(_int(h) for h in plan["hosts"]))
+                          hosts=tuple(_int(h) for h in plan["hosts"]),
+                          poisoned=poisoned,
+                          drop_poisoned=drop)
         sk = raw["sketch"]
         sketch = Sketch(_int(sk["m"]), count=_int(sk["n"]), sparsity=_int(sk["s"]),
                         seed=_int(sk["seed"]))

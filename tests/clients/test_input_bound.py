@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from harness.clients import FAILURE_BITS, input_bound, noise_tail
+from harness.clients import FAILURE_BITS, input_bound, noise_tail, precheck_bits
 from harness.errors import InputError
 from harness.privacy import NoiseSpec
 
@@ -75,3 +75,17 @@ def test_laplace_and_skellam_tails_bound_scipys_exact_distributions():
 def test_a_bound_the_ring_cannot_check_is_refused():
     with pytest.raises(InputError, match="does not fit the 64-bit ring"):
         input_bound("l2", _gaussian(), 1.0, 30, 20_000, 3)
+
+
+def test_l2_refuses_a_bound_its_entry_pre_check_could_reject():
+    # Plain rows of d = 3: B = ceil(sqrt(3) eta 2^F), checked only below 2^(PRE-1), where
+    # every honest entry passes the pre-check; the largest eta that fits is accepted.
+    top = 2 ** (precheck_bits(3) - 1)
+    eta = (top - 2) / math.sqrt(3) / 2**16
+    assert input_bound("l2", None, eta, 16, 100, 3).bound < top
+    with pytest.raises(InputError, match="does not fit the 64-bit ring"):
+        input_bound("l2", None, (top + 2) / math.sqrt(3) / 2**16, 16, 100, 3)
+    # the pre-check's m: d squares of 1.5 2^m below 2^63, and not of 1.5 2^(m+1)
+    for d in (1, 3, 10, 1000):
+        m = precheck_bits(d)
+        assert d * (3 * 2 ** (m - 1)) ** 2 < 2**63 <= d * (3 * 2**m) ** 2

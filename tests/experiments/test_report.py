@@ -119,13 +119,26 @@ def test_expand_rejects_bad_scale(scale):
         expand(load_spec("table4"), scale)
 
 
+def test_the_validation_sweep_runs_liars_under_its_first_protocol_only():
+    spec = load_spec("validation")
+    honest = [c for c in spec.cells if c.poison == 0]
+    assert len(honest) == 3 * len(spec.protocols) * 3  # n x protocol x check
+    liars = [c for c in spec.cells if c.poison]
+    assert {c.protocol for c in liars} == {spec.protocols[0]}
+    assert {(c.poison, c.validate) for c in liars} == {(k, v) for k in (1, 10)
+                                                      for v in ("none", "linf", "l2")}
+    assert len({c.key for c in spec.cells}) == len(spec.cells)
+    assert any(c.key.endswith("fast/validate=l2/K=10/n=100000/s=1") for c in liars)
+
+
 def test_resolve_tables():
     assert resolve_tables("all") == list(TABLES)
     assert resolve_tables("table5") == ["table5"]
     assert resolve_tables("security") == ["security"]  # by name only, not in "all"
     assert resolve_tables("mechanisms") == ["mechanisms"]
-    with pytest.raises(InputError,
-                       match="table3, table4, table5, security, scale, mechanisms or all"):
+    assert resolve_tables("validation") == ["validation"]
+    with pytest.raises(InputError, match="table3, table4, table5, security, scale, "
+                                         "mechanisms, validation or all"):
         resolve_tables("table6")
     with pytest.raises(InputError, match="table3, table4, table5"):
         load_spec("table6")
@@ -146,6 +159,9 @@ GOOD = (spec_dir() / "table5.toml").read_text()
     (lambda t: t.replace("clients = [500000]", ""), "'grid.clients'"),
     (lambda t: t.replace('name = "table5"', 'name = "table9"'), "'name'"),
     (lambda t: t.replace("[grid]", "[grid"), "not valid TOML"),
+    (lambda t: t.replace("dim = 10", 'dim = 10\nvalidations = ["linf", "l3"]'),
+     "'validations'"),
+    (lambda t: t.replace("dim = 10", "dim = 10\npoisons = [0, -1]"), "'poisons'"),
 ])
 def test_bad_spec_names_the_file_and_key(tmp_path, edit, key):
     path = tmp_path / "table5.toml"

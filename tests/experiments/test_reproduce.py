@@ -441,3 +441,40 @@ def test_skellam_sweep_verifies_and_the_calibration_is_part_of_its_identity(
     err = capsys.readouterr().err
     assert "calibration 'analytic' there, 'corollary' now" in err and err.count("\n") == 1
     assert (analytic / RAW_FILE).read_bytes() == before
+
+
+def test_a_validated_sweep_checks_every_row_and_records_it(tmp_path, mp_spdz, program_cache):
+    cfg = _cfg(tmp_path, "table4", program_cache, repeat=1, scale=0.002, validation="l2")
+    reproduce(cfg)
+    rows = [json.loads(line) for line in (cfg.out / RAW_FILE).read_text().splitlines()]
+    assert len(rows) == 5 * 2 and all(r["verified"] for r in rows)
+    assert {r["validate"] for r in rows} == {"l2"} and {r["rejected_rows"] for r in rows} == {0}
+    sweep = json.loads((cfg.out / "sweep.json").read_text())
+    assert sweep["settings"]["validate"] == "l2"
+    # resumed only with the same check
+    with pytest.raises(InputError, match=r"other settings \(validate 'l2' there, 'none' now\)"):
+        reproduce(dataclasses.replace(cfg, validation="none"))
+
+
+def test_a_validated_sweep_of_the_local_program_is_refused_in_one_line(tmp_path, capsys):
+    code = main(["reproduce", "table3", "--program", "local", "--validate", "linf",
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "--validate linf checks each client's row inside the MPC" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_estimate_charges_the_check(capsys):
+    from harness.experiments.estimate import estimate_sweep
+    from harness.experiments.mpc_time import VALIDATE_NS
+
+    def mpc(check):
+        return estimate_sweep(ReproduceConfig(tables="table4", out=Path("."), repeat=1,
+                                              validation=check)).mpc_s
+
+    values = sum(n * 10 for n in [100_000, 250_000, 500_000, 750_000, 1_000_000])
+    for check in ("linf", "l2"):
+        assert mpc(check) - mpc("none") == pytest.approx(
+            values * VALIDATE_NS[("semi2k", check)] * 1e-9)
+    assert mpc("l2") < mpc("linf")

@@ -82,3 +82,16 @@ def test_a_streamed_network_run_verifies_and_reports_each_stage(tmp_path, mp_spd
         assert oct(share.stat().st_mode & 0o777) == "0o600"
         assert read_share_file(share, fmt).size == layout["file_rows"] * d * fmt.words
     assert (work / "public-input").stat().st_size > 0  # server 0's schedule
+
+
+@pytest.mark.parametrize(("check", "protocol"), [("linf", "semi2k"), ("l2", "replicated-ring")])
+def test_a_validated_run_through_the_network_verifies_and_rejects_no_honest_client(
+        tmp_path, mp_spdz, program_cache, check, protocol):
+    result = run(RunConfig(out=tmp_path / "out", cache_dir=program_cache, timeout=300,
+                           program="fast", protocol=protocol, parties=3, clients=4000, dim=3,
+                           rows=10, sparsity=2, seed=11, network="t3.large-baseline",
+                           validation=check))
+    assert result.verification.ok and result.verification.mismatches == 0
+    v = result.validation
+    assert v["check"] == check and v["rejected_rows"] == 0 == v["expected_rejected_rows"]
+    assert result.upload_measured

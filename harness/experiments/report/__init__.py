@@ -29,7 +29,9 @@ plaintext result; such a sweep is refused, never averaged.
 The package: :mod:`.tables` makes the numbers (summaries, coverage),
 :mod:`.render` turns them into text (Markdown, LaTeX, captions, notes, the
 plot), :mod:`.security` does both for the per-protocol security sweep, and
-:mod:`.mechanisms` does both for the mechanisms sweep (each mechanism's cost against
+:mod:`.validation` does both for the validation sweep (the check's cost per protocol,
+the analyst's error against lying clients), :mod:`.mechanisms` does both for the
+mechanisms sweep (each mechanism's cost against
 its noise, and the analyst's errors), :mod:`.scale` does both for the population-scale
 sweep (wall, stages and peak memory against n, beside the paper's Table 3
 extrapolated), and :mod:`.files`
@@ -63,12 +65,19 @@ from harness.experiments.report.tables import (
     coverage,
     summarize,
 )
+from harness.experiments.report.validation import (
+    VALIDATION_COLUMNS,
+    summarize_validation,
+    validation_headline,
+    write_validation,
+)
 
 __all__ = [
     "MECHANISM_COLUMNS",
     "RAW_COLUMNS",
     "SECURITY_COLUMNS",
     "SUMMARY_COLUMNS",
+    "VALIDATION_COLUMNS",
     "Coverage",
     "caption",
     "comparison_notes",
@@ -80,11 +89,14 @@ __all__ = [
     "summarize_scale",
     "summarize_mechanisms",
     "summarize_security",
+    "summarize_validation",
     "tex_table",
+    "validation_headline",
     "write_all",
     "write_mechanisms",
     "write_report",
     "write_scale",
     "write_security",
     "write_table",
+    "write_validation",
 ]

@@ -20,6 +20,8 @@ from harness.experiments.report.scale import markdown as scale_markdown
 from harness.experiments.report.scale import summarize_scale, write_scale
 from harness.experiments.report.security import write_security
 from harness.experiments.report.tables import coverage, summarize
+from harness.experiments.report.validation import markdown as validation_markdown
+from harness.experiments.report.validation import summarize_validation, write_validation
 from harness.experiments.sweeps import TABLES, load_spec
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
@@ -102,6 +104,16 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
                       f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
                       f"[{table}.tex]({table}.tex), [{table}.png]({table}.png)."]
             continue
+        if spec.validations:
+            lines += ["", f"## {table}", "",
+                      validation_markdown(spec, summarize_validation(
+                          raw, table, settings.get("left out")),
+                          coverage(raw, table, repeat).lines()).rstrip(), "",
+                      f"![{table}: the check's cost per protocol, psi against liars]"
+                      f"({table}.png)", "",
+                      f"Files: [{table}.csv]({table}.csv), [{table}.md]({table}.md), "
+                      f"[{table}.png]({table}.png)."]
+            continue
         if spec.mechanisms:
             left_out = settings.get("left out")
             lines += ["", f"## {table}", "",
@@ -140,6 +152,9 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
     for table in tables:
         if load_spec(table).whole_runs:
             paths += write_scale(raw, table, out_dir, repeat=repeat)
+        elif load_spec(table).validations:
+            paths += write_validation(raw, table, out_dir, repeat=repeat,
+                                      left_out=settings.get("left out"))
         elif load_spec(table).mechanisms:
             paths += write_mechanisms(raw, table, out_dir, repeat=repeat,
                                       left_out=settings.get("left out"))
