@@ -316,10 +316,16 @@ class RemoteParty(Listening):
             directory, started = self.remote_dir, self.started
         if directory is None:
             return
-        if self._session is not None:
-            self._session.release()  # the host kills and removes as the session ends
-        rc, _, err = self._exec_anyhow(_remove_script(shlex.quote(directory), started),
-                                       options, known_hosts)
+        # Ours first: a party just started has its group read (waited for) and killed
+        # before the directory goes. The session's own end, which cannot wait (it runs
+        # when the runner dies too), would remove the pgid file of a party still
+        # starting, leaving it running where no one could find its group.
+        try:
+            rc, _, err = self._exec_anyhow(_remove_script(shlex.quote(directory), started),
+                                           options, known_hosts)
+        finally:
+            if self._session is not None:
+                self._session.release()  # and the host removes whatever is left
         if rc != 0:
             raise LtmError(f"{self.label}: could not remove {directory}: {err.strip()}")
         with self._lock:

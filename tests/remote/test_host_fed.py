@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -23,7 +24,6 @@ import pytest
 from _sshd import trusted_inventory
 
 from harness.cli import main
-from harness.fileio import private_dir
 from harness.remote._group import PartyGroup
 from harness.remote._party import RemoteParty
 
@@ -62,9 +62,11 @@ class Watcher(threading.Thread):
 
 
 def test_fast_on_hosts_feeds_each_party_there_and_no_share_file_is_here_or_sent(
-        tmp_path, farm, mp_spdz, program_cache, monkeypatch, capsys):
+        tmp_path, farm, mp_spdz, program_cache, monkeypatch, capsys, request):
     path, fakes = trusted_inventory(tmp_path, farm, mp_spdz.root, 2)
-    tmp = private_dir(tmp_path / "tmp")
+    # Short: multiprocessing's AF_UNIX sockets live under TMPDIR (at most 107 bytes).
+    tmp = Path(tempfile.mkdtemp(prefix="ltm-fed-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR anew
     monkeypatch.setenv("XDG_CACHE_HOME", str(program_cache))
@@ -85,7 +87,7 @@ def test_fast_on_hosts_feeds_each_party_there_and_no_share_file_is_here_or_sent(
     monkeypatch.setattr(RemoteParty, "upload", sending)
     monkeypatch.setattr(PartyGroup, "finish_stream", finished)
     out = tmp_path / "out"
-    watcher = Watcher([tmp_path, Path("/dev/shm")], skip=tmp_path / "farm")
+    watcher = Watcher([tmp_path, tmp, Path("/dev/shm")], skip=tmp_path / "farm")
     watcher.start()
     try:
         # The default program and sharing: fast, full.
