@@ -39,7 +39,7 @@ import numpy as np
 from harness.errors import InputError
 from harness.privacy.binomial import MAX_COINS, binomial_epsilon, grid_sensitivity, least_coins
 from harness.privacy.mechanism import Check, Options, Request
-from harness.privacy.noise_check import as_signed, method_words, release_statistics
+from harness.privacy.noise_check import as_signed, method_words, opened_release, release_statistics
 from harness.privacy.servers import ServersNoise, central_sigma_for
 
 if TYPE_CHECKING:
@@ -168,11 +168,7 @@ class Central(ServersNoise):
                digest: tuple[bytes, int] | None = None) -> Check:
         from scipy import stats
 
-        first = printed[0]
-        # Every party must have seen what P0 saw; that is then checked against the noise.
-        differ = max(int(np.count_nonzero(view != first)) for view in printed.values())
-        plain = as_signed(expected).ravel()
-        out = as_signed(first[0]).ravel()
+        first, differ, plain, out = opened_release(expected, printed)
         k = self.shift
         scaled = plain * self.scale  # below 2^62: the run was refused otherwise
         floor = scaled >> k  # arithmetic: floor(v c / 2^k)

@@ -45,7 +45,7 @@ from harness.privacy.accounting import release_sensitivity, skellam_epsilon, ske
 from harness.privacy.certificates import calibrated
 from harness.privacy.mechanism import Check, Request, ServerStep
 from harness.privacy.noise import noise_rng
-from harness.privacy.noise_check import as_signed, method_words, release_statistics
+from harness.privacy.noise_check import as_signed, method_words, opened_release, release_statistics
 from harness.privacy.servers import ServersNoise, central_sigma_for
 from harness.privacy.skellam import (
     EXACT_PMF_MAX_MU,
@@ -130,11 +130,7 @@ class Dng(ServersNoise):
 
     def verify(self, expected: np.ndarray, printed: Mapping[int, np.ndarray],
                digest: tuple[bytes, int] | None = None) -> Check:
-        first = printed[0]
-        # Every party must have seen what P0 saw; that is then checked against the noise.
-        differ = max(int(np.count_nonzero(view != first)) for view in printed.values())
-        plain = as_signed(expected).ravel()
-        out = as_signed(first[0]).ravel()
+        first, differ, plain, out = opened_release(expected, printed)
         errors = (out - plain).astype(np.int64)  # wraps as the ring does
         digest_match = None
         if digest is not None:

@@ -27,11 +27,12 @@ the grid's public scale, truncated down or up.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["FAIL_P", "FAIL_Z", "as_signed", "method_words", "release_statistics"]
+__all__ = ["FAIL_P", "FAIL_Z", "as_signed", "method_words", "opened_release",
+           "release_statistics"]
 
 # Far outside: a p-value or a standardised deviation that an honest run shows with
 # probability below about 1e-9.
@@ -88,6 +89,16 @@ def _gof(errors: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
 
 def as_signed(values: np.ndarray) -> np.ndarray:
     return values.astype(np.uint64).view(np.int64)
+
+
+def opened_release(expected: np.ndarray, printed: Mapping[int, np.ndarray]
+                   ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """What a noisy release's check starts from: P0's printed values, how many values any
+    party saw otherwise (every party must have seen what P0 saw; that is then checked
+    against the noise), and the plaintext and the release, signed and flat."""
+    first = printed[0]
+    differ = max(int(np.count_nonzero(view != first)) for view in printed.values())
+    return first, differ, as_signed(expected).ravel(), as_signed(first[0]).ravel()
 
 
 def release_statistics(errors: np.ndarray, mean_shift: np.ndarray | float, variance: float,
