@@ -34,6 +34,7 @@ from harness.experiments.modes import SHARINGS, Mode, check_limits, route_for
 from harness.privacy import CALIBRATIONS, DEFAULT_MECHANISM, Options, mechanism_class
 
 if TYPE_CHECKING:
+    from harness.experiments.sweeps import Spec
     from harness.remote import Inventory
 
 __all__ = ["INPUT_MODES", "MAX_CLIENTS", "MAX_DIM", "MAX_PARTIES", "MAX_REPEAT", "MAX_SCALE",
@@ -262,8 +263,9 @@ class ReproduceConfig:
     hosts: Path | None = None
     network: str | None = None
     noise: str = "gaussian"
-    # The paper's corollary: its tables were measured under it (analytic on request).
-    calibration: str = "corollary"
+    # None: the spec's (the paper's corollary for its tables, under which they were
+    # measured; analytic, the tightest, where mechanisms are compared).
+    calibration: str | None = None
     seed: int | None = 1  # the public sketch and synthetic data; fixed so cells are comparable
     timeout: float = 3600.0
     mp_spdz: Path | None = None
@@ -289,17 +291,25 @@ class ReproduceConfig:
         """
         return not self.fresh_inputs
 
+    def calibration_of(self, spec: Spec) -> str:
+        """The LTM's Gaussian calibration in ``spec``'s cells: ``--calibration`` or the
+        spec's."""
+        return self.calibration or spec.calibration
+
     def identity(self) -> dict:
         from harness.experiments.sweeps import load_spec, resolve_tables
 
         # A sweep whose spec names its protocols and programs runs them all.
-        per_cell = any(load_spec(t).protocols for t in resolve_tables(self.tables))
+        specs = [load_spec(t) for t in resolve_tables(self.tables)]
+        per_cell = any(spec.protocols for spec in specs)
+        calibrations = {self.calibration_of(spec) for spec in specs}
+        calibration = calibrations.pop() if len(calibrations) == 1 else "per spec"
         values = {"program": "per cell" if per_cell else self.program,
                   "protocol": "per cell" if per_cell else self.protocol,
                   "sharing": self.sharing, "scale": self.scale,
                   "network": self.network or "none",
                   "hosts": str(self.hosts) if self.hosts else "local", "noise": self.noise,
-                  "calibration": self.calibration, "seed": self.seed,
+                  "calibration": calibration, "seed": self.seed,
                   "validate": self.validation}
         return {k: values[k] for k in _IDENTITY}
 
@@ -333,7 +343,7 @@ class ReproduceConfig:
         # left out, each with its reason)
         RunConfig(out=self.out, program=self.program, hosts=self.hosts, network=self.network,
                   protocol=self.protocol, sharing=self.sharing, noise=self.noise,
-                  calibration=self.calibration,
+                  calibration=self.calibration_of(load_spec(tables[0])),
                   validation=self.validation if not per_cell else "none",
                   parties=protocol_for(self.protocol).exact_parties or 2).validate()
         return tables

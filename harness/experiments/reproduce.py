@@ -79,6 +79,10 @@ _CENTRAL_RUN_MAX_S = 3600.0
 # A validated cell (the validation sweep's) whose MPC should take longer than this is
 # left out likewise.
 _VALIDATED_RUN_MAX_S = 600.0
+# A cell whose run should take longer than this runs once, whatever the repetitions
+# asked: its one run's T_MPC varies far less than the minutes it costs, and the report
+# says which cells ran once.
+_ONE_REPETITION_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,18 @@ def reproduce(cfg: ReproduceConfig, *, echo: Callable[[str], None] | None = None
         return _reproduce_locked(cfg, tables, echo, utility)
 
 
-def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
+def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None,
+               once: dict[str, dict[str, list[str]]] | None = None
                ) -> tuple[list[tuple[Cell, int]], dict[str, dict[str, list[str]]]]:
     """The cells that run, each with its repetitions, and why the others are left out.
 
-    Without ``mp`` (an estimate, on any machine) whether this MP-SPDZ build has
-    a protocol's binary is not asked.
+    A per-protocol sweep's cell whose run should take over :data:`_ONE_REPETITION_S`
+    runs once; ``once``, if given, collects those as the left-out ones are. Without
+    ``mp`` (an estimate, on any machine) whether this MP-SPDZ build has a protocol's
+    binary is not asked.
     """
+    from harness.experiments.estimate import cell_cost
+
     cells = []
     left_out: dict[str, dict[str, list[str]]] = {}  # "protocol program" -> reason -> points
     for table in tables:
@@ -115,9 +124,17 @@ def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
         repeat = cfg.repeat or spec.repeat
         for cell in expand(spec, cfg.scale):
             why = _left_out(cfg, cell, mp)
+            what, point = cell.left_out_keys
             if why:
-                what, point = cell.left_out_keys
                 left_out.setdefault(what, {}).setdefault(why, []).append(point)
+                continue
+            expected = cell_cost(cfg, cell).mpc_s if cell.protocol else 0.0
+            if expected > _ONE_REPETITION_S and repeat > 1:
+                if once is not None:
+                    once.setdefault(what, {}).setdefault(
+                        f"a run should take about {expected / 60:.0f} minutes, over "
+                        f"{_ONE_REPETITION_S / 60:g}", []).append(point)
+                cells.append((cell, 1))
                 continue
             cells.append((cell, repeat))
     return cells, left_out
@@ -127,7 +144,8 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
                       echo: Callable[[str], None] | None,
                       utility: SketchUtility | None) -> Path:
     mp = ensure_mpspdz(cfg.mp_spdz, auto_install=cfg.install_mpspdz)
-    cells, left_out = plan_sweep(cfg, tables, mp)
+    once: dict[str, dict[str, list[str]]] = {}
+    cells, left_out = plan_sweep(cfg, tables, mp, once)
     plan = [_Task(cell, r) for cell, repeat in cells for r in range(repeat)]
     if not plan:
         raise InputError("nothing of this sweep can run here: " + "; ".join(
@@ -164,6 +182,8 @@ def _reproduce_locked(cfg: ReproduceConfig, tables: list[str],
     settings = {**cfg.identity(), "repeat": cfg.repeat or "the spec's", "tables": tables}
     if left_out:
         settings["left out"] = left_out
+    if once:
+        settings["run once"] = once
     written = report.write_all(load_raw(raw_path), tables, out, machine=machine_info(),
                                settings=settings)
     if echo:
@@ -347,7 +367,7 @@ def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
                 parties: int | None = None) -> RunConfig:
     return RunConfig(out=workroot, parties=parties or cell.servers, clients=cell.clients,
                      dim=cell.dim, rows=cell.rows, sparsity=cell.sparsity, noise=cfg.noise,
-                     calibration=cfg.calibration,
+                     calibration=cfg.calibration_of(load_spec(cell.table)),
                      program=cell.program or cfg.program,
                      protocol=cell.protocol or cfg.protocol, seed=cfg.seed,
                      mp_spdz=cfg.mp_spdz, timeout=cfg.timeout, cache_dir=cfg.cache_dir,

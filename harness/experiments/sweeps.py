@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import InputError
 from harness.optional import lazy_import
+from harness.privacy import CALIBRATIONS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +63,7 @@ PAPER_CSV = "paper_tables.csv"
 
 _TOP_KEYS = ("name", "title", "x", "repeat", "rows", "dim", "paper", "variant", "grid",
              "protocols", "programs", "points", "whole_runs", "mechanisms", "epsilons",
-             "utility", "validations", "poisons")
+             "utility", "validations", "poisons", "calibration")
 _REQUIRED_TOP = ("name", "title", "x", "repeat", "rows", "dim", "variant", "grid")
 _VARIANT_KEYS = ("servers", "label", "note")
 _GRID_KEYS = ("clients", "sparsity")
@@ -160,6 +161,9 @@ class Spec:
     # (what they do to the release does not depend on the protocol).
     validations: tuple[str, ...] = ()
     poisons: tuple[int, ...] = ()
+    # The LTM's Gaussian calibration where ``--calibration`` is not given: the paper's
+    # tables keep the paper's corollary; a comparison of mechanisms gives each its tightest.
+    calibration: str = "corollary"
 
 
 def c_mpc_model_mb(servers: int, sparsity: int, clients: int, rows: int, dim: int) -> float:
@@ -247,6 +251,10 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
     if not isinstance(poisons, list) or len(set(poisons)) != len(poisons) or not all(
             isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in poisons):
         raise InputError(f"{path}: key 'poisons' must be a list of distinct counts >= 0")
+    calibration = data.get("calibration", "corollary")
+    if calibration not in CALIBRATIONS:
+        raise InputError(f"{path}: key 'calibration' is {calibration!r}; set it to one of "
+                         f"{', '.join(CALIBRATIONS)}")
     # Point by point, every protocol x program in turn: a repetition of each runs
     # close in time to the others', so machine load falls on all of them alike and
     # the ratios between protocols compare like with like.
@@ -266,7 +274,8 @@ def _parse_spec(path: Path, data: dict[str, Any]) -> Spec:
                 variants=variants, paper=paper, path=path, protocols=tuple(protocols),
                 programs=tuple(programs), whole_runs=whole_runs,
                 mechanisms=tuple(mechanisms), epsilons=tuple(epsilons), utility=utility,
-                validations=tuple(validations), poisons=tuple(poisons))
+                validations=tuple(validations), poisons=tuple(poisons),
+                calibration=calibration)
 
 
 def _epsilons(path: Path, raw: Any) -> list[float]:

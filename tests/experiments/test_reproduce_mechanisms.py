@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,6 +19,7 @@ import pytest
 from harness.analyst import MechanismUtility
 from harness.cli import main
 from harness.experiments import ReproduceConfig, report, sweeps
+from harness.experiments.estimate import cell_cost
 from harness.experiments.reproduce import RAW_FILE, load_raw, plan_sweep
 from harness.experiments.sweeps import load_spec
 
@@ -35,6 +38,7 @@ protocols = ["semi2k", "replicated-ring"]
 programs = ["local"]
 mechanisms = ["ltm", "dng", "central"]
 epsilons = [1.0]
+calibration = "analytic"
 
 [utility]
 rank = 1
@@ -70,15 +74,52 @@ def test_shipped_spec_is_the_issue_grid():
     assert set(spec.protocols) == {"semi2k", "replicated-ring", "ps-rep-ring",
                                    "malicious-rep-ring", "spdz2k"}
     assert spec.mechanisms == ("ltm", "dng", "central") and spec.epsilons == (0.1, 1.0)
-    assert {c.paper_clients for c in spec.cells} == {100_000, 1_000_000}
-    assert len(spec.cells) == 2 * 2 * 5 * 3
+    assert {c.paper_clients for c in spec.cells} == {1_000_000}
+    assert len(spec.cells) == 2 * 5 * 3
     assert len({c.key for c in spec.cells}) == len(spec.cells)
+    # the comparison gives the LTM its tightest calibration unless told otherwise; the
+    # paper's tables keep the paper's corollary
+    assert spec.calibration == "analytic" and load_spec("table3").calibration == "corollary"
+    cfg = ReproduceConfig(tables="mechanisms", out=Path("o"))
+    assert cfg.identity()["calibration"] == "analytic"
+    assert ReproduceConfig(tables="all", out=Path("o")).identity()["calibration"] == "corollary"
+    told = ReproduceConfig(tables="mechanisms", out=Path("o"), calibration="corollary")
+    assert told.identity()["calibration"] == "corollary"
+
+
+def test_a_cell_whose_run_takes_long_runs_once(tmp_path, tiny_specs, monkeypatch):
+    cfg = ReproduceConfig(tables="mechanisms", out=tmp_path / "o", repeat=3)
+    once: dict = {}
+    cells, _ = plan_sweep(cfg, ["mechanisms"], once=once)
+    assert {k for _, k in cells} == {3} and once == {}
+    # central's coins under semi2k cost the most here: above the bound, only it runs once
+    costs = {c.key: cell_cost(cfg, c).mpc_s for c, _ in cells}
+    slowest = max(costs, key=costs.__getitem__)
+    assert "semi2k/local/central" in slowest
+    # (harness.experiments.reproduce is also the function's name in the package)
+    monkeypatch.setattr(sys.modules["harness.experiments.reproduce"], "_ONE_REPETITION_S",
+                        sorted(costs.values())[-2] + 1e-9)
+    cells, _ = plan_sweep(cfg, ["mechanisms"], once=once)
+    assert {c.key: k for c, k in cells if k == 1} == {slowest: 1}
+    assert list(once) == ["semi2k local central"]
+    (why, points), = once["semi2k local central"].items()
+    assert why.startswith("a run should take about ") and points == ["n=3000 s=1 eps=1"]
+    # the report says which cells ran once, and why
+    empty = pd.DataFrame(columns=list(report.RAW_COLUMNS))
+    md = report.write_report(empty, ["mechanisms"], tmp_path / "o", machine={},
+                             settings={"run once": once}).read_text()
+    assert f"- Run once: semi2k local central at n=3000 s=1 eps=1: {why}." in md
+    written = report.write_mechanisms(empty, "mechanisms", tmp_path / "o", repeat=3,
+                                      left_out={}, once=once)
+    assert f"\nRun once: semi2k local central at n=3000 s=1 eps=1: {why}.\n" in \
+        written[1].read_text()
 
 
 def test_reproduce_mechanisms(tmp_path, tiny_specs, mp_spdz, program_cache, capsys):
     out = tmp_path / "mech"
+    # no --calibration: the spec's, the LTM's tightest (analytic), as for every mechanism
     assert main(["reproduce", "mechanisms", "--out", str(out), "--no-progress",
-                 "--calibration", "analytic", "--mp-spdz", str(mp_spdz.root)]) == 0
+                 "--mp-spdz", str(mp_spdz.root)]) == 0
     printed = capsys.readouterr().out
     assert "repetitions verified" in printed
     # the headline: n and the largest epsilon, a row per mechanism x protocol
@@ -147,6 +188,9 @@ def test_central_beyond_the_coins_limit_is_a_row_with_the_reason(tmp_path, monke
     empty = pd.DataFrame(columns=list(report.RAW_COLUMNS))
     summary = report.summarize_mechanisms(empty, "mechanisms", left_out)
     assert list(summary["epsilon"]) == [0.001] * 4
+    # what the sweep prints: a table per epsilon at the largest n, left-out cells said so
+    printed = report.headline(summary)
+    assert printed.startswith("n=3000, epsilon 0.001:\n") and printed.count("left out") == 4
     reasons = summary.set_index("mechanism")["left_out"]
     assert reasons["central"].str.contains("coins per cell").all()
     assert reasons["dng"].str.contains("beyond the 2\\^62 an exact draw reaches").all()

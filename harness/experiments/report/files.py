@@ -18,7 +18,7 @@ from harness.experiments.report.render import (
 )
 from harness.experiments.report.scale import markdown as scale_markdown
 from harness.experiments.report.scale import summarize_scale, write_scale
-from harness.experiments.report.security import write_security
+from harness.experiments.report.security import _left_out_lines, write_security
 from harness.experiments.report.tables import coverage, summarize
 from harness.experiments.report.validation import markdown as validation_markdown
 from harness.experiments.report.validation import summarize_validation, write_validation
@@ -78,7 +78,9 @@ def write_report(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine
     title = ("Reproduction of the paper's Tables 3-5" if set(tables) & set(TABLES) else
              f"ltm reproduce {', '.join(tables)}: beside the paper's tables")
     lines = [f"# {title}", "", "## Settings", ""]
-    lines += [f"- {key}: {value}" for key, value in settings.items() if key != "left out"]
+    lines += [f"- {key}: {value}" for key, value in settings.items()
+              if key not in ("left out", "run once")]
+    lines += [f"- {line}" for line in _left_out_lines(settings.get("run once"), "Run once")]
     # What the rows themselves say, in case they came from runs with other settings.
     lines.append("- in the raw rows: " + "; ".join(
         f"{name} {_unique(chosen, column)}" for column, name in (
@@ -157,7 +159,8 @@ def write_all(raw: pd.DataFrame, tables: list[str], out_dir: Path, *, machine: d
                                       left_out=settings.get("left out"))
         elif load_spec(table).mechanisms:
             paths += write_mechanisms(raw, table, out_dir, repeat=repeat,
-                                      left_out=settings.get("left out"))
+                                      left_out=settings.get("left out"),
+                                      once=settings.get("run once"))
         elif load_spec(table).protocols:
             paths += write_security(raw, table, out_dir, repeat=repeat,
                                     left_out=settings.get("left out"))

@@ -22,9 +22,10 @@ from harness.experiments.report.render import _num, _pm, _tex_text, markdown_tab
 from harness.experiments.report.security import _left_out_lines
 from harness.experiments.report.tables import (
     _end_to_end_stats,
-    _repetitions,
     _scale_of,
     _table_rows,
+    cells_in_spec_order,
+    complete_repetitions,
     coverage,
 )
 from harness.experiments.sweeps import Cell, Spec, load_spec
@@ -49,12 +50,6 @@ MECHANISM_COLUMNS = (
 )
 
 
-def _reasons(left_out: dict | None) -> dict[tuple[str, str], str]:
-    """``{(what, point): reason}`` from the sweep's left-out record."""
-    return {(what, point): why for what, reasons in (left_out or {}).items()
-            for why, points in reasons.items() for point in points}
-
-
 def summarize_mechanisms(raw: pd.DataFrame, table: str,
                          left_out: dict | None = None) -> pd.DataFrame:
     """One row per spec cell, measured or left out (with the reason), in the spec's order."""
@@ -62,12 +57,8 @@ def summarize_mechanisms(raw: pd.DataFrame, table: str,
     rows = _table_rows(raw, table)
     measured = pd.DataFrame(columns=["cell"])
     if not rows.empty:
-        per = _repetitions(rows)
-        per = per[per["complete"]]
-        extra = rows.groupby(["cell", "repetition"], sort=False).agg(
-            servers_sent_mb=("global_data_sent_mb", "max"), psi=("psi", "first"),
-            phi=("phi", "first")).reset_index()
-        per = per.merge(extra, on=["cell", "repetition"])
+        per = complete_repetitions(rows, servers_sent_mb=("global_data_sent_mb", "max"),
+                                   psi=("psi", "first"), phi=("phi", "first"))
         stats = per.groupby("cell", sort=False).agg(
             repetitions=("t_mpc_s", "size"), t_mpc_mean_s=("t_mpc_s", "mean"),
             t_mpc_std_s=("t_mpc_s", "std"), t_mpc_min_s=("t_mpc_s", "min"),
@@ -80,28 +71,16 @@ def summarize_mechanisms(raw: pd.DataFrame, table: str,
             ["security", "scale", "noise_std", "central_std", "std_ratio", "coins_per_cell",
              "grid_bits", "grid_step"]].first()
         measured = params.join(stats, how="inner").reset_index()
-    reasons = _reasons(left_out)
-    out = []
-    for cell in spec.cells:
-        what, point = cell.left_out_keys
-        base = {"cell": cell.key, "clients": cell.clients, "paper_clients": cell.paper_clients,
+
+    def base(cell: Cell) -> dict:
+        return {"cell": cell.key, "paper_clients": cell.paper_clients,
                 "epsilon": cell.epsilon, "protocol": cell.protocol,
                 "mechanism": cell.mechanism or DEFAULT_MECHANISM, "servers": cell.servers,
                 "sparsity": cell.sparsity, "rows": cell.rows, "dim": cell.dim}
-        found = measured[measured["cell"] == cell.key]
-        if len(found):
-            row = found.iloc[0].to_dict()
-            out.append({**row, **{k: v for k, v in base.items() if k != "clients"},
-                        "clients": _run_clients(rows, cell), "left_out": ""})
-        elif (what, point) in reasons:
-            out.append({**base, "left_out": reasons[(what, point)]})
-    frame = pd.DataFrame(out, columns=list(MECHANISM_COLUMNS))
+
+    frame = pd.DataFrame(cells_in_spec_order(spec, rows, measured, left_out, base),
+                         columns=list(MECHANISM_COLUMNS))
     return _with_ratios(frame)
-
-
-def _run_clients(rows: pd.DataFrame, cell: Cell) -> int:
-    """The n a cell ran with (its --scale'd n), from its rows."""
-    return int(rows.loc[rows["cell"] == cell.key, "clients"].iloc[0])
 
 
 def _with_ratios(frame: pd.DataFrame) -> pd.DataFrame:
@@ -200,23 +179,26 @@ def central_cost_lines(summary: pd.DataFrame) -> list[str]:
 
 
 def headline(summary: pd.DataFrame) -> str:
-    """The largest n at the largest epsilon, mechanism x protocol: what the sweep prints."""
+    """The largest n at each epsilon, the largest first, mechanism x protocol: what the
+    sweep prints."""
     if summary.empty:
         return ""
-    n, eps = summary["paper_clients"].max(), summary["epsilon"].max()
-    part = summary[(summary["paper_clients"] == n) & (summary["epsilon"] == eps)]
-    body = []
-    for mechanism in dict.fromkeys(part["mechanism"]):
-        for r in part[part["mechanism"] == mechanism].itertuples():
-            if r.left_out:
-                body.append([mechanism, r.protocol, "left out", "n/a", "n/a", "n/a"])
-                continue
-            body.append([mechanism, r.protocol, _pm(r.t_mpc_mean_s, r.t_mpc_std_s),
-                         _num(r.c_mpc_mean_mb, 1), _num(r.std_ratio, 3),
-                         _sci_pm(r.psi_mean, r.psi_std)])
-    n_run = int(part["clients"].max())
-    return (f"n={n_run}, epsilon {eps:g}:\n" + markdown_table(
-        ["mechanism", "protocol", "T_MPC (s)", "C_MPC (MB)", "std ratio", "psi"], body))
+    n = summary["paper_clients"].max()
+    tables = []
+    for eps in sorted(set(summary["epsilon"]), reverse=True):
+        part = summary[(summary["paper_clients"] == n) & (summary["epsilon"] == eps)]
+        body = []
+        for mechanism in dict.fromkeys(part["mechanism"]):
+            for r in part[part["mechanism"] == mechanism].itertuples():
+                if r.left_out:
+                    body.append([mechanism, r.protocol, "left out", "n/a", "n/a", "n/a"])
+                    continue
+                body.append([mechanism, r.protocol, _pm(r.t_mpc_mean_s, r.t_mpc_std_s),
+                             _num(r.c_mpc_mean_mb, 1), _num(r.std_ratio, 3),
+                             _sci_pm(r.psi_mean, r.psi_std)])
+        tables.append(f"n={int(part['clients'].max())}, epsilon {eps:g}:\n" + markdown_table(
+            ["mechanism", "protocol", "T_MPC (s)", "C_MPC (MB)", "std ratio", "psi"], body))
+    return "\n".join(tables)
 
 
 def _draws_coins(name: object) -> bool:
@@ -280,14 +262,14 @@ def markdown(spec: Spec, summary: pd.DataFrame, notes: list[str]) -> str:
 
 
 def write_mechanisms(raw: pd.DataFrame, table: str, out_dir: Path, *, repeat: int | None,
-                     left_out: dict | None) -> list[Path]:
+                     left_out: dict | None, once: dict | None = None) -> list[Path]:
     """``<table>.csv``, ``.md``, ``.tex`` and ``.png`` of the mechanisms sweep."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec = load_spec(table)
     summary = summarize_mechanisms(raw, table, left_out)
     cov = coverage(raw, table, repeat)
-    notes = _left_out_lines(left_out) + [
+    notes = _left_out_lines(left_out) + _left_out_lines(once, "Run once") + [
         line for line in cov.lines() if not line.startswith("Missing cells") or not left_out]
     header, body = _layout(summary, tex=True)
     tex = tex_table(header, [[_tex_text(c) if c.startswith("left out") else c for c in row]

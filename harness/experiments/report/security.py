@@ -152,9 +152,10 @@ def _security_plot(summary: pd.DataFrame, spec: Spec) -> bytes:
     return buf.getvalue()
 
 
-def _left_out_lines(left_out: dict | None) -> list[str]:
-    """``{"spdz2k fast": {reason: ["n=100000 s=1", ...]}}`` as one sentence per reason."""
-    return [f"Left out: {what} at {', '.join(points)}: {why.rstrip('.')}."
+def _left_out_lines(left_out: dict | None, label: str = "Left out") -> list[str]:
+    """``{"spdz2k fast": {reason: ["n=100000 s=1", ...]}}`` as one sentence per reason
+    (``label``: "Run once" for the cells that ran once)."""
+    return [f"{label}: {what} at {', '.join(points)}: {why.rstrip('.')}."
             for what, reasons in (left_out or {}).items() for why, points in reasons.items()]
 
 

@@ -17,7 +17,11 @@ from harness.experiments.sweeps import c_mpc_model_mb, load_spec, paper_values
 from harness.optional import lazy_import
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
+
+    from harness.experiments.sweeps import Cell, Spec
 else:
     pd = lazy_import("pandas")  # the [analysis] extra: not on every host
 
@@ -110,6 +114,35 @@ def _repetitions(rows: pd.DataFrame) -> pd.DataFrame:
         parties=("party", "nunique"), servers=("servers", "first")).reset_index()
     per["complete"] = per["parties"] >= per["servers"]
     return per
+
+
+def complete_repetitions(rows: pd.DataFrame, **extra: tuple[str, str]) -> pd.DataFrame:
+    """:func:`_repetitions`' complete ones, with ``extra`` aggregated over each
+    repetition's rows (pandas' named aggregation: column=(source, how))."""
+    per = _repetitions(rows)
+    per = per[per["complete"]]
+    more = rows.groupby(["cell", "repetition"], sort=False).agg(**extra).reset_index()
+    return per.merge(more, on=["cell", "repetition"])
+
+
+def cells_in_spec_order(spec: Spec, rows: pd.DataFrame, measured: pd.DataFrame,
+                        left_out: dict | None, base: Callable[[Cell], dict]) -> list[dict]:
+    """One record per cell of ``spec``: its ``measured`` row (keyed by ``cell``) with
+    the n it ran with, or, for a cell the sweep left out, the reason; ``base`` gives
+    what every record says of its cell. A cell neither measured nor left out has none."""
+    reasons = {(what, point): why for what, whys in (left_out or {}).items()
+               for why, points in whys.items() for point in points}
+    out = []
+    for cell in spec.cells:
+        found = measured[measured["cell"] == cell.key]
+        if len(found):
+            clients = int(rows.loc[rows["cell"] == cell.key, "clients"].iloc[0])
+            out.append({**found.iloc[0].to_dict(), **base(cell), "clients": clients,
+                        "left_out": ""})
+        elif cell.left_out_keys in reasons:
+            out.append({**base(cell), "clients": cell.clients,
+                        "left_out": reasons[cell.left_out_keys]})
+    return out
 
 
 def _end_to_end_stats(per: pd.DataFrame) -> pd.DataFrame:

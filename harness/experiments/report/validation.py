@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.experiments.report.mechanisms import _reasons
 from harness.experiments.report.render import _num, _pm, markdown_table
 from harness.experiments.report.security import _left_out_lines
-from harness.experiments.report.tables import _repetitions, _table_rows, coverage
-from harness.experiments.sweeps import Spec, load_spec
+from harness.experiments.report.tables import (
+    _table_rows,
+    cells_in_spec_order,
+    complete_repetitions,
+    coverage,
+)
+from harness.experiments.sweeps import Cell, Spec, load_spec
 from harness.fileio import write_atomic
 from harness.optional import lazy_import
 
@@ -50,33 +54,22 @@ def summarize_validation(raw: pd.DataFrame, table: str,
     rows = _table_rows(raw, table)
     measured = pd.DataFrame(columns=["cell"])
     if not rows.empty:
-        per = _repetitions(rows)
-        per = per[per["complete"]]
-        extra = rows.groupby(["cell", "repetition"], sort=False).agg(
-            rounds=("rounds", "max"), psi=("psi", "first"),
-            rejected_rows=("rejected_rows", "first")).reset_index()
-        per = per.merge(extra, on=["cell", "repetition"])
+        per = complete_repetitions(rows, rounds=("rounds", "max"), psi=("psi", "first"),
+                                   rejected_rows=("rejected_rows", "first"))
         measured = per.groupby("cell", sort=False).agg(
             repetitions=("t_mpc_s", "size"), t_mpc_mean_s=("t_mpc_s", "mean"),
             t_mpc_std_s=("t_mpc_s", "std"), c_mpc_mean_mb=("c_mpc_mb", "mean"),
             rounds=("rounds", "mean"), psi_mean=("psi", "mean"), psi_std=("psi", "std"),
             rejected_rows=("rejected_rows", "max")).reset_index()
-    reasons = _reasons(left_out)
-    out = []
-    for cell in spec.cells:
-        base = {"cell": cell.key, "paper_clients": cell.paper_clients,
+
+    def base(cell: Cell) -> dict:
+        return {"cell": cell.key, "paper_clients": cell.paper_clients,
                 "protocol": cell.protocol, "program": cell.program,
                 "validate": cell.validate or "none", "poison": cell.poison or 0,
                 "servers": cell.servers, "sparsity": cell.sparsity, "rows": cell.rows,
                 "dim": cell.dim}
-        found = measured[measured["cell"] == cell.key]
-        if len(found):
-            clients = int(rows.loc[rows["cell"] == cell.key, "clients"].iloc[0])
-            out.append({**found.iloc[0].to_dict(), **base, "clients": clients,
-                        "left_out": ""})
-        elif cell.left_out_keys in reasons:
-            out.append({**base, "clients": cell.clients,
-                        "left_out": reasons[cell.left_out_keys]})
+
+    out = cells_in_spec_order(spec, rows, measured, left_out, base)
     frame = pd.DataFrame(out, columns=list(VALIDATION_COLUMNS))
     n = frame["clients"].astype(float)
     frame["t_mpc_us_per_client"] = 1e6 * frame["t_mpc_mean_s"].astype(float) / n
