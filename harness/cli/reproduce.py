@@ -29,10 +29,10 @@ FRESH_INPUTS = option("--fresh-inputs", action="store_true",
                            "once per cell, the servers rerun on them; always anew with "
                            "--hosts or --network, where the upload is measured)")
 # The spec decides where --calibration is not given: the paper's corollary for its
-# tables, the tightest (analytic) for the comparison of mechanisms.
+# tables, the tightest (analytic) for the comparison of mechanisms and the check's.
 CALIBRATION = dataclasses.replace(
-    common.CALIBRATION, unset="the sweep's: analytic for mechanisms, the paper's corollary "
-                              "elsewhere")
+    common.CALIBRATION, unset="the sweep's: analytic for mechanisms and validation, the "
+                              "paper's corollary elsewhere")
 NO_PROGRESS = option("--no-progress", dest="progress", action="store_false",
                      help="no progress bar")
 

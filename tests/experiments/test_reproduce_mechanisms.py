@@ -18,6 +18,7 @@ import pytest
 
 from harness.analyst import MechanismUtility
 from harness.cli import main
+from harness.cli.reproduce import CALIBRATION
 from harness.experiments import ReproduceConfig, report, sweeps
 from harness.experiments.estimate import cell_cost
 from harness.experiments.reproduce import RAW_FILE, load_raw, plan_sweep
@@ -85,6 +86,12 @@ def test_shipped_spec_is_the_issue_grid():
     assert ReproduceConfig(tables="all", out=Path("o")).identity()["calibration"] == "corollary"
     told = ReproduceConfig(tables="mechanisms", out=Path("o"), calibration="corollary")
     assert told.identity()["calibration"] == "corollary"
+    # what --help says of the default names exactly the sweeps that choose analytic
+    tight = {t for t in sweeps.TABLES + sweeps.EXTRA_SWEEPS
+             if load_spec(t).calibration == "analytic"}
+    assert tight == {"mechanisms", "validation"}
+    assert "analytic for mechanisms and validation" in " ".join(
+        CALIBRATION.help.replace("{default}", CALIBRATION.describe(None)).split())
 
 
 def test_a_cell_whose_run_takes_long_runs_once(tmp_path, tiny_specs, monkeypatch):

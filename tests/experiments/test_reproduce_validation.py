@@ -56,3 +56,27 @@ def test_the_sweeps_own_settings_are_not_overridden(tmp_path, capsys, argv, says
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_headline_shows_each_protocol_where_its_checks_ran():
+    # semi2k's checks are left out at the largest n: its lines are at the n they ran,
+    # not the unchecked run alone
+    from harness.experiments.report import validation_headline
+
+    def row(protocol, n, check, left_out=""):
+        return {"protocol": protocol, "paper_clients": n, "clients": n, "validate": check,
+                "poison": 0, "left_out": left_out, "t_mpc_us_per_client": 1.0,
+                "t_vs_none": 1.0, "c_mpc_kb_per_client": 1.0, "c_vs_none": 1.0,
+                "psi_mean": 0.1, "rejected_rows": 0}
+
+    summary = pd.DataFrame(
+        [row("replicated-ring", n, c) for n in (10, 100) for c in ("none", "linf")]
+        + [row("semi2k", 10, c) for c in ("none", "linf")] + [row("semi2k", 100, "none"),
+                                                               row("semi2k", 100, "linf", "slow")]
+        + [row("ps-rep-ring", n, "none") for n in (10, 100)])
+    lines = [ln.split(" | ")[:3] for ln in validation_headline(summary).splitlines()
+             if ln.startswith("| ") and not ln.startswith("| protocol")
+             and not ln.startswith("| :")]
+    assert lines == [["| replicated-ring", "100", "none"], ["| replicated-ring", "100", "linf"],
+                     ["| semi2k", "10", "none"], ["| semi2k", "10", "linf"],
+                     ["| ps-rep-ring", "100", "none"]]
