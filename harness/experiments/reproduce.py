@@ -115,8 +115,6 @@ def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
     ``mp`` (an estimate, on any machine) whether this MP-SPDZ build has a protocol's
     binary is not asked.
     """
-    from harness.experiments.estimate import cell_cost
-
     cells = []
     left_out: dict[str, dict[str, list[str]]] = {}  # "protocol program" -> reason -> points
     for table in tables:
@@ -128,7 +126,7 @@ def plan_sweep(cfg: ReproduceConfig, tables: list[str], mp: MpSpdz | None = None
             if why:
                 left_out.setdefault(what, {}).setdefault(why, []).append(point)
                 continue
-            expected = cell_cost(cfg, cell).mpc_s if cell.protocol else 0.0
+            expected = _expected_mpc_s(cfg, cell) if cell.protocol else 0.0
             if expected > _ONE_REPETITION_S and repeat > 1:
                 if once is not None:
                     once.setdefault(what, {}).setdefault(
@@ -361,6 +359,15 @@ def _left_out(cfg: ReproduceConfig, cell: Cell, mp: MpSpdz | None) -> str | None
     except LtmError as exc:
         return str(exc)
     return None
+
+
+def _expected_mpc_s(cfg: ReproduceConfig, cell: Cell) -> float:
+    """The parties' expected time for one run of ``cell`` (the estimate's model)."""
+    run_cfg = _run_config(cfg, cell, Path(cfg.out)).validate()
+    noise = mechanism_for(run_cfg, cell.clients, cell.dim, cell.sparsity)
+    return mpc_seconds(run_cfg.protocol, run_cfg.program,
+                       cell.sparsity * cell.clients * cell.dim, noise, cell.rows * cell.dim,
+                       run_cfg.validation)
 
 
 def _run_config(cfg: ReproduceConfig, cell: Cell, workroot: Path, *,
