@@ -62,16 +62,14 @@ CENTRAL_S_PER_CELL: dict[str, float] = {"malicious-rep-ring": 2.5e-3}
 # --validate's check, MPC nanoseconds per noisy value: the full-size validation sweep
 # (benchmarks/reproduction/validation-full, MP-SPDZ v0.4.2 on a quiet 2-core x86-64 VM,
 # November 2026: S = 3, d = 10, --program fast, the LTM's noise), the check's T_MPC less
-# the unchecked run's, per value, at the largest n each ran (replicated-ring 10^6 for
-# both, ps-rep-ring l2 10^6, the others 10^5), except semi2k's linf, which that sweep
-# first left out: its l2's times 3.68, the ratio of the two in the tenth-size sweep.
-# spdz2k's random bits at 200 clients of d = 3, l2 the same (it bounds each entry as
-# linf does).
+# the unchecked run's, per value, at the largest n each ran (10^6 for replicated-ring,
+# ps-rep-ring and malicious-rep-ring's l2, 10^5 for the others). spdz2k's random bits at
+# 200 clients of d = 3, l2 the same (it bounds each entry as linf does).
 VALIDATE_NS: dict[tuple[str, str], float] = {
     ("replicated-ring", "linf"): 1_560, ("replicated-ring", "l2"): 700,
-    ("semi2k", "linf"): 373_000, ("semi2k", "l2"): 101_000,
-    ("ps-rep-ring", "linf"): 39_600, ("ps-rep-ring", "l2"): 9_400,
-    ("malicious-rep-ring", "linf"): 124_000, ("malicious-rep-ring", "l2"): 59_300,
+    ("semi2k", "linf"): 292_000, ("semi2k", "l2"): 101_000,
+    ("ps-rep-ring", "linf"): 37_100, ("ps-rep-ring", "l2"): 9_400,
+    ("malicious-rep-ring", "linf"): 124_000, ("malicious-rep-ring", "l2"): 56_000,
     ("spdz2k", "linf"): 2.0e8, ("spdz2k", "l2"): 2.0e8}
 # A run whose MPC should take longer than this says so before it starts.
 LONG_RUN_S = 180.0
