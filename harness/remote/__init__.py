@@ -23,7 +23,14 @@ should not pay for paramiko on every step.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
+
+# paramiko's transport thread logs its failures with a traceback (a socket closed by a
+# stop signal mid-handshake, a host that hangs up); with no handler anywhere Python
+# prints them on stderr, over the harness's own one-line message. The harness says what
+# failed itself, so paramiko's log goes nowhere unless a caller configures logging.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _LAZY = {
     "DEFAULT_BASE_PORT": "harness.remote.hosts",

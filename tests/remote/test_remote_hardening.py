@@ -164,3 +164,21 @@ def test_a_key_directory_in_an_inventory_is_reported_by_hosts_check(tmp_path, ca
                    "a private key file; fix 'key' for this party in the inventory (the private "
                    "key's file, e.g. ~/.ssh/id_ed25519, or remove it to use the SSH agent)"
                    for i in range(2)]
+
+
+def test_paramikos_own_log_never_reaches_the_terminal():
+    # paramiko logs a failed handshake's traceback from its transport thread (e.g. when
+    # a stop signal closes the socket); unhandled, Python prints it on stderr over the
+    # harness's one-line message. A fresh interpreter, as a user's: without the harness
+    # the record is printed, with it nothing is.
+    import subprocess
+    import sys
+
+    emit = ("import logging; logging.getLogger('paramiko.transport').error("
+            "'Exception (client): Error reading SSH protocol banner')")
+    bare = subprocess.run([sys.executable, "-c", emit], capture_output=True, text=True,
+                          check=True)
+    assert "Error reading SSH protocol banner" in bare.stderr
+    quiet = subprocess.run([sys.executable, "-c", "import harness.remote; " + emit],
+                           capture_output=True, text=True, check=True)
+    assert quiet.stderr == ""
